@@ -1,0 +1,1 @@
+"""Typed, immutable domain objects shared by every layer. No I/O here."""

@@ -1,0 +1,50 @@
+"""Where an object came from, and the error entries that replace objects we could not read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SourceRef:
+    """A location in a scanned file (1-based line, 0-based document index) or a cluster object.
+
+    `file` is the path as the user gave it (relative to the scan root when one is known),
+    or `cluster:<context>` for objects read from a live cluster.
+    """
+
+    file: str
+    line: int = 0
+    document: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LoadError:
+    """One thing we could not read or understand. The rest of the scan goes on without it.
+
+    `object` names the Kubernetes object (`Kind ns/name`) when known; `field` is a dotted path
+    inside it (`spec.ingress[0].from`).
+    """
+
+    file: str
+    line: int
+    message: str
+    object: str = ""
+    field: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        what = f" {self.object}" if self.object else ""
+        fld = f" field {self.field}:" if self.field else ""
+        return f"{where}:{what}{fld} {self.message}".replace(": :", ":")
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"file": self.file, "line": self.line, "message": self.message}
+        if self.object:
+            out["object"] = self.object
+        if self.field:
+            out["field"] = self.field
+        return out

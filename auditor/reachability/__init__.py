@@ -1,0 +1,1 @@
+"""Reachability: who may talk to whom under the network policies in play."""

@@ -1,0 +1,96 @@
+"""The things traffic flows between: pods, nodes, external addresses and reserved identities."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Union
+
+IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+
+
+@dataclass(frozen=True, slots=True)
+class NamedPort:
+    name: str
+    protocol: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodEndpoint:
+    """A pod (or one replica of a workload role) with the labels policies can see.
+
+    `labels` are the pod's labels after placement-derived labels were applied (the zone a pod
+    lands in can change them). `node`/`zone` say where it runs, when known.
+    """
+
+    namespace: str
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+    namespace_labels: tuple[tuple[str, str], ...] = ()
+    service_account: str = "default"
+    named_ports: tuple[NamedPort, ...] = ()
+    ips: tuple[IPAddress, ...] = ()
+    node: str | None = None
+    zone: str | None = None
+    host_network: bool = False
+    node_labels: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
+
+    @property
+    def namespace_label_map(self) -> dict[str, str]:
+        return dict(self.namespace_labels)
+
+    def named_port(self, name: str, protocol: str | None) -> list[NamedPort]:
+        return [
+            p for p in self.named_ports if p.name == name and (protocol is None or p.protocol == protocol)
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEndpoint:
+    """A node's host identity (host-network pods and the kubelet speak as the node)."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+    ips: tuple[IPAddress, ...] = ()
+
+    def __str__(self) -> str:
+        return f"node/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalEndpoint:
+    """An address outside the cluster (Cilium's `world`)."""
+
+    ip: IPAddress
+
+    def __str__(self) -> str:
+        return str(self.ip)
+
+
+# Cilium reserved identities that are not pods, nodes or world addresses.
+RESERVED_ENTITIES = ("kube-apiserver", "health", "init", "ingress", "unmanaged", "host", "remote-node")
+
+
+@dataclass(frozen=True, slots=True)
+class EntityEndpoint:
+    """A reserved identity such as `kube-apiserver` or `host` (Cilium entities)."""
+
+    entity: str
+
+    def __str__(self) -> str:
+        return f"reserved:{self.entity}"
+
+
+Endpoint = Union[PodEndpoint, NodeEndpoint, ExternalEndpoint, EntityEndpoint]
+
+
+def parse_ip(text: str) -> IPAddress:
+    return ipaddress.ip_address(text.strip())

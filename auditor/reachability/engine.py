@@ -1,0 +1,425 @@
+"""Evaluate flows against compiled policies, tier by tier, with caching per class of endpoints.
+
+Tiers run in order; each decides part of the connection set and passes the rest on:
+
+* `first-match` tiers (AdminNetworkPolicy/ClusterNetworkPolicy Admin and Baseline, Calico tiers):
+  policies in order, rules in order, the first rule whose peer and ports match decides Allow, Deny
+  or Pass (skip the rest of the tier). Connections no rule matched are denied when a policy of the
+  tier that applies to the pod isolates it (Calico's end-of-tier deny), else passed on.
+* `union` tiers (NetworkPolicy; Cilium, where NetworkPolicy and Cilium policies combine): deny rules
+  win, then any allow rule allows, and the rest is denied if any selecting policy isolates the pod.
+
+After the last tier everything left is allowed (Kubernetes' default, Calico's profile).
+Traffic flows only if the source's egress and the destination's ingress both allow it.
+
+Verdicts are cached by endpoint *identity* (everything but the pod name), so the replicas of a
+role, and all pods no selector can tell apart, cost one evaluation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from auditor.reachability import cni
+from auditor.reachability.endpoints import (
+    Endpoint,
+    EntityEndpoint,
+    ExternalEndpoint,
+    NodeEndpoint,
+    PodEndpoint,
+)
+from auditor.reachability.policy import (
+    Action,
+    CompiledPolicy,
+    Decider,
+    Direction,
+    DirectionalVerdict,
+    Rule,
+    Segment,
+)
+from auditor.reachability.ports import ConnSet
+
+FIRST_MATCH = "first-match"
+UNION = "union"
+
+
+@dataclass(frozen=True, slots=True)
+class TierDef:
+    name: str
+    order: float
+    mode: str
+    # What happens to connections no rule matched when a policy of the tier applies to the pod:
+    # "deny" (only if that policy isolates the pod in this direction) or "pass" to the next tier.
+    end_action: str = "deny"
+    # Cilium policy-enforcement=always: every pod is isolated even if no policy selects it.
+    always_isolate: bool = False
+
+
+ADMIN_TIER = "admin"
+NAMESPACE_TIER = "namespace"
+BASELINE_TIER = "baseline"
+
+
+def standard_tiers(
+    settings: cni.NetworkSettings, calico_tiers: Mapping[str, tuple[float, str]] | None = None
+) -> list[TierDef]:
+    """The tiers in force for a CNI. `calico_tiers` maps Calico tier names to (order, defaultAction)."""
+    tiers = [TierDef(ADMIN_TIER, 1000.0, FIRST_MATCH, "pass")]
+    if settings.cni == "calico":
+        known = {"default": (1_000_000.0, "Deny")}
+        known.update(calico_tiers or {})
+        for name, (order, default_action) in known.items():
+            tiers.append(
+                TierDef(
+                    f"calico:{name}",
+                    order,
+                    FIRST_MATCH,
+                    "pass" if default_action.lower() == "pass" else "deny",
+                )
+            )
+    else:
+        always = settings.cni == "cilium" and settings.cilium.enforcement_mode == "always"
+        tiers.append(TierDef(NAMESPACE_TIER, 1_000_000.0, UNION, "deny", always))
+    tiers.append(TierDef(BASELINE_TIER, 10_000_000.0, FIRST_MATCH, "pass"))
+    return sorted(tiers, key=lambda t: t.order)
+
+
+@dataclass(frozen=True, slots=True)
+class FlowVerdict:
+    """Source egress and destination ingress for one (source, destination) pair."""
+
+    source: str
+    destination: str
+    egress: DirectionalVerdict
+    ingress: DirectionalVerdict
+
+    def allowed_conns(self) -> ConnSet:
+        return self.egress.allowed_conns() & self.ingress.allowed_conns()
+
+    def allows(self, protocol: str, port: int) -> bool:
+        return self.allowed_conns().contains(protocol, port)
+
+
+def _identity(ep: Endpoint) -> Endpoint:
+    if isinstance(ep, PodEndpoint):
+        return dataclasses.replace(ep, name="")
+    return ep
+
+
+class _ViewCache:
+    """Label views per endpoint identity for each dialect (implements policy.Views)."""
+
+    def __init__(self, settings: cni.NetworkSettings) -> None:
+        self.settings = settings
+        self._k8s: dict[PodEndpoint, dict[str, str]] = {}
+        self._k8s_ns: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, str]] = {}
+        self._cilium: dict[tuple[Endpoint, str | None], dict[str, str]] = {}
+        self._calico: dict[PodEndpoint, dict[str, str]] = {}
+
+    def k8s(self, pod: PodEndpoint) -> Mapping[str, str]:
+        view = self._k8s.get(pod)
+        if view is None:
+            view = self._k8s[pod] = cni.k8s_view(pod, self.settings)
+        return view
+
+    def k8s_namespace(self, pod: PodEndpoint) -> Mapping[str, str]:
+        key = (pod.namespace, pod.namespace_labels)
+        view = self._k8s_ns.get(key)
+        if view is None:
+            view = dict(pod.namespace_labels)
+            # The API server sets this label on every namespace (Kubernetes 1.21+).
+            view.setdefault("kubernetes.io/metadata.name", pod.namespace)
+            self._k8s_ns[key] = view
+        return view
+
+    def cilium(self, endpoint: Endpoint, subject: PodEndpoint | None) -> Mapping[str, str]:
+        node = subject.node if (subject is not None and isinstance(endpoint, NodeEndpoint)) else None
+        key = (endpoint, node)
+        view = self._cilium.get(key)
+        if view is None:
+            view = self._cilium[key] = self._cilium_view(endpoint, subject)
+        return view
+
+    def _cilium_view(self, endpoint: Endpoint, subject: PodEndpoint | None) -> dict[str, str]:
+        if isinstance(endpoint, PodEndpoint):
+            return cni.cilium_view(endpoint, self.settings)
+        if isinstance(endpoint, ExternalEndpoint):
+            return {"reserved:world": "", f"reserved:world-ipv{endpoint.ip.version}": ""}
+        if isinstance(endpoint, EntityEndpoint):
+            return {f"reserved:{endpoint.entity}": ""}
+        local = subject is not None and subject.node == endpoint.name
+        view = {"reserved:host" if local else "reserved:remote-node": ""}
+        if self.settings.cilium.node_selector_labels:
+            for k, v in endpoint.labels:
+                view["node:" + k] = v
+                view[k] = v
+        return view
+
+    def calico(self, pod: PodEndpoint) -> Mapping[str, str]:
+        view = self._calico.get(pod)
+        if view is None:
+            view = self._calico[pod] = cni.calico_view(pod)
+        return view
+
+    def calico_namespace(self, pod: PodEndpoint) -> Mapping[str, str]:
+        return cni.calico_namespace_view(pod)
+
+    def ipblock_matches_pods(self) -> bool:
+        return self.settings.ipblock_matches_pods()
+
+    def ipblock_matches_nodes(self) -> bool:
+        return self.settings.ipblock_matches_nodes()
+
+    def node_selector_labels(self) -> bool:
+        return self.settings.cilium.node_selector_labels
+
+
+class PolicyEngine:
+    """Answers "may this endpoint reach that one, on which connections, and why?"."""
+
+    def __init__(
+        self,
+        policies: Iterable[CompiledPolicy],
+        settings: cni.NetworkSettings,
+        tiers: Sequence[TierDef] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.tiers = list(tiers) if tiers is not None else standard_tiers(settings)
+        self.views = _ViewCache(settings)
+        known = {t.name for t in self.tiers}
+        self.policies = [p for p in policies if p.tier in known]
+        self.ignored = [p for p in policies if p.tier not in known]
+        # Index: tier → namespace (None for cluster-wide) → policies in evaluation order.
+        self._index: dict[str, dict[str | None, list[CompiledPolicy]]] = {
+            t.name: defaultdict(list) for t in self.tiers
+        }
+        for p in sorted(self.policies, key=lambda p: p.order):
+            self._index[p.tier][p.subject.namespace_hint].append(p)
+        self._applicable: dict[tuple[PodEndpoint, Direction, str], tuple[CompiledPolicy, ...]] = {}
+        self._verdicts: dict[tuple[Endpoint, Direction, Endpoint], DirectionalVerdict] = {}
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def flow(self, source: Endpoint, destination: Endpoint) -> FlowVerdict:
+        return FlowVerdict(
+            str(source),
+            str(destination),
+            self.directional(source, Direction.EGRESS, destination),
+            self.directional(destination, Direction.INGRESS, source),
+        )
+
+    def directional(self, subject: Endpoint, direction: Direction, peer: Endpoint) -> DirectionalVerdict:
+        key = (_identity(subject), direction, _identity(peer))
+        cached = self._verdicts.get(key)
+        if cached is None:
+            cached = self._verdicts[key] = self._evaluate(subject, direction, peer)
+        return cached
+
+    def applicable(self, subject: PodEndpoint, direction: Direction, tier: str) -> tuple[CompiledPolicy, ...]:
+        ident = _identity(subject)
+        assert isinstance(ident, PodEndpoint)
+        key = (ident, direction, tier)
+        found = self._applicable.get(key)
+        if found is None:
+            by_ns = self._index[tier]
+            candidates = [*by_ns.get(subject.namespace, ()), *by_ns.get(None, ())]
+            candidates.sort(key=lambda p: p.order)
+            found = tuple(
+                p
+                for p in candidates
+                if p.direction(direction).applies and p.subject.matches(subject, self.views)
+            )
+            self._applicable[key] = found
+        return found
+
+    def policies_selecting(self, subject: PodEndpoint) -> list[CompiledPolicy]:
+        out: list[CompiledPolicy] = []
+        for tier in self.tiers:
+            for d in Direction:
+                out.extend(p for p in self.applicable(subject, d, tier.name) if p not in out)
+        return out
+
+    # -- evaluation ---------------------------------------------------------------------------
+
+    def _evaluate(self, subject: Endpoint, direction: Direction, peer: Endpoint) -> DirectionalVerdict:
+        if not isinstance(subject, PodEndpoint):
+            what = "an address outside the cluster" if isinstance(subject, ExternalEndpoint) else "not a pod"
+            return DirectionalVerdict(
+                direction, (Segment(ConnSet.all(), True, (), f"{subject} is {what}; no pod policy applies"),)
+            )
+        if subject.host_network:
+            return DirectionalVerdict(
+                direction,
+                (
+                    Segment(
+                        ConnSet.all(), True, (), f"{subject} uses the host network; pod policies do not apply"
+                    ),
+                ),
+            )
+        if self.settings.cni == "cilium" and self.settings.cilium.enforcement_mode == "never":
+            return DirectionalVerdict(
+                direction, (Segment(ConnSet.all(), True, (), "Cilium policy enforcement is 'never'"),)
+            )
+        destination = peer if direction is Direction.EGRESS else subject
+        segments: list[Segment] = []
+        pending: list[tuple[ConnSet, tuple[Decider, ...]]] = [(ConnSet.all(), ())]
+        for tier in self.tiers:
+            if not pending:
+                break
+            applicable = self.applicable(subject, direction, tier.name)
+            if not applicable and not tier.always_isolate:
+                continue
+            if tier.mode == UNION:
+                pending = self._union_tier(
+                    tier, applicable, subject, direction, peer, destination, pending, segments
+                )
+            else:
+                pending = self._first_match_tier(
+                    tier, applicable, subject, direction, peer, destination, pending, segments
+                )
+        for conns, chain in pending:
+            if chain:
+                reason = "passed by every tier; nothing denies it (default allow)"
+            else:
+                reason = "no policy selects the pod in this direction (default allow)"
+            segments.append(Segment(conns, True, chain, reason))
+        return DirectionalVerdict(direction, tuple(_merge(segments)))
+
+    def _rule_hit(
+        self, rule: Rule, subject: PodEndpoint, peer: Endpoint, destination: Endpoint, remaining: ConnSet
+    ) -> ConnSet:
+        if not rule.peer_matches(peer, self.views, subject):
+            return ConnSet.none()
+        return rule.ports.resolve(destination) & remaining
+
+    def _first_match_tier(
+        self,
+        tier: TierDef,
+        applicable: tuple[CompiledPolicy, ...],
+        subject: PodEndpoint,
+        direction: Direction,
+        peer: Endpoint,
+        destination: Endpoint,
+        pending: list[tuple[ConnSet, tuple[Decider, ...]]],
+        segments: list[Segment],
+    ) -> list[tuple[ConnSet, tuple[Decider, ...]]]:
+        out: list[tuple[ConnSet, tuple[Decider, ...]]] = []
+        for conns, chain in pending:
+            remaining = conns
+            for policy in applicable:
+                for rule in policy.direction(direction).rules:
+                    if not remaining:
+                        break
+                    hit = self._rule_hit(rule, subject, peer, destination, remaining)
+                    if not hit:
+                        continue
+                    remaining = remaining - hit
+                    decider = Decider(rule.ref.policy, rule.ref.rule, rule.ref.line, rule.action.value)
+                    if rule.action is Action.ALLOW:
+                        segments.append(
+                            Segment(hit, True, (*chain, decider), _note("allowed by a rule", rule))
+                        )
+                    elif rule.action is Action.DENY:
+                        segments.append(Segment(hit, False, (*chain, decider), "denied by a rule"))
+                    else:
+                        out.append((hit, (*chain, decider)))
+            if remaining:
+                isolating = [p for p in applicable if p.direction(direction).isolates]
+                if tier.end_action == "deny" and isolating:
+                    deciders = tuple(Decider(p.ref, "", p.ref.source.line, "isolate") for p in isolating)
+                    segments.append(
+                        Segment(
+                            remaining,
+                            False,
+                            (*chain, *deciders),
+                            "the pod is selected and no rule allows this",
+                        )
+                    )
+                else:
+                    out.append((remaining, chain))
+        return out
+
+    def _union_tier(
+        self,
+        tier: TierDef,
+        applicable: tuple[CompiledPolicy, ...],
+        subject: PodEndpoint,
+        direction: Direction,
+        peer: Endpoint,
+        destination: Endpoint,
+        pending: list[tuple[ConnSet, tuple[Decider, ...]]],
+        segments: list[Segment],
+    ) -> list[tuple[ConnSet, tuple[Decider, ...]]]:
+        rules = [r for p in applicable for r in p.direction(direction).rules]
+        deny_rules = [r for r in rules if r.action is Action.DENY]
+        allow_rules = [r for r in rules if r.action is Action.ALLOW]
+        out: list[tuple[ConnSet, tuple[Decider, ...]]] = []
+        for conns, chain in pending:
+            remaining = conns
+            for rule in deny_rules:
+                hit = self._rule_hit(rule, subject, peer, destination, remaining)
+                if hit:
+                    remaining = remaining - hit
+                    segments.append(Segment(hit, False, (*chain, _decider(rule)), "denied by a deny rule"))
+            # Partition what allow rules cover by the set of rules covering it, so an explanation
+            # names every rule that allows a connection (NetworkPolicy allows are a union).
+            pieces: list[tuple[ConnSet, tuple[Rule, ...]]] = []
+            for rule in allow_rules:
+                hit = self._rule_hit(rule, subject, peer, destination, remaining)
+                if not hit:
+                    continue
+                fresh = hit
+                next_pieces: list[tuple[ConnSet, tuple[Rule, ...]]] = []
+                for piece, by in pieces:
+                    both = piece & hit
+                    if both:
+                        next_pieces.append((both, (*by, rule)))
+                        rest = piece - hit
+                        if rest:
+                            next_pieces.append((rest, by))
+                        fresh = fresh - both
+                    else:
+                        next_pieces.append((piece, by))
+                if fresh:
+                    next_pieces.append((fresh, (rule,)))
+                pieces = next_pieces
+            for piece, by in pieces:
+                remaining = remaining - piece
+                note = next((r.note for r in by if r.note), "")
+                reason = "allowed by a rule" + (f" ({note})" if note else "")
+                segments.append(Segment(piece, True, (*chain, *map(_decider, by)), reason))
+            if remaining:
+                isolating = [p for p in applicable if p.direction(direction).isolates]
+                if isolating or tier.always_isolate:
+                    deciders = tuple(Decider(p.ref, "", p.ref.source.line, "isolate") for p in isolating)
+                    reason = (
+                        "the pod is selected and no rule allows this"
+                        if isolating
+                        else "Cilium policy enforcement 'always' denies what no rule allows"
+                    )
+                    segments.append(Segment(remaining, False, (*chain, *deciders), reason))
+                else:
+                    out.append((remaining, chain))
+        return out
+
+
+def _decider(rule: Rule) -> Decider:
+    return Decider(rule.ref.policy, rule.ref.rule, rule.ref.line, rule.action.value)
+
+
+def _note(reason: str, rule: Rule) -> str:
+    return f"{reason} ({rule.note})" if rule.note else reason
+
+
+def _merge(segments: list[Segment]) -> list[Segment]:
+    """Join segments with the same outcome and deciders, so explanations stay short."""
+    merged: dict[tuple[bool, tuple[Decider, ...], str], ConnSet] = {}
+    for s in segments:
+        key = (s.allowed, s.deciders, s.reason)
+        merged[key] = merged.get(key, ConnSet.none()) | s.conns
+    return [
+        Segment(conns, allowed, deciders, reason) for (allowed, deciders, reason), conns in merged.items()
+    ]

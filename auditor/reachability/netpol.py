@@ -1,0 +1,154 @@
+"""Kubernetes NetworkPolicy (networking.k8s.io/v1) → compiled policy.
+
+Semantics (API reference and the e2e suite): a policy selects pods in its namespace; for each
+policyType it lists, selected pods are isolated and only the union of its rules is allowed.
+policyTypes defaults to Ingress, plus Egress when `egress` has rules. A rule without `from`/`to`
+matches every peer; without `ports`, every port. A peer with podSelector and namespaceSelector
+selects pods matching both (AND); separate peers are ORed. ipBlock matches addresses in `cidr`
+and not in `except`. Named ports resolve on the destination pod; `endPort` makes a range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector
+from auditor.model.source import SourceRef
+from auditor.reachability import specs
+from auditor.reachability.policy import (
+    Action,
+    AnyPeer,
+    CIDRPeer,
+    CompiledPolicy,
+    DirectionRules,
+    K8sPodPeer,
+    K8sSubject,
+    Peer,
+    PolicyRef,
+    PortMatch,
+    Rule,
+    RuleRef,
+)
+from auditor.reachability.ports import ConnSet, PortSet, normalise_protocol
+from auditor.reachability.specs import PolicyError
+
+KIND = "NetworkPolicy"
+# Calico evaluates Kubernetes NetworkPolicies in its default tier at order 1000.
+CALICO_ORDER = 1000.0
+
+
+def compile_network_policy(
+    obj: Mapping[str, Any],
+    source: SourceRef,
+    namespace: str,
+    tier: str,
+) -> CompiledPolicy:
+    name = str(obj.get("metadata", {}).get("name", ""))
+    ref = PolicyRef(KIND, namespace, name, source)
+    spec = specs.mapping(obj.get("spec"), "spec", ("podSelector", "policyTypes", "ingress", "egress"))
+    try:
+        subject_sel = parse_label_selector(spec.get("podSelector"), "spec.podSelector")
+        ingress_raw = specs.seq(spec.get("ingress"), "spec.ingress")
+        egress_raw = specs.seq(spec.get("egress"), "spec.egress")
+        types_raw = spec.get("policyTypes")
+        if types_raw is None:
+            types = {"Ingress"} | ({"Egress"} if egress_raw else set())
+        else:
+            types = set()
+            for i, t in enumerate(specs.seq(types_raw, "spec.policyTypes")):
+                if t not in ("Ingress", "Egress"):
+                    raise PolicyError(f"spec.policyTypes[{i}]", f"must be Ingress or Egress, got {t!r}")
+                types.add(t)
+        ingress = tuple(
+            _rule(ref, namespace, r, "ingress", i, spec.get("ingress"), source)
+            for i, r in enumerate(ingress_raw)
+        )
+        egress = tuple(
+            _rule(ref, namespace, r, "egress", i, spec.get("egress"), source)
+            for i, r in enumerate(egress_raw)
+        )
+    except SelectorError as exc:
+        raise PolicyError(exc.field, exc.message) from exc
+    return CompiledPolicy(
+        ref,
+        tier,
+        (CALICO_ORDER, f"{namespace}/{name}"),
+        K8sSubject(namespace, None, subject_sel),
+        DirectionRules("Ingress" in types, "Ingress" in types, ingress if "Ingress" in types else ()),
+        DirectionRules("Egress" in types, "Egress" in types, egress if "Egress" in types else ()),
+    )
+
+
+def _rule(
+    ref: PolicyRef, namespace: str, raw: Any, direction: str, index: int, container: Any, source: SourceRef
+) -> Rule:
+    field = f"spec.{direction}[{index}]"
+    peer_key = "from" if direction == "ingress" else "to"
+    body = specs.mapping(raw, field, (peer_key, "ports"))
+    peers_raw = specs.seq(body.get(peer_key), f"{field}.{peer_key}")
+    peers: tuple[Peer, ...]
+    if not peers_raw:
+        peers = (AnyPeer(),)
+    else:
+        peers = tuple(_peer(p, namespace, f"{field}.{peer_key}[{j}]") for j, p in enumerate(peers_raw))
+    ports = parse_ports(specs.seq(body.get("ports"), f"{field}.ports"), f"{field}.ports")
+    line = specs.item_line(container, index, source.line)
+    return Rule(RuleRef(ref, f"{direction}[{index}]", line), Action.ALLOW, peers, ports)
+
+
+def _peer(raw: Any, namespace: str, field: str) -> Peer:
+    body = specs.mapping(raw, field, ("podSelector", "namespaceSelector", "ipBlock"))
+    if "ipBlock" in body and body["ipBlock"] is not None:
+        if body.get("podSelector") is not None or body.get("namespaceSelector") is not None:
+            raise PolicyError(field, "ipBlock cannot be combined with podSelector or namespaceSelector")
+        block = specs.mapping(body["ipBlock"], f"{field}.ipBlock", ("cidr", "except"))
+        net = specs.cidr(block.get("cidr"), f"{field}.ipBlock.cidr")
+        excepts = []
+        for k, e in enumerate(specs.seq(block.get("except"), f"{field}.ipBlock.except")):
+            ex = specs.cidr(e, f"{field}.ipBlock.except[{k}]")
+            if ex.version != net.version or not ex.subnet_of(net) or ex == net:  # type: ignore[arg-type]
+                raise PolicyError(f"{field}.ipBlock.except[{k}]", f"{ex} must be a strict subset of {net}")
+            excepts.append(ex)
+        return CIDRPeer(net, tuple(excepts))
+    has_pod = "podSelector" in body
+    has_ns = "namespaceSelector" in body
+    if not has_pod and not has_ns:
+        raise PolicyError(field, "a peer must set podSelector, namespaceSelector or ipBlock")
+    pod_sel = parse_label_selector(body.get("podSelector"), f"{field}.podSelector")
+    if has_ns:
+        ns_sel: LabelSelector | None = parse_label_selector(
+            body.get("namespaceSelector"), f"{field}.namespaceSelector"
+        )
+        return K8sPodPeer(None, ns_sel, pod_sel)
+    return K8sPodPeer(namespace, None, pod_sel)
+
+
+def parse_ports(raw: list[Any], field: str) -> PortMatch:
+    """NetworkPolicyPort list: protocol (default TCP), port (number or name), endPort."""
+    if not raw:
+        return PortMatch.everything()
+    static: dict[str, PortSet] = {}
+    named: list[tuple[str, str | None]] = []
+    for i, item in enumerate(raw):
+        f = f"{field}[{i}]"
+        body = specs.mapping(item, f, ("protocol", "port", "endPort"))
+        proto_raw = body.get("protocol", "TCP")
+        protocol = normalise_protocol(proto_raw if proto_raw is not None else "TCP")
+        if protocol is None:
+            raise PolicyError(f"{f}.protocol", f"must be TCP, UDP or SCTP, got {proto_raw!r}")
+        port = body.get("port")
+        end = body.get("endPort")
+        if port is None:
+            if end is not None:
+                raise PolicyError(f"{f}.endPort", "requires port")
+            static[protocol] = PortSet.all()
+        elif isinstance(port, str) and not port.strip().isdigit():
+            if end is not None:
+                raise PolicyError(f"{f}.endPort", "cannot be used with a named port")
+            named.append((port, protocol))
+        else:
+            lo = specs.integer(port, f"{f}.port", 1, 65535)
+            hi = lo if end is None else specs.integer(end, f"{f}.endPort", lo, 65535)
+            static[protocol] = static.get(protocol, PortSet()) | PortSet.of((lo, hi))
+    return PortMatch(ConnSet.from_mapping(static), tuple(named))

@@ -1,0 +1,758 @@
+"""The one place the auditor turns YAML (and JSON) files into Python data.
+
+Everything that reads manifests goes through here so that every input gets the same treatment:
+
+* safe loading only (no ``!!python/...`` tags), with Kubernetes' YAML-to-JSON reading of
+  scalars (timestamps stay strings, YAML 1.1 booleans and integers as PyYAML gives them);
+* mappings and sequences that remember their line numbers (:class:`YamlMap`, :class:`YamlSeq`),
+  so findings can point at the line that caused them;
+* one broken document costs one :class:`LoadError`, not the whole file;
+* hostile input (alias bombs, absurd nesting, huge or binary files, symlinks out of the scanned
+  tree) is refused with an error entry before it can exhaust memory, time or the C stack.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import stat
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any
+
+import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.parser import Parser
+from yaml.reader import Reader
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
+
+from auditor.model.source import LoadError, SourceRef
+
+__all__ = [
+    "Document",
+    "YamlLimits",
+    "YamlMap",
+    "YamlSeq",
+    "discover_files",
+    "key_line",
+    "line_of",
+    "load_file",
+    "load_paths",
+    "load_text",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class YamlLimits:
+    """Ceilings that keep one hostile or broken input from taking the whole scan down.
+
+    Exceeding a limit turns the file or document into a :class:`LoadError`; nothing is truncated
+    silently.
+    """
+
+    max_file_bytes: int = 16 * 1024 * 1024
+    """Bytes per file (default 16 MiB). Checked with ``stat()`` before reading, so a huge file
+    costs nothing. Real manifests, even big CRD bundles, are a few MiB at most."""
+
+    max_depth: int = 100
+    """Nesting levels of mappings and sequences (default 100), counted both as written and
+    after alias expansion. Kubernetes objects rarely go past 20; the limit exists because the
+    composer and every recursive walker downstream would otherwise hit the C or Python stack."""
+
+    max_nodes: int = 1_000_000
+    """Nodes per document after alias expansion (default one million). This is the alias-bomb
+    ("billion laughs") guard: a few hundred bytes of anchors can describe 10**9 nodes, which
+    anything that walks the data (including JSON output) would try to visit."""
+
+    max_documents: int = 10_000
+    """Documents per file (default 10,000). Guards against files that are mostly ``---``
+    separators; documents past the limit are skipped with one error."""
+
+
+class YamlMap(dict[str, Any]):
+    """A YAML mapping that remembers where it was written.
+
+    ``line`` is the 1-based line where the mapping starts (its first key for block mappings,
+    the ``{`` for flow mappings); ``key_lines`` gives the 1-based line of each key. A mapping
+    reached through an alias carries the lines of the anchored original.
+    """
+
+    __slots__ = ("key_lines", "line")
+
+    def __init__(self, items: Mapping[str, Any] | None = None, *, line: int = 0) -> None:
+        super().__init__(items or {})
+        self.line: int = line
+        self.key_lines: dict[str, int] = {}
+
+
+class YamlSeq(list[Any]):
+    """A YAML sequence that remembers where it was written (``line``) and where each item is
+    (``item_lines``, 1-based, parallel to the items)."""
+
+    __slots__ = ("item_lines", "line")
+
+    def __init__(self, items: Sequence[Any] = (), *, line: int = 0) -> None:
+        super().__init__(items)
+        self.line: int = line
+        self.item_lines: list[int] = []
+
+
+def line_of(obj: object, default: int = 0) -> int:
+    """The 1-based line where a loaded mapping or sequence starts, or ``default`` for anything
+    else (scalars carry no location)."""
+    if isinstance(obj, YamlMap | YamlSeq) and obj.line:
+        return obj.line
+    return default
+
+
+def key_line(obj: object, key: str, default: int = 0) -> int:
+    """The 1-based line of ``key`` in a loaded mapping; falls back to ``default``."""
+    if isinstance(obj, YamlMap):
+        return obj.key_lines.get(key, default)
+    return default
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One non-empty YAML document: its data and where it starts (line of its content, 0-based
+    index of the document within the file)."""
+
+    data: Any
+    source: SourceRef
+
+
+# --------------------------------------------------------------------------------------------
+# Loader classes
+
+
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_VALUE_TAG = "tag:yaml.org,2002:value"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+
+
+class _Resolver(Resolver):
+    """PyYAML's resolver minus the implicit types Kubernetes reads as plain strings."""
+
+
+# Kubernetes converts YAML to JSON, where `2024-01-01` stays a string; and `=` is a string to
+# Go's YAML too (PyYAML would resolve it to a tag it then cannot construct). Done on our own
+# subclass so other users of PyYAML in the process keep their behaviour.
+_Resolver.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_TIMESTAMP_TAG, _VALUE_TAG)]
+    for first, resolvers in Resolver.yaml_implicit_resolvers.items()
+}
+
+
+class _DocError(Exception):
+    """A problem in one document, already located (absolute 1-based line)."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+class _Constructor(SafeConstructor):
+    """SafeConstructor that builds located containers and refuses keys JSON cannot hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Documents are parsed one at a time from slices of the file; marks are relative to
+        # the slice, so every line we report is shifted by where the slice started.
+        self.line_offset = 0
+        self._pairs_memo: dict[int, list[tuple[Node, Node]]] = {}
+
+    def _line(self, node: Node) -> int:
+        return _node_line(node, self.line_offset)
+
+    def construct_located_map(self, node: MappingNode) -> Iterator[YamlMap]:
+        data = YamlMap(line=self._line(node))
+        # Yield before filling so aliases to this mapping resolve to the same object (PyYAML's
+        # two-step construction); recursion itself was already refused by _measure.
+        yield data
+        for key_node, value_node in self._pairs(node):
+            key = self._key(key_node)
+            data[key] = self.construct_object(value_node, deep=False)
+            data.key_lines[key] = self._line(key_node)
+
+    def construct_located_seq(self, node: SequenceNode) -> Iterator[YamlSeq]:
+        data = YamlSeq(line=self._line(node))
+        yield data
+        for child in node.value:
+            data.append(self.construct_object(child, deep=False))
+            data.item_lines.append(self._line(child))
+
+    def _pairs(self, node: MappingNode) -> list[tuple[Node, Node]]:
+        """The mapping's key/value nodes with `<<` merges expanded (explicit keys last, so they
+        win). Unlike SafeConstructor.flatten_mapping this never mutates nodes: an anchored
+        mapping that is merged elsewhere must still be checked for duplicates as written."""
+        cached = self._pairs_memo.get(id(node))
+        if cached is not None:
+            return cached
+        merged: list[tuple[Node, Node]] = []
+        explicit: list[tuple[Node, Node]] = []
+        first_seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                merged.extend(self._merge_source(value_node, self._line(key_node)))
+                continue
+            key = self._key(key_node)
+            line = self._line(key_node)
+            if key in first_seen:
+                raise _DocError(
+                    line, f"duplicate key {key!r} in one mapping (first at line {first_seen[key]})"
+                )
+            first_seen[key] = line
+            explicit.append((key_node, value_node))
+        pairs = merged + explicit
+        self._pairs_memo[id(node)] = pairs
+        return pairs
+
+    def _merge_source(self, value_node: Node, line: int) -> list[tuple[Node, Node]]:
+        if isinstance(value_node, MappingNode):
+            return self._pairs(value_node)
+        if isinstance(value_node, SequenceNode):
+            parts: list[list[tuple[Node, Node]]] = []
+            for sub in value_node.value:
+                if not isinstance(sub, MappingNode):
+                    raise _DocError(line, "merge key '<<' must be given a mapping or a list of mappings")
+                parts.append(self._pairs(sub))
+            # YAML merge semantics: earlier mappings in the list take precedence, so they go last.
+            return [pair for part in reversed(parts) for pair in part]
+        raise _DocError(line, "merge key '<<' must be given a mapping or a list of mappings")
+
+    def _key(self, key_node: Node) -> str:
+        line = self._line(key_node)
+        if not isinstance(key_node, ScalarNode):
+            kind = "mapping" if isinstance(key_node, MappingNode) else "sequence"
+            raise _DocError(
+                line,
+                f"a {kind} is used as a mapping key; keys must be scalars "
+                "(an unrendered template such as '{{ ... }}'?)",
+            )
+        value = self.construct_object(key_node, deep=True)
+        # Same key conversions as sigs.k8s.io/yaml's YAML-to-JSON step.
+        if isinstance(value, str):
+            return value
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int):
+            return str(value)
+        if isinstance(value, float):
+            if math.isnan(value):
+                return ".nan"
+            if math.isinf(value):
+                return ".inf" if value > 0 else "-.inf"
+            return repr(value)
+        what = "null" if value is None else f"of type {type(value).__name__}"
+        raise _DocError(line, f"mapping key {key_node.value!r} is {what}; keys must be strings")
+
+
+_Constructor.yaml_constructors = {
+    **SafeConstructor.yaml_constructors,
+    _MAP_TAG: _Constructor.construct_located_map,
+    _SEQ_TAG: _Constructor.construct_located_seq,
+}
+
+
+class _PyLoader(Reader, Scanner, Parser, Composer, _Constructor, _Resolver):
+    """Pure-Python loader, used when PyYAML was built without libyaml."""
+
+    def __init__(self, stream: str) -> None:
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+        Composer.__init__(self)
+        _Constructor.__init__(self)
+        _Resolver.__init__(self)
+
+
+if yaml.__with_libyaml__:
+    from yaml._yaml import CParser
+
+    class _CLoader(CParser, _Constructor, _Resolver):
+        """libyaml-backed loader: the same constructor and resolver, parsing in C."""
+
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            _Constructor.__init__(self)
+            _Resolver.__init__(self)
+
+    _LOADER_CLASS: type[_PyLoader] | type[_CLoader] = _CLoader
+else:
+    _LOADER_CLASS = _PyLoader
+
+
+# --------------------------------------------------------------------------------------------
+# Splitting a stream into documents
+
+# YAML line breaks (YAML 1.1, which both PyYAML and libyaml follow): line numbers must be
+# counted exactly as the parser counts them or every reported line drifts.
+_BREAK_CHARS = "\r\n\x85\u2028\u2029"
+_BREAK_RE = re.compile(r"\r\n|[\r\n\x85\u2028\u2029]")
+# The line-start condition is checked by hand: a lookbehind in front of the literal would
+# defeat the regex engine's fast literal scan (seconds on a 50 MB document).
+_MARKER_RE = re.compile(r"(---|\.\.\.)(?=[ \t\r\n\x85\u2028\u2029]|\Z)")
+# A line with something other than blanks, a comment or a directive.
+_CONTENT_RE = re.compile(r"(?:\A|(?<=[\r\n\x85\u2028\u2029]))[ \t\ufeff]*[^ \t\ufeff#%\r\n\x85\u2028\u2029]")
+# Same set PyYAML's reader rejects; checked ourselves to report the exact line.
+_NON_PRINTABLE_RE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _count_breaks(text: str, start: int, end: int) -> int:
+    return (
+        text.count("\n", start, end)
+        + text.count("\r", start, end)
+        - text.count("\r\n", start, end)
+        + text.count("\x85", start, end)
+        + text.count("\u2028", start, end)
+        + text.count("\u2029", start, end)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    start: int
+    end: int
+    line: int  # 0-based line of `start`
+
+
+def _split_documents(text: str) -> list[_Chunk]:
+    """Cut the stream at column-0 `---` and `...` markers.
+
+    Per the YAML spec such lines cannot occur inside a document's content, so cutting there is
+    exact, and lets a syntax error in one document leave its neighbours readable. Comments and
+    directives before a `---` stay with the document that follows.
+    """
+    chunks: list[_Chunk] = []
+    start = start_line = 0
+    cursor = cursor_line = 0
+    has_marker = False
+
+    def content(a: int, b: int) -> bool:
+        return _CONTENT_RE.search(text, a, b) is not None
+
+    for match in _MARKER_RE.finditer(text):
+        pos = match.start()
+        if pos < start or (pos > 0 and text[pos - 1] not in _BREAK_CHARS):
+            continue
+        cursor_line += _count_breaks(text, cursor, pos)
+        cursor = pos
+        if match.group(1) == "---":
+            if has_marker or content(start, pos):
+                chunks.append(_Chunk(start, pos, start_line))
+                start, start_line = pos, cursor_line
+            has_marker = True
+            continue
+        line_end = _BREAK_RE.search(text, match.end())
+        end = line_end.end() if line_end else len(text)
+        if has_marker or content(start, pos):
+            chunks.append(_Chunk(start, end, start_line))
+        cursor_line += 1 if line_end else 0
+        cursor = start = end
+        start_line = cursor_line
+        has_marker = False
+    if has_marker or content(start, len(text)):
+        chunks.append(_Chunk(start, len(text), start_line))
+    return chunks
+
+
+# --------------------------------------------------------------------------------------------
+# Guards
+
+
+def _prescan(chunk: str, line_offset: int, limits: YamlLimits) -> int:
+    """Walk the event stream without building anything; returns the number of aliases.
+
+    This must run before composing: the composer recurses once per nesting level (in C for
+    libyaml), so a 100,000-deep document would crash the interpreter there. Events come from a
+    state machine with an explicit stack, so reading them is safe at any depth.
+    """
+    loader = _LOADER_CLASS(chunk)
+    depth = nodes = aliases = 0
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+                nodes += 1
+                if depth > limits.max_depth:
+                    raise _DocError(
+                        _event_line(event, line_offset),
+                        f"nesting is deeper than {limits.max_depth} levels (limit max_depth); "
+                        "document skipped",
+                    )
+            elif isinstance(event, CollectionEndEvent):
+                depth -= 1
+            elif isinstance(event, ScalarEvent):
+                nodes += 1
+            elif isinstance(event, AliasEvent):
+                nodes += 1
+                aliases += 1
+            if nodes > limits.max_nodes:
+                raise _DocError(
+                    _event_line(event, line_offset),
+                    f"document has more than {limits.max_nodes} nodes (limit max_nodes); document skipped",
+                )
+    finally:
+        loader.dispose()
+    return aliases
+
+
+def _node_line(node: Node, line_offset: int) -> int:
+    """Absolute 1-based line of a node parsed from a slice starting at 0-based `line_offset`."""
+    mark = node.start_mark
+    return int(mark.line) + 1 + line_offset if mark is not None else line_offset + 1
+
+
+def _event_line(event: object, line_offset: int) -> int:
+    mark = getattr(event, "start_mark", None)
+    return int(mark.line) + 1 + line_offset if mark is not None else line_offset + 1
+
+
+def _measure(root: Node, line_offset: int, limits: YamlLimits) -> None:
+    """Refuse documents whose alias-expanded size or depth is over the limits, or that refer
+    to themselves.
+
+    Sizes are memoised per node object: an alias is the same node object as its anchor, so
+    each distinct node is visited once and a billion-laughs document costs a few dozen steps.
+    Iterative, because the expanded depth is not bounded by the written depth.
+    """
+    memo: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, expanded height)
+    open_nodes: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+
+    def children(node: Node) -> list[Node]:
+        if isinstance(node, SequenceNode):
+            return list(node.value)
+        if isinstance(node, MappingNode):
+            return [n for pair in node.value for n in pair]
+        return []
+
+    while stack:
+        node, done = stack.pop()
+        nid = id(node)
+        if done:
+            open_nodes.discard(nid)
+            size, height = 1, 0
+            for child in children(node):
+                child_size, child_height = memo[id(child)]
+                size += child_size
+                height = max(height, child_height)
+            height += 1
+            if size > limits.max_nodes:
+                raise _DocError(
+                    _node_line(node, line_offset),
+                    f"document expands to more than {limits.max_nodes} nodes through aliases "
+                    "(limit max_nodes; an alias bomb?); document skipped",
+                )
+            if height > limits.max_depth:
+                raise _DocError(
+                    _node_line(node, line_offset),
+                    f"nesting is deeper than {limits.max_depth} levels after alias expansion "
+                    "(limit max_depth); document skipped",
+                )
+            memo[nid] = (size, height)
+            continue
+        if nid in memo:
+            continue
+        if nid in open_nodes:
+            raise _DocError(
+                _node_line(node, line_offset), "an alias refers to a node that contains it (recursive anchor)"
+            )
+        if isinstance(node, ScalarNode):
+            memo[nid] = (1, 0)
+            continue
+        open_nodes.add(nid)
+        stack.append((node, True))
+        for child in children(node):
+            if id(child) not in memo:
+                stack.append((child, False))
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def _yaml_error(exc: yaml.YAMLError, file: str, line_offset: int) -> LoadError:
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        line = int(mark.line) + 1 + line_offset if mark is not None else line_offset + 1
+        message = f"invalid YAML: {exc.problem or exc.context or 'syntax error'}"
+        if mark is not None:
+            message += f" (column {int(mark.column) + 1})"
+        if exc.problem and exc.context and exc.context_mark is not None:
+            message += f", {exc.context} at line {int(exc.context_mark.line) + 1 + line_offset}"
+        return LoadError(file, line, message)
+    return LoadError(file, line_offset + 1, f"invalid YAML: {exc}")
+
+
+def _load_document(
+    chunk: str, line_offset: int, file: str, index: int, limits: YamlLimits
+) -> Document | LoadError | None:
+    """One document, or its error, or None when it is empty."""
+    try:
+        bad = _NON_PRINTABLE_RE.search(chunk)
+        if bad is not None:
+            return LoadError(
+                file,
+                line_offset + 1 + _count_breaks(chunk, 0, bad.start()),
+                f"invalid YAML: character U+{ord(bad.group()):04X} is not allowed in YAML",
+            )
+        aliases = _prescan(chunk, line_offset, limits)
+        loader = _LOADER_CLASS(chunk)
+        try:
+            loader.line_offset = line_offset
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            # Without aliases the pre-scan's count and depth already are the expanded ones.
+            if aliases:
+                _measure(node, line_offset, limits)
+            data = loader.construct_document(node)
+        finally:
+            loader.dispose()
+        if data is None:
+            return None
+        return Document(data, SourceRef(file, _node_line(node, line_offset), index))
+    except _DocError as exc:
+        return LoadError(file, exc.line, exc.message)
+    except yaml.YAMLError as exc:
+        return _yaml_error(exc, file, line_offset)
+    except MemoryError:
+        raise
+    except RecursionError:
+        return LoadError(file, line_offset + 1, "document is nested too deeply to read; skipped")
+    except Exception as exc:
+        # A bug or an input we did not foresee must cost one document, not the scan.
+        return LoadError(file, line_offset + 1, f"could not read document: {type(exc).__name__}: {exc}")
+
+
+def load_text(
+    text: str, file: str, limits: YamlLimits = YamlLimits()
+) -> tuple[list[Document], list[LoadError]]:
+    """Load every document of a YAML (or JSON) text.
+
+    Returns the non-empty documents in order and one error per document that could not be
+    read; a broken document does not stop the others. ``file`` is only used for locations.
+    Only MemoryError escapes.
+    """
+    documents: list[Document] = []
+    errors: list[LoadError] = []
+    try:
+        if len(text) > limits.max_file_bytes:
+            # Characters never outnumber UTF-8 bytes, so this is never stricter than load_file.
+            msg = f"text is {len(text)} characters, over the limit of {limits.max_file_bytes} bytes, skipped"
+            return [], [LoadError(file, 0, msg)]
+        text = text.removeprefix("\ufeff")
+        for index, chunk in enumerate(_split_documents(text)):
+            if index >= limits.max_documents:
+                errors.append(
+                    LoadError(
+                        file,
+                        chunk.line + 1,
+                        f"more than {limits.max_documents} documents (limit max_documents); "
+                        "the rest of the file was skipped",
+                    )
+                )
+                break
+            result = _load_document(text[chunk.start : chunk.end], chunk.line, file, index, limits)
+            if isinstance(result, Document):
+                documents.append(result)
+            elif isinstance(result, LoadError):
+                errors.append(result)
+    except MemoryError:
+        raise
+    except Exception as exc:
+        errors.append(LoadError(file, 0, f"could not read YAML: {type(exc).__name__}: {exc}"))
+    return documents, errors
+
+
+def load_file(
+    path: Path, display_name: str, limits: YamlLimits = YamlLimits()
+) -> tuple[list[Document], list[LoadError]]:
+    """Read and load one file. Errors and sources name it ``display_name``.
+
+    The size is checked before reading; binary and non-UTF-8 files are skipped with an error.
+    """
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            return [], [LoadError(display_name, 0, "not a regular file, skipped")]
+        if st.st_size > limits.max_file_bytes:
+            msg = f"file is {st.st_size} bytes, over the limit of {limits.max_file_bytes} bytes, skipped"
+            return [], [LoadError(display_name, 0, msg)]
+        with path.open("rb") as handle:
+            # Never trust the stat: the file may have grown since.
+            raw = handle.read(limits.max_file_bytes + 1)
+    except OSError as exc:
+        return [], [LoadError(display_name, 0, f"cannot read file: {exc.strerror or exc}")]
+    if len(raw) > limits.max_file_bytes:
+        msg = f"file is over the limit of {limits.max_file_bytes} bytes, skipped"
+        return [], [LoadError(display_name, 0, msg)]
+    if b"\x00" in raw:
+        return [], [LoadError(display_name, 0, "binary or non-UTF-8 file, skipped")]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return [], [LoadError(display_name, 0, "binary or non-UTF-8 file, skipped")]
+    return load_text(text, display_name, limits)
+
+
+# --------------------------------------------------------------------------------------------
+# Finding files
+
+
+def _has_suffix(name: str, suffixes: tuple[str, ...]) -> bool:
+    return name.lower().endswith(suffixes)
+
+
+def _walk(
+    given: Path, root: Path, suffixes: tuple[str, ...]
+) -> tuple[list[tuple[Path, PurePath, bool]], list[LoadError]]:
+    """Files under one directory argument: (real path, path relative to it, reached via symlink).
+
+    Real directories are walked first and symlinked ones afterwards, so a tree that is both
+    present and linked to is reported under its real name; `visited` (resolved directories)
+    makes symlink loops and repeated links terminate.
+    """
+    found: list[tuple[Path, PurePath, bool]] = []
+    errors: list[LoadError] = []
+    visited: set[Path] = set()
+    pending: list[tuple[Path, PurePath, bool]] = [(root, PurePath(), False)]
+    linked: list[tuple[Path, PurePath]] = []
+
+    def error(rel: PurePath, message: str) -> None:
+        errors.append(LoadError(str(given / rel), 0, message))
+
+    while pending or linked:
+        if pending:
+            directory, rel, via_link = pending.pop()
+        else:
+            directory, rel = linked.pop(0)
+            via_link = True
+        if directory in visited:
+            continue
+        visited.add(directory)
+        try:
+            children = sorted(directory.iterdir(), key=lambda p: p.name)
+        except OSError as exc:
+            error(rel, f"cannot list directory: {exc.strerror or exc}")
+            continue
+        subdirs: list[tuple[Path, PurePath, bool]] = []
+        for child in children:
+            child_rel = rel / child.name
+            try:
+                if child.is_symlink():
+                    try:
+                        target = child.resolve(strict=True)
+                    except (OSError, RuntimeError):
+                        error(child_rel, f"broken symlink (-> {_readlink(child)}), skipped")
+                        continue
+                    inside = target == root or target.is_relative_to(root)
+                    if target.is_dir():
+                        if child.name.startswith("."):
+                            continue
+                        if not inside:
+                            error(child_rel, f"symlink points outside the scanned tree (-> {target})")
+                            continue
+                        linked.append((target, child_rel))
+                    elif _has_suffix(child.name, suffixes):
+                        if not inside:
+                            error(child_rel, f"symlink points outside the scanned tree (-> {target})")
+                        elif target.is_file():
+                            found.append((target, child_rel, True))
+                        else:
+                            error(child_rel, "not a regular file, skipped")
+                elif child.is_dir():
+                    if not child.name.startswith("."):
+                        subdirs.append((child, child_rel, via_link))
+                elif _has_suffix(child.name, suffixes):
+                    if child.is_file():
+                        found.append((child, child_rel, via_link))
+                    else:
+                        error(child_rel, "not a regular file, skipped")
+            except OSError as exc:
+                error(child_rel, f"cannot inspect: {exc.strerror or exc}")
+        # Reversed so the stack pops them in name order.
+        pending.extend(reversed(subdirs))
+    return found, errors
+
+
+def _readlink(path: Path) -> str:
+    try:
+        return str(path.readlink())
+    except OSError:
+        return "?"
+
+
+def discover_files(
+    paths: Sequence[Path], suffixes: tuple[str, ...] = (".yaml", ".yml", ".json")
+) -> tuple[list[tuple[Path, str]], list[LoadError]]:
+    """The files to read for the given paths: (real path to read, display name) pairs, plus
+    error entries for paths that are missing, broken, or lead outside the scanned tree.
+
+    A file argument is taken as given, whatever its suffix. A directory argument is walked
+    recursively (hidden directories skipped) for files with one of ``suffixes``; display names
+    are the argument joined with the relative path. Symlinks inside a walked directory are
+    followed only while they stay inside that directory's resolved root. Output is in argument
+    order, then sorted by relative path; a file reached twice is listed once (under its
+    non-symlink name when it has one).
+    """
+    results: list[tuple[Path, str]] = []
+    errors: list[LoadError] = []
+    seen: set[Path] = set()
+    for given in paths:
+        name = str(given)
+        try:
+            if given.is_symlink() and not given.exists():
+                errors.append(LoadError(name, 0, f"broken symlink (-> {_readlink(given)})"))
+                continue
+            if not given.exists():
+                errors.append(LoadError(name, 0, "no such file or directory"))
+                continue
+            if given.is_dir():
+                root = given.resolve(strict=True)
+                walked, walk_errors = _walk(given, root, suffixes)
+                errors.extend(sorted(walk_errors))
+                best: dict[Path, tuple[bool, tuple[str, ...], Path, PurePath]] = {}
+                for real, rel, via_link in walked:
+                    key = real.resolve()
+                    candidate = (via_link, rel.parts, real, rel)
+                    if key not in best or candidate[:2] < best[key][:2]:
+                        best[key] = candidate
+                for key, (_, _, real, rel) in sorted(best.items(), key=lambda item: item[1][1]):
+                    if key not in seen:
+                        seen.add(key)
+                        results.append((real, str(given / rel)))
+            elif given.is_file():
+                key = given.resolve()
+                if key not in seen:
+                    seen.add(key)
+                    results.append((given, name))
+            else:
+                errors.append(LoadError(name, 0, "not a regular file or directory, skipped"))
+        except (OSError, RuntimeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            errors.append(LoadError(name, 0, f"cannot read path: {reason}"))
+    return results, errors
+
+
+def load_paths(
+    paths: Sequence[Path], limits: YamlLimits = YamlLimits()
+) -> tuple[list[Document], list[LoadError]]:
+    """Discover and load every YAML/JSON file under ``paths`` (see :func:`discover_files`)."""
+    files, errors = discover_files(paths)
+    documents: list[Document] = []
+    for real, display in files:
+        docs, file_errors = load_file(real, display, limits)
+        documents.extend(docs)
+        errors.extend(file_errors)
+    return documents, errors
