@@ -1,0 +1,201 @@
+"""Typed settings, validated once; unknown keys are rejected with the file, line and key.
+
+Every setting says its unit, default and why. The config file is YAML:
+
+    kubernetes:
+      version: "1.37"            # drives defaults that changed between releases
+      default_namespace: default # for manifests without metadata.namespace
+    topology:
+      zone_key: topology.kubernetes.io/zone
+      region_key: topology.kubernetes.io/region
+      pod_zone_labels: null      # pod label → node label copied at binding; null = by version
+    network:
+      cni: auto                  # auto | generic | cilium | calico
+      ipblock_matches_pod_ips: true
+      cilium:
+        enforcement_mode: default
+        labels: ""               # Cilium's `labels` setting (identity-relevant labels)
+        policy_cidr_match_mode: ""
+        enable_node_selector_labels: false
+        cluster_name: default
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from auditor import yamlio
+from auditor.model.objects import REGION_KEY, ZONE_KEY
+from auditor.reachability import cni
+
+# The newest stable Kubernetes minor release when this version of the tool was written.
+NEWEST_KUBERNETES = "1.37"
+# PodTopologyLabels admission: beta and on by default from 1.35 (KEP-4742).
+POD_TOPOLOGY_LABELS_SINCE = (1, 35)
+
+
+class ConfigError(ValueError):
+    def __init__(self, file: str, line: int, key: str, message: str) -> None:
+        super().__init__(f"{file}:{line}: {key}: {message}" if line else f"{file}: {key}: {message}")
+        self.file, self.line, self.key, self.message = file, line, key, message
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesSettings:
+    version: str = NEWEST_KUBERNETES
+    default_namespace: str = "default"
+
+    def version_tuple(self) -> tuple[int, int]:
+        major, _, minor = self.version.lstrip("v").partition(".")
+        return int(major), int(minor.split(".")[0] or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySettings:
+    zone_key: str = ZONE_KEY
+    region_key: str = REGION_KEY
+    # (pod label, node label) pairs copied from the node onto the pod when it is bound. None
+    # means: follow the Kubernetes version (zone and region from 1.35, nothing before).
+    pod_zone_labels: tuple[tuple[str, str], ...] | None = None
+
+    def effective_pod_zone_labels(self, k8s: KubernetesSettings) -> tuple[tuple[str, str], ...]:
+        if self.pod_zone_labels is not None:
+            return self.pod_zone_labels
+        if k8s.version_tuple() >= POD_TOPOLOGY_LABELS_SINCE:
+            return ((ZONE_KEY, ZONE_KEY), (REGION_KEY, REGION_KEY))
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class CiliumConfig:
+    enforcement_mode: str = "default"
+    labels: str = ""
+    policy_cidr_match_mode: str = ""
+    enable_node_selector_labels: bool = False
+    cluster_name: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    cni: str = "auto"
+    ipblock_matches_pod_ips: bool = True
+    cilium: CiliumConfig = field(default_factory=CiliumConfig)
+
+    def to_settings(self, cni_kind: str, source: str) -> cni.NetworkSettings:
+        if cni_kind == "cilium":
+            data = {
+                "enable-policy": self.cilium.enforcement_mode,
+                "labels": self.cilium.labels,
+                "policy-cidr-match-mode": self.cilium.policy_cidr_match_mode,
+                "enable-node-selector-labels": str(self.cilium.enable_node_selector_labels).lower(),
+                "cluster-name": self.cilium.cluster_name,
+            }
+            settings, _ = cni.settings_from_cilium_config(data, source)
+            return settings
+        return cni.NetworkSettings(cni_kind, cni.CiliumSettings(), self.ipblock_matches_pod_ips, source)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    topology: TopologySettings = field(default_factory=TopologySettings)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    source: str = "defaults"
+
+
+_SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "kubernetes": {"version": str, "default_namespace": str},
+    "topology": {"zone_key": str, "region_key": str, "pod_zone_labels": (list, dict, type(None))},
+    "network": {"cni": str, "ipblock_matches_pod_ips": bool, "cilium": dict},
+    "network.cilium": {
+        "enforcement_mode": str,
+        "labels": str,
+        "policy_cidr_match_mode": str,
+        "enable_node_selector_labels": bool,
+        "cluster_name": str,
+    },
+}
+
+
+def _section(raw: Any, name: str, file: str) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(file, yamlio.line_of(raw), name, "must be a mapping")
+    schema = _SCHEMA[name]
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        line = yamlio.key_line(raw, str(key))
+        if key not in schema:
+            raise ConfigError(
+                file, line, f"{name}.{key}", f"unknown key (known: {', '.join(sorted(schema))})"
+            )
+        if not isinstance(value, schema[key]) or (schema[key] is str and isinstance(value, bool)):
+            raise ConfigError(file, line, f"{name}.{key}", f"has the wrong type ({type(value).__name__})")
+        out[str(key)] = value
+    return out
+
+
+def parse_settings(data: Any, file: str) -> Settings:
+    if data is None:
+        return Settings(source=file)
+    if not isinstance(data, Mapping):
+        raise ConfigError(file, 1, "(top)", "the config file must be a mapping")
+    for key in data:
+        if key not in ("kubernetes", "topology", "network"):
+            raise ConfigError(
+                file,
+                yamlio.key_line(data, str(key)),
+                str(key),
+                "unknown section (known: kubernetes, network, topology)",
+            )
+    k8s = _section(data.get("kubernetes"), "kubernetes", file)
+    topo = _section(data.get("topology"), "topology", file)
+    net = _section(data.get("network"), "network", file)
+    cil = _section(net.pop("cilium", None), "network.cilium", file)
+    kubernetes = KubernetesSettings(**k8s)
+    try:
+        kubernetes.version_tuple()
+    except ValueError:
+        raise ConfigError(
+            file,
+            yamlio.key_line(data.get("kubernetes"), "version"),
+            "kubernetes.version",
+            f"must look like 1.35, got {kubernetes.version!r}",
+        ) from None
+    pzl = topo.pop("pod_zone_labels", None)
+    pairs: tuple[tuple[str, str], ...] | None = None
+    if isinstance(pzl, list):
+        pairs = tuple((str(k), str(k)) for k in pzl)
+    elif isinstance(pzl, Mapping):
+        pairs = tuple((str(k), str(v)) for k, v in pzl.items())
+    if net.get("cni", "auto") not in ("auto", *cni.CNI_KINDS):
+        raise ConfigError(
+            file,
+            yamlio.key_line(data.get("network"), "cni"),
+            "network.cni",
+            f"must be auto, {', '.join(cni.CNI_KINDS)}; got {net['cni']!r}",
+        )
+    if cil.get("enforcement_mode", "default") not in cni.ENFORCEMENT_MODES:
+        raise ConfigError(
+            file, 0, "network.cilium.enforcement_mode", f"must be one of {', '.join(cni.ENFORCEMENT_MODES)}"
+        )
+    return Settings(
+        kubernetes,
+        TopologySettings(**topo, pod_zone_labels=pairs),
+        NetworkConfig(**net, cilium=CiliumConfig(**cil)),
+        source=file,
+    )
+
+
+def load_settings(path: Path | None) -> Settings:
+    if path is None:
+        return Settings()
+    docs, errors = yamlio.load_file(path, str(path))
+    if errors:
+        e = errors[0]
+        raise ConfigError(e.file, e.line, "(file)", e.message)
+    return parse_settings(docs[0].data if docs else None, str(path))

@@ -1,0 +1,183 @@
+"""`auditor explain`: one reachability question, answered with the deciding policies and rules.
+
+Pure: takes an inventory and the question, returns an Explanation value; rendering is text or
+JSON. A name is `NS/POD`, `NS/WORKLOAD` (one-role workloads) or `NS/WORKLOAD/ROLE`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from auditor.inventory import Inventory
+from auditor.model.objects import Role
+from auditor.placement.filters import feasible_zones
+from auditor.placement.pods import pod_endpoint, representative_node
+from auditor.reachability.endpoints import PodEndpoint
+from auditor.reachability.engine import FlowVerdict
+from auditor.reachability.policy import DirectionalVerdict, Segment
+
+
+class ExplainError(ValueError):
+    """The question cannot be asked of these manifests (unknown pod, role, port name...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    source: PodEndpoint
+    destination: PodEndpoint
+    verdict: FlowVerdict
+    egress: Segment
+    ingress: Segment
+
+    @property
+    def allowed(self) -> bool:
+        return self.egress.allowed and self.ingress.allowed
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    protocol: str
+    port: int
+    placements: tuple[Placement, ...]
+    network: str
+    zone_note: str
+
+    @property
+    def allowed(self) -> bool:
+        return all(p.allowed for p in self.placements)
+
+    @property
+    def decisive(self) -> Placement:
+        """The placement reported at the top: the first that denies, else the first."""
+        return next((p for p in self.placements if not p.allowed), self.placements[0])
+
+
+def find_role(inv: Inventory, name: str) -> Role:
+    parts = name.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ExplainError(f"{name!r}: expected NS/NAME or NS/WORKLOAD/ROLE")
+    ns, wname = parts[0], parts[1]
+    workloads = inv.workload(ns, wname)
+    if not workloads:
+        known = sorted(f"{w.ref.namespace}/{w.ref.name}" for w in inv.workloads)
+        hint = f" (known: {', '.join(known[:20])}{' ...' if len(known) > 20 else ''})" if known else ""
+        raise ExplainError(f"{name!r}: no pod or workload {ns}/{wname} in the manifests{hint}")
+    roles = [r for w in workloads for r in w.roles]
+    if len(parts) == 3:
+        match = [r for r in roles if r.name.lower() == parts[2].lower()]
+        if not match:
+            raise ExplainError(f"{name!r}: {ns}/{wname} has no role {parts[2]!r} "
+                               f"(roles: {', '.join(r.name for r in roles)})")
+        return match[0]
+    if len(roles) != 1:
+        raise ExplainError(f"{name!r}: {ns}/{wname} has several roles; name one as "
+                           f"{ns}/{wname}/ROLE ({', '.join(r.name for r in roles)})")
+    return roles[0]
+
+
+def _zones(inv: Inventory, role: Role, wanted: str | None) -> list[str | None]:
+    zone_key = inv.settings.topology.zone_key
+    if wanted:
+        return [wanted]
+    if role.template.node_name:
+        node = next((n for n in inv.nodes if n.name == role.template.node_name), None)
+        return [node.label_map.get(zone_key) if node else None]
+    zones = feasible_zones(role.template, inv.nodes, zone_key)
+    return list(zones) if zones else [None]
+
+
+def endpoint_for(inv: Inventory, role: Role, zone: str | None) -> PodEndpoint:
+    topo = inv.settings.topology
+    node = representative_node(role, inv.nodes, zone, topo.zone_key)
+    return pod_endpoint(role, inv.namespace_labels(role.workload.namespace), zone, node,
+                        topo.effective_pod_zone_labels(inv.settings.kubernetes), topo.zone_key,
+                        name=str(role))
+
+
+def resolve_port(port: str, destination: PodEndpoint, protocol: str) -> int:
+    if port.isdigit():
+        value = int(port)
+        if not 1 <= value <= 65535:
+            raise ExplainError(f"--port {port}: must be between 1 and 65535")
+        return value
+    found = destination.named_port(port, protocol)
+    if not found:
+        raise ExplainError(f"--port {port!r}: {destination} has no {protocol} container port named {port!r}")
+    return found[0].port
+
+
+def explain(inv: Inventory, source: str, destination: str, port: str, protocol: str = "TCP",
+            source_zone: str | None = None, destination_zone: str | None = None) -> Explanation:
+    protocol = protocol.upper()
+    if protocol not in ("TCP", "UDP", "SCTP"):
+        raise ExplainError(f"--protocol {protocol}: must be TCP, UDP or SCTP")
+    src_role, dst_role = find_role(inv, source), find_role(inv, destination)
+    engine = inv.engine()
+    placements = []
+    src_zones, dst_zones = _zones(inv, src_role, source_zone), _zones(inv, dst_role, destination_zone)
+    for sz, dz in itertools.product(src_zones, dst_zones):
+        src, dst = endpoint_for(inv, src_role, sz), endpoint_for(inv, dst_role, dz)
+        number = resolve_port(port, dst, protocol)
+        verdict = engine.flow(src, dst)
+        placements.append(Placement(src, dst, verdict, verdict.egress.at(protocol, number),
+                                    verdict.ingress.at(protocol, number)))
+    note = ""
+    if len(placements) > 1:
+        note = (f"{len(placements)} zone placements are possible ({', '.join(map(str, src_zones))} → "
+                f"{', '.join(map(str, dst_zones))}); each is shown")
+    return Explanation(protocol, number, tuple(placements), inv.network.describe(), note)
+
+
+def _side_json(seg: Segment, side: DirectionalVerdict) -> dict[str, object]:
+    return {
+        "verdict": "allow" if seg.allowed else "deny",
+        "reason": seg.reason,
+        "decided_by": [d.to_json() for d in seg.deciders],
+        "allowed_connections": str(side.allowed_conns()),
+    }
+
+
+def to_json(exp: Explanation, errors: list[dict[str, object]]) -> dict[str, object]:
+    def placement(p: Placement) -> dict[str, object]:
+        return {
+            "from": {"pod": p.source.name, "zone": p.source.zone, "node": p.source.node},
+            "to": {"pod": p.destination.name, "zone": p.destination.zone, "node": p.destination.node},
+            "verdict": "allow" if p.allowed else "deny",
+            "egress": _side_json(p.egress, p.verdict.egress),
+            "ingress": _side_json(p.ingress, p.verdict.ingress),
+        }
+
+    top = placement(exp.decisive)
+    return {
+        "schema": "placement-auditor/explain/v1",
+        "verdict": "allow" if exp.allowed else "deny",
+        "protocol": exp.protocol,
+        "port": exp.port,
+        "from": top["from"],
+        "to": top["to"],
+        "egress": top["egress"],
+        "ingress": top["ingress"],
+        "placements": [placement(p) for p in exp.placements],
+        "network": exp.network,
+        "errors": errors,
+    }
+
+
+def to_text(exp: Explanation) -> str:
+    lines = []
+    for p in exp.placements:
+        head = (f"{p.source.name} ({p.source.zone or 'zone unknown'}) → {p.destination.name} "
+                f"({p.destination.zone or 'zone unknown'}) {exp.protocol}/{exp.port}: "
+                f"{'ALLOWED' if p.allowed else 'DENIED'}")
+        lines.append(head)
+        for label, seg, side in (("egress of " + p.source.name, p.egress, p.verdict.egress),
+                                 ("ingress of " + p.destination.name, p.ingress, p.verdict.ingress)):
+            lines.append(f"  {label}: {'allow' if seg.allowed else 'deny'} — {seg.reason}")
+            lines.extend(f"    - {d.describe()}" for d in seg.deciders)
+            lines.append(f"    allowed in this direction: {side.allowed_conns()}")
+        lines.append("")
+    if exp.zone_note:
+        lines.append(exp.zone_note)
+    lines.append(f"network: {exp.network}")
+    return "\n".join(lines)

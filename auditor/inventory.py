@@ -1,0 +1,296 @@
+"""Turn loaded YAML documents into a typed inventory: nodes, namespaces, workloads, services,
+CNI settings and compiled policies. Pure: documents in, values and error entries out.
+
+Every object that cannot be read becomes a LoadError naming the file, line, object and field;
+every other object still loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from auditor import yamlio
+from auditor.config import Settings
+from auditor.model.labels import SelectorError
+from auditor.model.objects import Node, Service, ServicePort, Taint, Workload, WorkloadRef, freeze_labels
+from auditor.model.source import LoadError, SourceRef
+from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
+from auditor.reachability.engine import NAMESPACE_TIER, PolicyEngine, standard_tiers
+from auditor.reachability.policy import CompiledPolicy
+from auditor.workloads.adapters import ADAPTERS, adapt
+
+CILIUM_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
+ADMIN_KINDS = ("AdminNetworkPolicy", "BaselineAdminNetworkPolicy", "ClusterNetworkPolicy")
+CALICO_GROUPS = ("projectcalico.org/", "crd.projectcalico.org/")
+
+
+@dataclass(frozen=True, slots=True)
+class RawObject:
+    obj: Mapping[str, Any]
+    source: SourceRef
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj.get("kind", ""))
+
+    @property
+    def api_version(self) -> str:
+        return str(self.obj.get("apiVersion", ""))
+
+    @property
+    def name(self) -> str:
+        meta = self.obj.get("metadata")
+        return str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+
+    def namespace(self, default: str) -> str:
+        meta = self.obj.get("metadata")
+        ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+        return str(ns) if ns else default
+
+    def is_calico(self) -> bool:
+        return self.api_version.startswith(CALICO_GROUPS)
+
+
+@dataclass
+class Inventory:
+    settings: Settings
+    network: cni.NetworkSettings
+    namespaces: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+    workloads: list[Workload] = field(default_factory=list)
+    services: list[Service] = field(default_factory=list)
+    policies: list[CompiledPolicy] = field(default_factory=list)
+    calico_tiers: dict[str, tuple[float, str]] = field(default_factory=dict)
+    errors: list[LoadError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def namespace_labels(self, namespace: str) -> tuple[tuple[str, str], ...]:
+        labels = dict(self.namespaces.get(namespace, ()))
+        labels.setdefault("kubernetes.io/metadata.name", namespace)
+        return freeze_labels(labels)
+
+    def engine(self) -> PolicyEngine:
+        return PolicyEngine(self.policies, self.network, standard_tiers(self.network, self.calico_tiers))
+
+    def workload(self, namespace: str, name: str) -> list[Workload]:
+        return [w for w in self.workloads if w.ref.namespace == namespace and w.ref.name == name]
+
+
+def iter_objects(documents: Iterable[yamlio.Document]) -> Iterator[RawObject]:
+    """Kubernetes objects in the documents, with `List`/`*List` kinds flattened."""
+    for doc in documents:
+        data = doc.data
+        if not isinstance(data, Mapping):
+            continue
+        kind = data.get("kind")
+        items = data.get("items")
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
+            for i, item in enumerate(items):
+                if isinstance(item, Mapping):
+                    # NamespaceList/PodList items may omit kind and apiVersion.
+                    if "kind" not in item and kind != "List":
+                        item = {
+                            **item,
+                            "kind": kind[: -len("List")],
+                            "apiVersion": data.get("apiVersion", "v1"),
+                        }
+                    line = specs.item_line(items, i, doc.source.line)
+                    yield RawObject(item, SourceRef(doc.source.file, line, doc.source.document))
+            continue
+        if isinstance(kind, str) and "apiVersion" in data:
+            yield RawObject(data, doc.source)
+
+
+def locate(obj: Any, field_path: str, default: int) -> int:
+    """Best line for a dotted field path (`spec.ingress[0].from`) inside a located object."""
+    node = obj
+    line = default
+    for part in field_path.replace("]", "").replace("[", ".").split("."):
+        if not part:
+            continue
+        if isinstance(node, Mapping) and part in node:
+            line = yamlio.key_line(node, part, line)
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            idx = int(part)
+            lines = getattr(node, "item_lines", None)
+            line = int(lines[idx]) if lines and idx < len(lines) else yamlio.line_of(node[idx], line)
+            node = node[idx]
+        else:
+            break
+    return line
+
+
+def _error(raw: RawObject, exc: SelectorError, namespace: str | None) -> LoadError:
+    ns = f"{namespace}/" if namespace else ""
+    return LoadError(
+        raw.source.file,
+        locate(raw.obj, exc.field, raw.source.line),
+        exc.message,
+        f"{raw.kind} {ns}{raw.name}",
+        exc.field,
+    )
+
+
+def detect_cni(
+    objects: Sequence[RawObject], settings: Settings
+) -> tuple[cni.NetworkSettings, list[LoadError]]:
+    """The CNI settings in force: a cilium-config ConfigMap wins, then the config file, then what
+    the policy kinds present imply."""
+    errors: list[LoadError] = []
+    configured = settings.network.cni
+    for raw in objects:
+        if raw.kind == "ConfigMap" and raw.name == "cilium-config" and configured in ("auto", "cilium"):
+            data = raw.obj.get("data")
+            where = f"ConfigMap {raw.namespace('kube-system')}/cilium-config ({raw.source})"
+            net, problems = cni.settings_from_cilium_config(data if isinstance(data, Mapping) else {}, where)
+            for p in problems:
+                key = p.split(":", 1)[0]
+                errors.append(
+                    LoadError(
+                        raw.source.file,
+                        locate(raw.obj, f"data.{key}", raw.source.line),
+                        p,
+                        f"ConfigMap {raw.namespace('kube-system')}/cilium-config",
+                        f"data.{key}",
+                    )
+                )
+            return net, errors
+    if configured != "auto":
+        return settings.network.to_settings(configured, f"config file {settings.source}"), errors
+    if any(r.kind in CILIUM_KINDS for r in objects):
+        return settings.network.to_settings(
+            "cilium", "inferred: Cilium policies present, no cilium-config"
+        ), errors
+    if any(r.is_calico() and r.kind in ("NetworkPolicy", "GlobalNetworkPolicy") for r in objects):
+        return settings.network.to_settings("calico", "inferred: Calico policies present"), errors
+    return settings.network.to_settings("generic", "inferred: only Kubernetes policy kinds present"), errors
+
+
+def build_inventory(
+    documents: Iterable[yamlio.Document], settings: Settings, load_errors: Iterable[LoadError] = ()
+) -> Inventory:
+    objects = list(iter_objects(documents))
+    network, cni_errors = detect_cni(objects, settings)
+    inv = Inventory(settings, network, errors=[*load_errors, *cni_errors])
+    default_ns = settings.kubernetes.default_namespace
+    for raw in objects:
+        if raw.kind == "Namespace" and not raw.is_calico():
+            meta = raw.obj.get("metadata")
+            labels = meta.get("labels") if isinstance(meta, Mapping) else None
+            inv.namespaces[raw.name] = freeze_labels(labels if isinstance(labels, Mapping) else None)
+        elif raw.kind == "Tier" and raw.is_calico():
+            spec = raw.obj.get("spec") if isinstance(raw.obj.get("spec"), Mapping) else {}
+            order = spec.get("order")
+            inv.calico_tiers[raw.name] = (
+                float(order) if isinstance(order, (int, float)) else float("inf"),
+                str(spec.get("defaultAction") or "Deny"),
+            )
+    np_tier = "calico:default" if network.cni == "calico" else NAMESPACE_TIER
+    for raw in objects:
+        try:
+            _load_object(raw, inv, default_ns, np_tier)
+        except SelectorError as exc:
+            cluster_scoped = raw.kind in (
+                *ADMIN_KINDS,
+                "CiliumClusterwideNetworkPolicy",
+                "GlobalNetworkPolicy",
+                "Node",
+            )
+            inv.errors.append(_error(raw, exc, None if cluster_scoped else raw.namespace(default_ns)))
+    return inv
+
+
+def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) -> None:
+    kind = raw.kind
+    ns = raw.namespace(default_ns)
+    if not raw.name and kind not in ("",):
+        raise specs.PolicyError("metadata.name", "is required")
+    if raw.is_calico():
+        if kind in ("NetworkPolicy", "GlobalNetworkPolicy", "StagedNetworkPolicy"):
+            if inv.network.cni != "calico":
+                inv.notes.append(f"Calico {kind} {raw.name}: not enforced, the CNI is {inv.network.cni}")
+                return
+            inv.policies.append(
+                calico.compile_calico_policy(
+                    raw.obj, raw.source, ns if kind == "NetworkPolicy" else None, inv.notes
+                )
+            )
+        return
+    if kind == "NetworkPolicy" and raw.api_version.startswith("networking.k8s.io/"):
+        specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "status"))
+        inv.policies.append(netpol.compile_network_policy(raw.obj, raw.source, ns, np_tier))
+    elif kind in CILIUM_KINDS:
+        specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "specs", "status"))
+        if inv.network.cni != "cilium":
+            inv.notes.append(f"{kind} {raw.name}: not enforced, the CNI is {inv.network.cni}")
+            return
+        policies, errors, notes = cilium.compile_cilium_policy(
+            raw.obj, raw.source, ns if kind == "CiliumNetworkPolicy" else None, NAMESPACE_TIER
+        )
+        inv.policies.extend(policies)
+        inv.errors.extend(errors)
+        inv.notes.extend(notes)
+    elif kind in ADMIN_KINDS and raw.api_version.startswith("policy.networking.k8s.io/"):
+        specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "status"))
+        inv.policies.append(adminpolicy.compile_admin_policy(raw.obj, raw.source))
+    elif kind == "Node":
+        inv.nodes.append(parse_node(raw))
+    elif kind == "Service" and raw.api_version == "v1":
+        inv.services.append(parse_service(raw, ns))
+    elif kind in ADAPTERS:
+        ref = WorkloadRef(raw.api_version, kind, ns, raw.name, raw.source)
+        inv.workloads.append(adapt(raw.obj, ref))
+
+
+def parse_node(raw: RawObject) -> Node:
+    meta = specs.mapping(raw.obj.get("metadata"), "metadata")
+    spec = specs.mapping(raw.obj.get("spec"), "spec")
+    status = specs.mapping(raw.obj.get("status"), "status")
+    taints = []
+    for i, t in enumerate(specs.seq(spec.get("taints"), "spec.taints")):
+        tb = specs.mapping(t, f"spec.taints[{i}]")
+        effect = str(tb.get("effect") or "")
+        if effect not in ("NoSchedule", "NoExecute", "PreferNoSchedule"):
+            raise specs.PolicyError(
+                f"spec.taints[{i}].effect",
+                f"must be NoSchedule, PreferNoSchedule or NoExecute, got {effect!r}",
+            )
+        taints.append(
+            Taint(specs.string(tb.get("key"), f"spec.taints[{i}].key"), str(tb.get("value") or ""), effect)
+        )
+    cidrs = [str(c) for c in specs.seq(spec.get("podCIDRs"), "spec.podCIDRs")]
+    if spec.get("podCIDR") and str(spec["podCIDR"]) not in cidrs:
+        cidrs.insert(0, str(spec["podCIDR"]))
+    addresses = tuple(
+        str(a.get("address"))
+        for a in specs.seq(status.get("addresses"), "status.addresses")
+        if isinstance(a, Mapping) and a.get("address")
+    )
+    allocatable = specs.mapping(status.get("allocatable"), "status.allocatable")
+    return Node(
+        raw.name,
+        freeze_labels(specs.mapping(meta.get("labels"), "metadata.labels")),
+        tuple(taints),
+        bool(spec.get("unschedulable")),
+        tuple(sorted((str(k), str(v)) for k, v in allocatable.items())),
+        tuple(cidrs),
+        addresses,
+        raw.source,
+    )
+
+
+def parse_service(raw: RawObject, namespace: str) -> Service:
+    spec = specs.mapping(raw.obj.get("spec"), "spec")
+    ports = []
+    for i, p in enumerate(specs.seq(spec.get("ports"), "spec.ports")):
+        pb = specs.mapping(p, f"spec.ports[{i}]")
+        port = specs.integer(pb.get("port"), f"spec.ports[{i}].port", 1, 65535)
+        target = pb.get("targetPort", port)
+        ports.append(
+            ServicePort(str(pb.get("name") or ""), port, str(target), str(pb.get("protocol") or "TCP"))
+        )
+    selector = specs.mapping(spec.get("selector"), "spec.selector")
+    return Service(namespace, raw.name, freeze_labels(selector), tuple(ports), raw.source)

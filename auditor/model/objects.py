@@ -1,0 +1,141 @@
+"""Typed, immutable inventory objects: nodes, pod templates, workload roles, services."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from auditor.model.source import SourceRef
+from auditor.reachability.endpoints import NamedPort
+
+ZONE_KEY = "topology.kubernetes.io/zone"
+REGION_KEY = "topology.kubernetes.io/region"
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def freeze_labels(raw: Mapping[str, Any] | None) -> Labels:
+    if not raw:
+        return ()
+    return tuple(sorted((str(k), "" if v is None else str(v)) for k, v in raw.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str
+    operator: str  # Equal | Exists
+    value: str
+    effect: str  # "" matches every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+    def tolerates_key(self, key: str) -> bool:
+        """Whether this toleration covers a NoSchedule taint with `key` and any value."""
+        return (self.operator == "Exists" and self.key in ("", key)) and self.effect in ("", "NoSchedule")
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    labels: Labels
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    allocatable: tuple[tuple[str, str], ...] = ()
+    pod_cidrs: tuple[str, ...] = ()
+    addresses: tuple[str, ...] = ()
+    source: SourceRef = SourceRef("")
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
+
+    def zone(self, zone_key: str = ZONE_KEY) -> str | None:
+        return self.label_map.get(zone_key)
+
+
+@dataclass(frozen=True, slots=True)
+class PodTemplate:
+    """The parts of a pod spec that placement and policy read."""
+
+    labels: Labels
+    annotations: Labels = ()
+    node_selector: Labels = ()
+    affinity: Any = None  # raw spec.affinity (read by placement)
+    tolerations: tuple[Toleration, ...] = ()
+    named_ports: tuple[NamedPort, ...] = ()
+    container_ports: tuple[tuple[str, int], ...] = ()  # (protocol, port) of every declared port
+    service_account: str = "default"
+    host_network: bool = False
+    node_name: str | None = None
+    requests: tuple[tuple[str, str], ...] = ()
+    pod_ips: tuple[str, ...] = ()  # status.podIPs of a live or dumped Pod
+    spec: Any = field(default=None, compare=False, hash=False)
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRef:
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    source: SourceRef
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """One pod template × replica count of a workload (PyTorchJob Worker ×8, a Deployment's pods)."""
+
+    workload: WorkloadRef
+    name: str
+    replicas: int
+    template: PodTemplate
+    source: SourceRef
+
+    def __str__(self) -> str:
+        if self.name == self.workload.name:
+            return f"{self.workload.namespace}/{self.workload.name}"
+        return f"{self.workload.namespace}/{self.workload.name}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    ref: WorkloadRef
+    labels: Labels
+    roles: tuple[Role, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePort:
+    name: str
+    port: int
+    target_port: str  # number or container port name, as written
+    protocol: str
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    namespace: str
+    name: str
+    selector: Labels
+    ports: tuple[ServicePort, ...]
+    source: SourceRef

@@ -1,0 +1,1 @@
+"""Placement: where each pod role may land, with kube-scheduler filter semantics."""

@@ -1,0 +1,1 @@
+"""Sources of objects: manifest files (this package), clusters and snapshots (later)."""

@@ -1,0 +1,142 @@
+"""Adapters from workload manifests to roles, one function per kind, listed explicitly below.
+
+Each role carries the labels its controller or operator adds to the pods, because policies
+select on them (`job-name`, `training.kubeflow.org/replica-type`, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+import dataclasses
+from typing import Any
+
+from auditor.model.objects import Role, Workload, WorkloadRef, freeze_labels
+from auditor.model.source import SourceRef
+from auditor.reachability import specs
+from auditor.reachability.endpoints import parse_ip
+from auditor.workloads.podspec import parse_pod, parse_pod_template
+
+Adapter = Callable[[Mapping[str, Any], WorkloadRef], list[Role]]
+
+
+def _replicas(raw: Any, field: str, default: int = 1) -> int:
+    if raw is None:
+        return default
+    return specs.integer(raw, field, 0, 1_000_000)
+
+
+def _pod(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
+    meta = specs.mapping(obj.get("metadata"), "metadata")
+    spec = specs.mapping(obj.get("spec"), "spec")
+    template = parse_pod(meta, spec, "")
+    status = specs.mapping(obj.get("status"), "status")
+    ips = [str(p.get("ip")) for p in specs.seq(status.get("podIPs"), "status.podIPs") if isinstance(p, Mapping)]
+    if not ips and status.get("podIP"):
+        ips = [str(status["podIP"])]
+    for i, ip in enumerate(ips):
+        try:
+            parse_ip(ip)
+        except ValueError:
+            raise specs.PolicyError(f"status.podIPs[{i}]", f"{ip!r} is not an IP address") from None
+    template = dataclasses.replace(template, pod_ips=tuple(ips))
+    return [Role(ref, ref.name, 1, template, ref.source)]
+
+
+def _single_template(replicas_field: str | None, default_replicas: int) -> Adapter:
+    """Kinds with one `spec.template` (Deployment, StatefulSet, DaemonSet, ...)."""
+
+    def adapt(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
+        spec = specs.mapping(obj.get("spec"), "spec")
+        replicas = default_replicas
+        if replicas_field:
+            replicas = _replicas(spec.get(replicas_field), f"spec.{replicas_field}", default_replicas)
+        template = parse_pod_template(spec.get("template"), "spec.template")
+        return [Role(ref, ref.name, replicas, template, ref.source)]
+
+    return adapt
+
+
+def _job_labels(ref: WorkloadRef) -> dict[str, str]:
+    return {"job-name": ref.name, "batch.kubernetes.io/job-name": ref.name}
+
+
+def _job(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
+    spec = specs.mapping(obj.get("spec"), "spec")
+    parallelism = spec.get("parallelism")
+    completions = spec.get("completions")
+    count = _replicas(parallelism if parallelism is not None else completions, "spec.parallelism", 1)
+    if completions is not None:
+        count = min(count, _replicas(completions, "spec.completions", 1))
+    template = parse_pod_template(spec.get("template"), "spec.template", _job_labels(ref))
+    return [Role(ref, ref.name, count, template, ref.source)]
+
+
+def _cronjob(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
+    spec = specs.mapping(obj.get("spec"), "spec")
+    job_template = specs.mapping(spec.get("jobTemplate"), "spec.jobTemplate")
+    job_spec = specs.mapping(job_template.get("spec"), "spec.jobTemplate.spec")
+    count = _replicas(job_spec.get("parallelism"), "spec.jobTemplate.spec.parallelism", 1)
+    template = parse_pod_template(job_spec.get("template"), "spec.jobTemplate.spec.template", {})
+    return [Role(ref, ref.name, count, template, ref.source)]
+
+
+# Kubeflow training operator kinds: field holding the replica specs, and pod label conventions.
+_KUBEFLOW = {
+    "PyTorchJob": "pytorchReplicaSpecs",
+    "TFJob": "tfReplicaSpecs",
+    "MPIJob": "mpiReplicaSpecs",
+    "XGBoostJob": "xgbReplicaSpecs",
+    "PaddleJob": "paddleReplicaSpecs",
+    "JAXJob": "jaxReplicaSpecs",
+}
+
+
+def _kubeflow(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
+    key = _KUBEFLOW[ref.kind]
+    spec = specs.mapping(obj.get("spec"), "spec")
+    replica_specs = specs.mapping(spec.get(key), f"spec.{key}", optional=False)
+    roles = []
+    for rtype, rspec in replica_specs.items():
+        field = f"spec.{key}.{rtype}"
+        body = specs.mapping(rspec, field)
+        extra = {
+            "training.kubeflow.org/job-name": ref.name,
+            "training.kubeflow.org/operator-name": _operator(ref.kind),
+            "training.kubeflow.org/replica-type": str(rtype).lower(),
+        }
+        if str(rtype).lower() in ("master", "chief", "launcher"):
+            extra["training.kubeflow.org/job-role"] = "master"
+        template = parse_pod_template(body.get("template"), f"{field}.template", extra)
+        roles.append(
+            Role(
+                ref,
+                str(rtype),
+                _replicas(body.get("replicas"), f"{field}.replicas", 1),
+                template,
+                SourceRef(ref.source.file, int(getattr(rspec, "line", ref.source.line)), ref.source.document),
+            )
+        )
+    return roles
+
+
+def _operator(kind: str) -> str:
+    return {"MPIJob": "mpijob-controller"}.get(kind, f"{kind.lower().removesuffix('job')}job-controller")
+
+
+ADAPTERS: dict[str, Adapter] = {
+    "Pod": _pod,
+    "Deployment": _single_template("replicas", 1),
+    "ReplicaSet": _single_template("replicas", 1),
+    "ReplicationController": _single_template("replicas", 1),
+    "StatefulSet": _single_template("replicas", 1),
+    "DaemonSet": _single_template(None, 1),
+    "Job": _job,
+    "CronJob": _cronjob,
+    **dict.fromkeys(_KUBEFLOW, _kubeflow),
+}
+
+
+def adapt(obj: Mapping[str, Any], ref: WorkloadRef) -> Workload:
+    meta = specs.mapping(obj.get("metadata"), "metadata")
+    roles = ADAPTERS[ref.kind](obj, ref)
+    return Workload(ref, freeze_labels(specs.mapping(meta.get("labels"), "metadata.labels")), tuple(roles))

@@ -1,0 +1,99 @@
+"""Read a pod template (metadata + spec) into a PodTemplate, naming the field of any problem."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from auditor.model.objects import PodTemplate, Toleration, freeze_labels
+from auditor.reachability import specs
+from auditor.reachability.endpoints import NamedPort
+from auditor.reachability.ports import normalise_protocol
+from auditor.reachability.specs import PolicyError
+
+
+def parse_pod_template(
+    template: Any, field: str, extra_labels: Mapping[str, str] | None = None
+) -> PodTemplate:
+    body = specs.mapping(template, field)
+    meta = specs.mapping(body.get("metadata"), f"{field}.metadata")
+    spec = specs.mapping(body.get("spec"), f"{field}.spec")
+    return parse_pod(meta, spec, field, extra_labels)
+
+
+def parse_pod(
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    field: str,
+    extra_labels: Mapping[str, str] | None = None,
+) -> PodTemplate:
+    labels = dict(specs.mapping(meta.get("labels"), f"{field}.metadata.labels"))
+    for k, v in labels.items():
+        if isinstance(v, (dict, list)):
+            raise PolicyError(f"{field}.metadata.labels.{k}", "label value must be a string")
+    if extra_labels:
+        labels.update(extra_labels)
+    annotations = specs.mapping(meta.get("annotations"), f"{field}.metadata.annotations")
+    node_selector = specs.mapping(spec.get("nodeSelector"), f"{field}.spec.nodeSelector")
+    tolerations = []
+    for i, t in enumerate(specs.seq(spec.get("tolerations"), f"{field}.spec.tolerations")):
+        tb = specs.mapping(t, f"{field}.spec.tolerations[{i}]")
+        op = str(tb.get("operator") or "Equal")
+        if op not in ("Equal", "Exists"):
+            raise PolicyError(
+                f"{field}.spec.tolerations[{i}].operator", f"must be Equal or Exists, got {op!r}"
+            )
+        tolerations.append(
+            Toleration(str(tb.get("key") or ""), op, str(tb.get("value") or ""), str(tb.get("effect") or ""))
+        )
+    named: list[NamedPort] = []
+    declared: list[tuple[str, int]] = []
+    requests: dict[str, str] = {}
+    containers = specs.seq(spec.get("containers"), f"{field}.spec.containers")
+    init = [
+        c
+        for c in specs.seq(spec.get("initContainers"), f"{field}.spec.initContainers")
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
+    ]  # sidecars serve ports
+    for i, c in enumerate([*containers, *init]):
+        cf = f"{field}.spec.containers[{i}]"
+        cb = specs.mapping(c, cf)
+        for j, p in enumerate(specs.seq(cb.get("ports"), f"{cf}.ports")):
+            pb = specs.mapping(p, f"{cf}.ports[{j}]")
+            if "containerPort" not in pb:
+                raise PolicyError(f"{cf}.ports[{j}].containerPort", "is required")
+            port = specs.integer(pb.get("containerPort"), f"{cf}.ports[{j}].containerPort", 1, 65535)
+            proto = normalise_protocol(pb.get("protocol") or "TCP")
+            if proto is None:
+                raise PolicyError(
+                    f"{cf}.ports[{j}].protocol", f"must be TCP, UDP or SCTP, got {pb.get('protocol')!r}"
+                )
+            declared.append((proto, port))
+            if pb.get("name"):
+                named.append(NamedPort(str(pb["name"]), proto, port))
+        res = specs.mapping(cb.get("resources"), f"{cf}.resources")
+        req = specs.mapping(res.get("requests"), f"{cf}.resources.requests")
+        lim = specs.mapping(res.get("limits"), f"{cf}.resources.limits")
+        for k, v in {**lim, **req}.items():
+            # Requests default to limits when absent (as for nvidia.com/gpu); summed per pod.
+            requests[str(k)] = _add_quantity(requests.get(str(k)), str(v))
+    return PodTemplate(
+        labels=freeze_labels(labels),
+        annotations=freeze_labels(annotations),
+        node_selector=freeze_labels(node_selector),
+        affinity=spec.get("affinity"),
+        tolerations=tuple(tolerations),
+        named_ports=tuple(named),
+        container_ports=tuple(declared),
+        service_account=str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"),
+        host_network=bool(spec.get("hostNetwork")),
+        node_name=str(spec["nodeName"]) if spec.get("nodeName") else None,
+        requests=tuple(sorted(requests.items())),
+        spec=spec,
+    )
+
+
+def _add_quantity(a: str | None, b: str) -> str:
+    if a is None:
+        return b
+    return f"{a}+{b}"
