@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -41,8 +42,8 @@ class LoadError:
         fld = f" field {self.field}:" if self.field else ""
         return f"{where}:{what}{fld} {self.message}".replace(": :", ":")
 
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {"file": self.file, "line": self.line, "message": self.message}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"file": self.file, "line": self.line, "message": self.message}
         if self.object:
             out["object"] = self.object
         if self.field:

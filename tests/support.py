@@ -1,0 +1,41 @@
+"""Helpers shared by tests: build inventories from text or objects, make endpoints, ask verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from auditor import yamlio
+from auditor.config import NetworkConfig, Settings
+from auditor.explain import endpoint_for
+from auditor.inventory import Inventory, build_inventory
+from auditor.model.source import SourceRef
+from auditor.reachability.endpoints import PodEndpoint
+
+DATA = Path(__file__).parent / "data"
+NETPOL = DATA / "netpol"
+
+
+def documents_from_objects(objects: Iterable[Mapping[str, Any]], file: str = "<test>") -> list[yamlio.Document]:
+    return [yamlio.Document(obj, SourceRef(file, 1, i)) for i, obj in enumerate(objects)]
+
+
+def inventory(paths: Iterable[Path] = (), objects: Iterable[Mapping[str, Any]] = (), text: str = "",
+              cni: str = "generic", settings: Settings | None = None) -> Inventory:
+    docs, errors = yamlio.load_paths(list(paths)) if paths else ([], [])
+    docs = [*docs, *documents_from_objects(objects)]
+    if text:
+        more, more_errors = yamlio.load_text(text, "<text>")
+        docs += more
+        errors += more_errors
+    return build_inventory(docs, settings or Settings(network=NetworkConfig(cni=cni)), errors)
+
+
+def pod_endpoints(inv: Inventory) -> dict[str, PodEndpoint]:
+    """Every role as `ns/name` (one-role workloads) or `ns/workload/role` → endpoint, zone unknown."""
+    out: dict[str, PodEndpoint] = {}
+    for w in inv.workloads:
+        for role in w.roles:
+            out[str(role)] = endpoint_for(inv, role, None)
+    return out
