@@ -26,7 +26,9 @@ def example_path(name: str) -> Path:
     path = (base / name).resolve()
     if not path.exists() or base.resolve() not in path.parents:
         available = sorted(p.name for p in base.iterdir() if p.is_dir())
-        raise ConfigError("--example", 0, name, f"no bundled example by that name (have: {', '.join(available)})")
+        raise ConfigError(
+            "--example", 0, name, f"no bundled example by that name (have: {', '.join(available)})"
+        )
     return path
 
 
@@ -63,19 +65,29 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="auditor", description="Placement Auditor: where training pods can "
-                                     "land, and which network-policy doors are closed.")
+    parser = argparse.ArgumentParser(
+        prog="auditor",
+        description="Placement Auditor: where training pods can "
+        "land, and which network-policy doors are closed.",
+    )
     parser.add_argument("--version", action="version", version=f"{TOOL_NAME} {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("explain", help="answer one reachability question with the deciding policies")
     ex.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories")
     ex.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
-    ex.add_argument("--from", dest="from_", required=True, metavar="NS/NAME",
-                    help="source: NS/POD, NS/WORKLOAD or NS/WORKLOAD/ROLE")
+    ex.add_argument(
+        "--from",
+        dest="from_",
+        required=True,
+        metavar="NS/NAME",
+        help="source: NS/POD, NS/WORKLOAD or NS/WORKLOAD/ROLE",
+    )
     ex.add_argument("--to", required=True, metavar="NS/NAME", help="destination, same forms")
     ex.add_argument("--port", required=True, help="destination port number or container port name")
     ex.add_argument("--protocol", default="TCP", help="TCP (default), UDP or SCTP")
-    ex.add_argument("--from-zone", help="zone the source lands in (default: its node's or only feasible zone)")
+    ex.add_argument(
+        "--from-zone", help="zone the source lands in (default: its node's or only feasible zone)"
+    )
     ex.add_argument("--to-zone", help="zone the destination lands in")
     ex.add_argument("--config", help="config file (YAML)")
     ex.add_argument("--format", choices=("text", "json"), default="text")

@@ -29,7 +29,7 @@ from typing import Any
 
 from auditor import yamlio
 from auditor.model.objects import REGION_KEY, ZONE_KEY
-from auditor.reachability import cni
+from auditor.reachability import cni as cni_settings
 
 # The newest stable Kubernetes minor release when this version of the tool was written.
 NEWEST_KUBERNETES = "1.37"
@@ -84,7 +84,7 @@ class NetworkConfig:
     ipblock_matches_pod_ips: bool = True
     cilium: CiliumConfig = field(default_factory=CiliumConfig)
 
-    def to_settings(self, cni_kind: str, source: str) -> cni.NetworkSettings:
+    def to_settings(self, cni_kind: str, source: str) -> cni_settings.NetworkSettings:
         if cni_kind == "cilium":
             data = {
                 "enable-policy": self.cilium.enforcement_mode,
@@ -93,9 +93,11 @@ class NetworkConfig:
                 "enable-node-selector-labels": str(self.cilium.enable_node_selector_labels).lower(),
                 "cluster-name": self.cilium.cluster_name,
             }
-            settings, _ = cni.settings_from_cilium_config(data, source)
+            settings, _ = cni_settings.settings_from_cilium_config(data, source)
             return settings
-        return cni.NetworkSettings(cni_kind, cni.CiliumSettings(), self.ipblock_matches_pod_ips, source)
+        return cni_settings.NetworkSettings(
+            cni_kind, cni_settings.CiliumSettings(), self.ipblock_matches_pod_ips, source
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,16 +174,19 @@ def parse_settings(data: Any, file: str) -> Settings:
         pairs = tuple((str(k), str(k)) for k in pzl)
     elif isinstance(pzl, Mapping):
         pairs = tuple((str(k), str(v)) for k, v in pzl.items())
-    if net.get("cni", "auto") not in ("auto", *cni.CNI_KINDS):
+    if net.get("cni", "auto") not in ("auto", *cni_settings.CNI_KINDS):
         raise ConfigError(
             file,
             yamlio.key_line(data.get("network"), "cni"),
             "network.cni",
-            f"must be auto, {', '.join(cni.CNI_KINDS)}; got {net['cni']!r}",
+            f"must be auto, {', '.join(cni_settings.CNI_KINDS)}; got {net['cni']!r}",
         )
-    if cil.get("enforcement_mode", "default") not in cni.ENFORCEMENT_MODES:
+    if cil.get("enforcement_mode", "default") not in cni_settings.ENFORCEMENT_MODES:
         raise ConfigError(
-            file, 0, "network.cilium.enforcement_mode", f"must be one of {', '.join(cni.ENFORCEMENT_MODES)}"
+            file,
+            0,
+            "network.cilium.enforcement_mode",
+            f"must be one of {', '.join(cni_settings.ENFORCEMENT_MODES)}",
         )
     return Settings(
         kubernetes,

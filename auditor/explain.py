@@ -67,12 +67,15 @@ def find_role(inv: Inventory, name: str) -> Role:
     if len(parts) == 3:
         match = [r for r in roles if r.name.lower() == parts[2].lower()]
         if not match:
-            raise ExplainError(f"{name!r}: {ns}/{wname} has no role {parts[2]!r} "
-                               f"(roles: {', '.join(r.name for r in roles)})")
+            raise ExplainError(
+                f"{name!r}: {ns}/{wname} has no role {parts[2]!r} (roles: {', '.join(r.name for r in roles)})"
+            )
         return match[0]
     if len(roles) != 1:
-        raise ExplainError(f"{name!r}: {ns}/{wname} has several roles; name one as "
-                           f"{ns}/{wname}/ROLE ({', '.join(r.name for r in roles)})")
+        raise ExplainError(
+            f"{name!r}: {ns}/{wname} has several roles; name one as "
+            f"{ns}/{wname}/ROLE ({', '.join(r.name for r in roles)})"
+        )
     return roles[0]
 
 
@@ -90,9 +93,15 @@ def _zones(inv: Inventory, role: Role, wanted: str | None) -> list[str | None]:
 def endpoint_for(inv: Inventory, role: Role, zone: str | None) -> PodEndpoint:
     topo = inv.settings.topology
     node = representative_node(role, inv.nodes, zone, topo.zone_key)
-    return pod_endpoint(role, inv.namespace_labels(role.workload.namespace), zone, node,
-                        topo.effective_pod_zone_labels(inv.settings.kubernetes), topo.zone_key,
-                        name=str(role))
+    return pod_endpoint(
+        role,
+        inv.namespace_labels(role.workload.namespace),
+        zone,
+        node,
+        topo.effective_pod_zone_labels(inv.settings.kubernetes),
+        topo.zone_key,
+        name=str(role),
+    )
 
 
 def resolve_port(port: str, destination: PodEndpoint, protocol: str) -> int:
@@ -107,8 +116,15 @@ def resolve_port(port: str, destination: PodEndpoint, protocol: str) -> int:
     return found[0].port
 
 
-def explain(inv: Inventory, source: str, destination: str, port: str, protocol: str = "TCP",
-            source_zone: str | None = None, destination_zone: str | None = None) -> Explanation:
+def explain(
+    inv: Inventory,
+    source: str,
+    destination: str,
+    port: str,
+    protocol: str = "TCP",
+    source_zone: str | None = None,
+    destination_zone: str | None = None,
+) -> Explanation:
     protocol = protocol.upper()
     if protocol not in ("TCP", "UDP", "SCTP"):
         raise ExplainError(f"--protocol {protocol}: must be TCP, UDP or SCTP")
@@ -120,12 +136,17 @@ def explain(inv: Inventory, source: str, destination: str, port: str, protocol: 
         src, dst = endpoint_for(inv, src_role, sz), endpoint_for(inv, dst_role, dz)
         number = resolve_port(port, dst, protocol)
         verdict = engine.flow(src, dst)
-        placements.append(Placement(src, dst, verdict, verdict.egress.at(protocol, number),
-                                    verdict.ingress.at(protocol, number)))
+        placements.append(
+            Placement(
+                src, dst, verdict, verdict.egress.at(protocol, number), verdict.ingress.at(protocol, number)
+            )
+        )
     note = ""
     if len(placements) > 1:
-        note = (f"{len(placements)} zone placements are possible ({', '.join(map(str, src_zones))} → "
-                f"{', '.join(map(str, dst_zones))}); each is shown")
+        note = (
+            f"{len(placements)} zone placements are possible ({', '.join(map(str, src_zones))} → "
+            f"{', '.join(map(str, dst_zones))}); each is shown"
+        )
     return Explanation(protocol, number, tuple(placements), inv.network.describe(), note)
 
 
@@ -167,12 +188,16 @@ def to_json(exp: Explanation, errors: list[dict[str, object]]) -> dict[str, obje
 def to_text(exp: Explanation) -> str:
     lines = []
     for p in exp.placements:
-        head = (f"{p.source.name} ({p.source.zone or 'zone unknown'}) → {p.destination.name} "
-                f"({p.destination.zone or 'zone unknown'}) {exp.protocol}/{exp.port}: "
-                f"{'ALLOWED' if p.allowed else 'DENIED'}")
+        head = (
+            f"{p.source.name} ({p.source.zone or 'zone unknown'}) → {p.destination.name} "
+            f"({p.destination.zone or 'zone unknown'}) {exp.protocol}/{exp.port}: "
+            f"{'ALLOWED' if p.allowed else 'DENIED'}"
+        )
         lines.append(head)
-        for label, seg, side in (("egress of " + p.source.name, p.egress, p.verdict.egress),
-                                 ("ingress of " + p.destination.name, p.ingress, p.verdict.ingress)):
+        for label, seg, side in (
+            ("egress of " + p.source.name, p.egress, p.verdict.egress),
+            ("ingress of " + p.destination.name, p.ingress, p.verdict.ingress),
+        ):
             lines.append(f"  {label}: {'allow' if seg.allowed else 'deny'} — {seg.reason}")
             lines.extend(f"    - {d.describe()}" for d in seg.deciders)
             lines.append(f"    allowed in this direction: {side.allowed_conns()}")

@@ -182,7 +182,8 @@ def build_inventory(
             labels = meta.get("labels") if isinstance(meta, Mapping) else None
             inv.namespaces[raw.name] = freeze_labels(labels if isinstance(labels, Mapping) else None)
         elif raw.kind == "Tier" and raw.is_calico():
-            spec = raw.obj.get("spec") if isinstance(raw.obj.get("spec"), Mapping) else {}
+            spec_raw = raw.obj.get("spec")
+            spec: Mapping[str, Any] = spec_raw if isinstance(spec_raw, Mapping) else {}
             order = spec.get("order")
             inv.calico_tiers[raw.name] = (
                 float(order) if isinstance(order, (int, float)) else float("inf"),

@@ -17,12 +17,19 @@ DATA = Path(__file__).parent / "data"
 NETPOL = DATA / "netpol"
 
 
-def documents_from_objects(objects: Iterable[Mapping[str, Any]], file: str = "<test>") -> list[yamlio.Document]:
+def documents_from_objects(
+    objects: Iterable[Mapping[str, Any]], file: str = "<test>"
+) -> list[yamlio.Document]:
     return [yamlio.Document(obj, SourceRef(file, 1, i)) for i, obj in enumerate(objects)]
 
 
-def inventory(paths: Iterable[Path] = (), objects: Iterable[Mapping[str, Any]] = (), text: str = "",
-              cni: str = "generic", settings: Settings | None = None) -> Inventory:
+def inventory(
+    paths: Iterable[Path] = (),
+    objects: Iterable[Mapping[str, Any]] = (),
+    text: str = "",
+    cni: str = "generic",
+    settings: Settings | None = None,
+) -> Inventory:
     docs, errors = yamlio.load_paths(list(paths)) if paths else ([], [])
     docs = [*docs, *documents_from_objects(objects)]
     if text:

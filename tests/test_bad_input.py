@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -46,31 +45,48 @@ def messy(tmp_path: Path) -> Path:
     for i in range(1, 12):
         prev = chr(ord("a") + i - 1)
         cur = chr(ord("a") + i)
-        bomb.append(f"{cur}: &{cur} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]")
+        bomb.append(
+            f"{cur}: &{cur} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]"
+        )
     (root / "bomb.yaml").write_text("\n".join(bomb) + "\n")
     (root / "deep.yaml").write_text("x: " + "[" * 20000 + "]" * 20000 + "\n")
-    (root / "unknown-field.yaml").write_text(VALID_POLICY.replace("metadata: {name: deny-ingress",
-                                                                  "metadata: {name: typo")
-                                             .replace("  policyTypes: [Ingress]", "  policyTyeps: [Ingress]"))
-    (root / "wrong-type.yaml").write_text(VALID_POLICY.replace("deny-ingress", "wrong-type")
-                                          .replace("policyTypes: [Ingress]", "policyTypes: Ingress"))
+    (root / "unknown-field.yaml").write_text(
+        VALID_POLICY.replace("metadata: {name: deny-ingress", "metadata: {name: typo").replace(
+            "  policyTypes: [Ingress]", "  policyTyeps: [Ingress]"
+        )
+    )
+    (root / "wrong-type.yaml").write_text(
+        VALID_POLICY.replace("deny-ingress", "wrong-type").replace(
+            "policyTypes: [Ingress]", "policyTypes: Ingress"
+        )
+    )
     (root / "binary.yaml").write_bytes(b"\x7fELF\x00\x01\x02" + bytes(range(256)))
     secret = tmp_path / "outside-secret.yaml"
     secret.write_text("apiVersion: v1\nkind: Secret\nmetadata: {name: TOPSECRET-MARKER}\n")
-    os.symlink(secret, root / "escape.yaml")
+    (root / "escape.yaml").symlink_to(secret)
     return root
 
 
 def test_every_problem_is_an_error_entry_and_valid_policies_still_decide(messy: Path) -> None:
     inv = load_inventory([messy], Settings())
     by_file = {Path(e.file).name: e for e in inv.errors}
-    assert set(by_file) == {"broken.yaml", "bomb.yaml", "deep.yaml", "unknown-field.yaml", "wrong-type.yaml",
-                            "binary.yaml", "escape.yaml"}, inv.errors
+    assert set(by_file) == {
+        "broken.yaml",
+        "bomb.yaml",
+        "deep.yaml",
+        "unknown-field.yaml",
+        "wrong-type.yaml",
+        "binary.yaml",
+        "escape.yaml",
+    }, inv.errors
     assert "outside the scanned tree" in by_file["escape.yaml"].message
     assert by_file["unknown-field.yaml"].field == "spec.policyTyeps"
     assert by_file["unknown-field.yaml"].object == "NetworkPolicy ml-demo/typo"
     assert by_file["unknown-field.yaml"].line == 6
-    assert by_file["wrong-type.yaml"].field == "spec.policyTypes" and "must be a list" in by_file["wrong-type.yaml"].message
+    assert (
+        by_file["wrong-type.yaml"].field == "spec.policyTypes"
+        and "must be a list" in by_file["wrong-type.yaml"].message
+    )
     assert by_file["broken.yaml"].line >= 3
     assert all(e.line >= 0 and e.message for e in inv.errors)
     assert "TOPSECRET-MARKER" not in repr(inv)
@@ -78,26 +94,50 @@ def test_every_problem_is_an_error_entry_and_valid_policies_still_decide(messy: 
 
 
 def test_explain_still_answers_with_errors_listed(messy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["explain", str(messy), "--from", "ml-demo/worker", "--to", "ml-demo/coord", "--port", "9999",
-                 "--format", "json"])
+    code = main(
+        [
+            "explain",
+            str(messy),
+            "--from",
+            "ml-demo/worker",
+            "--to",
+            "ml-demo/coord",
+            "--port",
+            "9999",
+            "--format",
+            "json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 1 and out["verdict"] == "deny"
     assert out["ingress"]["decided_by"][0]["name"] == "deny-ingress"
     assert len(out["errors"]) == 7
 
 
-@pytest.mark.parametrize(("snippet", "field"), [
-    ("  ingress:\n  - from:\n    - {}\n", "spec.ingress[0].from[0]"),
-    ("  ingress:\n  - from:\n    - ipBlock: {cidr: 10.0.0.0/8}\n      podSelector: {}\n", "spec.ingress[0].from[0]"),
-    ("  ingress:\n  - from:\n    - ipBlock: {cidr: 10.0.0.0/8, except: [192.168.0.0/16]}\n",
-     "spec.ingress[0].from[0].ipBlock.except[0]"),
-    ("  ingress:\n  - ports:\n    - {port: http, endPort: 90}\n", "spec.ingress[0].ports[0].endPort"),
-    ("  ingress:\n  - ports:\n    - {port: 80, protocol: ICMP}\n", "spec.ingress[0].ports[0].protocol"),
-    ("  ingress:\n  - from:\n    - podSelector: {matchExpressions: [{key: a, operator: In}]}\n",
-     "spec.ingress[0].from[0].podSelector.matchExpressions[0].values"),
-    ("  ingress:\n  - from:\n    - podSelector: {matchLabels: {gpu: true}}\n",
-     "spec.ingress[0].from[0].podSelector.matchLabels.gpu"),
-])
+@pytest.mark.parametrize(
+    ("snippet", "field"),
+    [
+        ("  ingress:\n  - from:\n    - {}\n", "spec.ingress[0].from[0]"),
+        (
+            "  ingress:\n  - from:\n    - ipBlock: {cidr: 10.0.0.0/8}\n      podSelector: {}\n",
+            "spec.ingress[0].from[0]",
+        ),
+        (
+            "  ingress:\n  - from:\n    - ipBlock: {cidr: 10.0.0.0/8, except: [192.168.0.0/16]}\n",
+            "spec.ingress[0].from[0].ipBlock.except[0]",
+        ),
+        ("  ingress:\n  - ports:\n    - {port: http, endPort: 90}\n", "spec.ingress[0].ports[0].endPort"),
+        ("  ingress:\n  - ports:\n    - {port: 80, protocol: ICMP}\n", "spec.ingress[0].ports[0].protocol"),
+        (
+            "  ingress:\n  - from:\n    - podSelector: {matchExpressions: [{key: a, operator: In}]}\n",
+            "spec.ingress[0].from[0].podSelector.matchExpressions[0].values",
+        ),
+        (
+            "  ingress:\n  - from:\n    - podSelector: {matchLabels: {gpu: true}}\n",
+            "spec.ingress[0].from[0].podSelector.matchLabels.gpu",
+        ),
+    ],
+)
 def test_invalid_networkpolicy_fields_are_named(tmp_path: Path, snippet: str, field: str) -> None:
     (tmp_path / "p.yaml").write_text(VALID_POLICY + snippet)
     inv = load_inventory([tmp_path], Settings())

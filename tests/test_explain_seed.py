@@ -14,8 +14,18 @@ ARGS = ["--from", "ml-demo/trainer-workers", "--to", "ml-demo/trainer-coordinato
 
 
 def run(capsys: pytest.CaptureFixture[str], state: str, *extra: str) -> tuple[int, dict]:  # type: ignore[type-arg]
-    code = main(["explain", str(LAB / state), str(LAB / "policies.yaml"), str(LAB / "nodes.yaml"), *ARGS,
-                 "--format", "json", *extra])
+    code = main(
+        [
+            "explain",
+            str(LAB / state),
+            str(LAB / "policies.yaml"),
+            str(LAB / "nodes.yaml"),
+            *ARGS,
+            "--format",
+            "json",
+            *extra,
+        ]
+    )
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -64,14 +74,37 @@ def test_zone_override_opens_the_door(capsys: pytest.CaptureFixture[str]) -> Non
     assert names(out["ingress"]) == {"zone-b-only"}
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--from", "ml-demo/nope", "--to", "ml-demo/trainer-coordinator", "--port", "9999"], "no pod or workload"),
-    (["--from", "ml-demo", "--to", "ml-demo/trainer-coordinator", "--port", "9999"], "expected NS/NAME"),
-    (["--from", "ml-demo/trainer-workers", "--to", "ml-demo/trainer-coordinator", "--port", "70000"], "between 1"),
-    (["--from", "ml-demo/trainer-workers", "--to", "ml-demo/trainer-coordinator", "--port", "nope"], "named 'nope'"),
-    (["--from", "ml-demo/trainer-workers", "--to", "ml-demo/trainer-coordinator", "--port", "9999",
-      "--protocol", "ICMP"], "TCP, UDP or SCTP"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--from", "ml-demo/nope", "--to", "ml-demo/trainer-coordinator", "--port", "9999"],
+            "no pod or workload",
+        ),
+        (["--from", "ml-demo", "--to", "ml-demo/trainer-coordinator", "--port", "9999"], "expected NS/NAME"),
+        (
+            ["--from", "ml-demo/trainer-workers", "--to", "ml-demo/trainer-coordinator", "--port", "70000"],
+            "between 1",
+        ),
+        (
+            ["--from", "ml-demo/trainer-workers", "--to", "ml-demo/trainer-coordinator", "--port", "nope"],
+            "named 'nope'",
+        ),
+        (
+            [
+                "--from",
+                "ml-demo/trainer-workers",
+                "--to",
+                "ml-demo/trainer-coordinator",
+                "--port",
+                "9999",
+                "--protocol",
+                "ICMP",
+            ],
+            "TCP, UDP or SCTP",
+        ),
+    ],
+)
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
     code = main(["explain", str(LAB / "before"), str(LAB / "policies.yaml"), str(LAB / "nodes.yaml"), *args])
     assert code == 2
@@ -79,8 +112,21 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], args: list[str]
 
 
 def test_named_port_resolves_on_destination(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["explain", str(LAB / "after"), str(LAB / "policies.yaml"), str(LAB / "nodes.yaml"),
-                 "--from", "ml-demo/trainer-workers", "--to", "ml-demo/trainer-coordinator", "--port", "rendezvous",
-                 "--format", "json"])
+    code = main(
+        [
+            "explain",
+            str(LAB / "after"),
+            str(LAB / "policies.yaml"),
+            str(LAB / "nodes.yaml"),
+            "--from",
+            "ml-demo/trainer-workers",
+            "--to",
+            "ml-demo/trainer-coordinator",
+            "--port",
+            "rendezvous",
+            "--format",
+            "json",
+        ]
+    )
     assert code == 0
     assert json.loads(capsys.readouterr().out)["port"] == 9999

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Union
 
-IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +88,7 @@ class EntityEndpoint:
         return f"reserved:{self.entity}"
 
 
-Endpoint = Union[PodEndpoint, NodeEndpoint, ExternalEndpoint, EntityEndpoint]
+Endpoint = PodEndpoint | NodeEndpoint | ExternalEndpoint | EntityEndpoint
 
 
 def parse_ip(text: str) -> IPAddress:

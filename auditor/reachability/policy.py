@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, Union
+from typing import TYPE_CHECKING, Protocol
 
 from auditor.model.labels import LabelSelector
 from auditor.model.source import SourceRef
@@ -28,7 +28,7 @@ from auditor.reachability.ports import ConnSet, PortSet
 if TYPE_CHECKING:
     from auditor.reachability.calico_selector import Selector as CalicoSelector
 
-IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class Direction(StrEnum):
@@ -320,7 +320,7 @@ class CalicoPeer:
         return " and ".join(parts) or "any peer"
 
 
-Peer = Union[AnyPeer, K8sPodPeer, CIDRPeer, CiliumEndpointPeer, CiliumEntityPeer, NodePeer, CalicoPeer]
+Peer = AnyPeer | K8sPodPeer | CIDRPeer | CiliumEndpointPeer | CiliumEntityPeer | NodePeer | CalicoPeer
 
 
 # ----------------------------------------------------------------------------------------------
@@ -452,7 +452,7 @@ class CalicoSubject:
         return self.selector is None or self.selector.matches(views.calico(pod))
 
 
-Subject = Union[K8sSubject, CiliumSubject, CalicoSubject]
+Subject = K8sSubject | CiliumSubject | CalicoSubject
 
 
 # ----------------------------------------------------------------------------------------------

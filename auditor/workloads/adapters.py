@@ -6,8 +6,8 @@ select on them (`job-name`, `training.kubeflow.org/replica-type`, ...).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from auditor.model.objects import Role, Workload, WorkloadRef, freeze_labels
@@ -30,7 +30,9 @@ def _pod(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
     spec = specs.mapping(obj.get("spec"), "spec")
     template = parse_pod(meta, spec, "")
     status = specs.mapping(obj.get("status"), "status")
-    ips = [str(p.get("ip")) for p in specs.seq(status.get("podIPs"), "status.podIPs") if isinstance(p, Mapping)]
+    ips = [
+        str(p.get("ip")) for p in specs.seq(status.get("podIPs"), "status.podIPs") if isinstance(p, Mapping)
+    ]
     if not ips and status.get("podIP"):
         ips = [str(status["podIP"])]
     for i, ip in enumerate(ips):

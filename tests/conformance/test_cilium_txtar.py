@@ -91,8 +91,10 @@ def run_script(path: Path) -> list[tuple[str, bool, bool]]:
         elif words[0] == "stdout" and pending is not None:
             lookup, _ = pending
             src, dst, proto, port = lookup.split()
-            inv = inventory(objects=[o for objs in active.values() for o in objs],
-                            settings=Settings(network=NetworkConfig(cni="cilium")))
+            inv = inventory(
+                objects=[o for objs in active.values() for o in objs],
+                settings=Settings(network=NetworkConfig(cni="cilium")),
+            )
             assert not inv.errors, inv.errors
             source, destination = identities[src], identities[dst]
             verdict = inv.engine().directional(source, Direction.EGRESS, destination)

@@ -8,7 +8,6 @@ sources, columns destinations, '.' allowed, 'X' denied, 'N'/'?' no server (nothi
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import pytest
@@ -25,14 +24,29 @@ def _objects() -> list[dict[str, Any]]:
     for ns, labels in PROBE["Resources"]["Namespaces"].items():
         objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}})
     for pod in PROBE["Resources"]["Pods"]:
-        objs.append({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod["Name"], "namespace": pod["Namespace"], "labels": pod["Labels"]},
-            "spec": {"containers": [{"name": c["Name"], "ports": [
-                {"containerPort": c["Port"], "name": c["PortName"], "protocol": c["Protocol"].upper()}]}
-                for c in pod["Containers"]]},
-            "status": {"podIP": pod["IP"]},
-        })
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod["Name"], "namespace": pod["Namespace"], "labels": pod["Labels"]},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": c["Name"],
+                            "ports": [
+                                {
+                                    "containerPort": c["Port"],
+                                    "name": c["PortName"],
+                                    "protocol": c["Protocol"].upper(),
+                                }
+                            ],
+                        }
+                        for c in pod["Containers"]
+                    ]
+                },
+                "status": {"podIP": pod["IP"]},
+            }
+        )
     return objs
 
 
@@ -65,9 +79,13 @@ def _tables() -> list[dict[str, dict[tuple[str, str], str]]]:
 
 TABLES = _tables()
 # Probe 3 (TCP 82) has no server in the model: its tables hold only N/? cells and nothing to compare.
-CASES = [(i, probe["Port"], section) for i, probe in enumerate(PROBE["Probes"]) if i < len(TABLES)
-         for section in ("Ingress", "Egress", "Combined")
-         if any(c in (".", "X") for c in TABLES[i][section].values())]
+CASES = [
+    (i, probe["Port"], section)
+    for i, probe in enumerate(PROBE["Probes"])
+    if i < len(TABLES)
+    for section in ("Ingress", "Egress", "Combined")
+    if any(c in (".", "X") for c in TABLES[i][section].values())
+]
 
 
 def test_golden_tables_parsed() -> None:

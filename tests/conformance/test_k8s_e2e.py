@@ -21,7 +21,9 @@ PODS = [f"{ns}/{p}" for ns in "xyz" for p in "abc"]
 
 
 def matrix(case: dict[str, Any], settings: Settings) -> dict[str, str]:
-    inv = inventory([E2E / "model-namespaces.yaml", E2E / "model-pods.yaml"], case["policies"], settings=settings)
+    inv = inventory(
+        [E2E / "model-namespaces.yaml", E2E / "model-pods.yaml"], case["policies"], settings=settings
+    )
     assert not inv.errors, inv.errors
     eps = pod_endpoints(inv)
     engine = inv.engine()
@@ -39,8 +41,10 @@ def matrix(case: dict[str, Any], settings: Settings) -> dict[str, str]:
 
 
 def expected(case: dict[str, Any]) -> dict[str, str]:
-    return {src: "".join("." if src == dst else c for dst, c in zip(PODS, row, strict=True))
-            for src, row in case["expected"].items()}
+    return {
+        src: "".join("." if src == dst else c for dst, c in zip(PODS, row, strict=True))
+        for src, row in case["expected"].items()
+    }
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
@@ -59,5 +63,7 @@ def test_ipblock_on_pod_ips_is_cni_defined() -> None:
     got = matrix(case, Settings(network=cilium))
     assert got["x/a"] == "." + "X" * 8
     assert all(got[p] == "." * 9 for p in PODS if p != "x/a")
-    with_pods = dataclasses.replace(cilium, cilium=dataclasses.replace(cilium.cilium, policy_cidr_match_mode="pods"))
+    with_pods = dataclasses.replace(
+        cilium, cilium=dataclasses.replace(cilium.cilium, policy_cidr_match_mode="pods")
+    )
     assert matrix(case, Settings(network=with_pods)) == expected(case)

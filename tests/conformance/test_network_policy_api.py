@@ -47,7 +47,7 @@ def _steps(suite: dict[str, Any]) -> list[dict[str, Any]]:
 def _cases() -> list[tuple[str, dict[str, Any], int]]:
     out = []
     for suite in SPEC["suites"]:
-        for i, step in enumerate(_steps(suite)):
+        for i, _step in enumerate(_steps(suite)):
             out.append((f"{suite['name'].split(' ')[0]}-step{i}", suite, i))
     return out
 
@@ -86,12 +86,13 @@ def test_step(suite: dict[str, Any], upto: int) -> None:
     eps = pod_endpoints(inv)
     engine = inv.engine()
     for probe in steps[upto]["probes"]:
-        src_house, src_pod = probe["from"].split("/")
-        dst_house, dst_pod = probe["to"].split("/")
+        src_house, _src_pod = probe["from"].split("/")
+        dst_house, _dst_pod = probe["to"].split("/")
         src = eps[f"network-policy-conformance-{src_house}/{HOUSES[src_house]}"]
         dst = eps[f"network-policy-conformance-{dst_house}/{HOUSES[dst_house]}"]
         verdict = engine.flow(src, dst)
         allowed = verdict.allows(probe["proto"].upper(), probe["port"])
         assert allowed == (probe["expect"] == "allow"), (
             f"{probe}: egress {verdict.egress.at('TCP', probe['port'])}, "
-            f"ingress {verdict.ingress.at('TCP', probe['port'])}")
+            f"ingress {verdict.ingress.at('TCP', probe['port'])}"
+        )
