@@ -27,7 +27,7 @@ def inventory(
     paths: Iterable[Path] = (),
     objects: Iterable[Mapping[str, Any]] = (),
     text: str = "",
-    cni: str = "generic",
+    cni: str = "auto",
     settings: Settings | None = None,
 ) -> Inventory:
     docs, errors = yamlio.load_paths(list(paths)) if paths else ([], [])
