@@ -266,7 +266,6 @@ def test_calico_order_and_pass_to_the_profile() -> None:
     assert not allowed(
         inv, "b/other", "a/server"
     )  # same labels, other namespace: the source selector is namespaced
-    assert not allowed(inv, "a/client", "a/server", 8080) is False
     other_port = inventory(text=PODS + CALICO, cni="calico")
     assert not allowed(
         other_port, "b/other", "a/server", 9090
