@@ -12,6 +12,7 @@ Every setting says its unit, default and why. The config file is YAML:
     network:
       cni: auto                  # auto | generic | cilium | calico
       ipblock_matches_pod_ips: true
+      host_network_pods: node    # node | pod: how a generic CNI treats hostNetwork pods
       cilium:
         enforcement_mode: default
         labels: ""               # Cilium's `labels` setting (identity-relevant labels)
@@ -82,6 +83,7 @@ class CiliumConfig:
 class NetworkConfig:
     cni: str = "auto"
     ipblock_matches_pod_ips: bool = True
+    host_network_pods: str = "node"  # node | pod (generic CNI only; see reachability/cni.py)
     cilium: CiliumConfig = field(default_factory=CiliumConfig)
 
     def to_settings(self, cni_kind: str, source: str) -> cni_settings.NetworkSettings:
@@ -96,7 +98,11 @@ class NetworkConfig:
             settings, _ = cni_settings.settings_from_cilium_config(data, source)
             return settings
         return cni_settings.NetworkSettings(
-            cni_kind, cni_settings.CiliumSettings(), self.ipblock_matches_pod_ips, source
+            cni_kind,
+            cni_settings.CiliumSettings(),
+            self.ipblock_matches_pod_ips,
+            source,
+            self.host_network_pods,
         )
 
 
@@ -111,7 +117,7 @@ class Settings:
 _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "kubernetes": {"version": str, "default_namespace": str},
     "topology": {"zone_key": str, "region_key": str, "pod_zone_labels": (list, dict, type(None))},
-    "network": {"cni": str, "ipblock_matches_pod_ips": bool, "cilium": dict},
+    "network": {"cni": str, "ipblock_matches_pod_ips": bool, "host_network_pods": str, "cilium": dict},
     "network.cilium": {
         "enforcement_mode": str,
         "labels": str,
@@ -180,6 +186,13 @@ def parse_settings(data: Any, file: str) -> Settings:
             yamlio.key_line(data.get("network"), "cni"),
             "network.cni",
             f"must be auto, {', '.join(cni_settings.CNI_KINDS)}; got {net['cni']!r}",
+        )
+    if net.get("host_network_pods", "node") not in ("node", "pod"):
+        raise ConfigError(
+            file,
+            yamlio.key_line(data.get("network"), "host_network_pods"),
+            "network.host_network_pods",
+            "must be node or pod",
         )
     if cil.get("enforcement_mode", "default") not in cni_settings.ENFORCEMENT_MODES:
         raise ConfigError(

@@ -151,6 +151,10 @@ class NetworkSettings:
     # as the Kubernetes e2e suite expects; Cilium only with policy-cidr-match-mode=pods.
     ipblock_matches_pod_ips: bool = True
     source: str = "defaults"
+    # NetworkPolicy for hostNetwork pods is implementation-defined. "node" (Cilium, Calico and most
+    # plugins): selectors ignore them and their traffic is the node's. "pod": they are selected and
+    # matched like any pod (what np-guard's netpol-analyzer assumes).
+    host_network_pods: str = "node"
 
     def ipblock_matches_pods(self) -> bool:
         if self.cni == "cilium":
@@ -162,9 +166,14 @@ class NetworkSettings:
             return self.cilium.cidr_match_nodes
         return True
 
+    def host_network_pods_are_pods(self) -> bool:
+        return self.cni == "generic" and self.host_network_pods == "pod"
+
     def describe(self) -> str:
         if self.cni != "cilium":
-            return f"cni={self.cni} (from {self.source})"
+            return (
+                f"cni={self.cni} (from {self.source}), hostNetwork pods treated as {self.host_network_pods}"
+            )
         c = self.cilium
         modes = [m for m, on in (("pods", c.cidr_match_pods), ("nodes", c.cidr_match_nodes)) if on]
         return (

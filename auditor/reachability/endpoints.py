@@ -49,7 +49,8 @@ class PodEndpoint:
         ]
 
     def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        # Role endpoints are already named ns/workload[/role].
+        return self.name if "/" in self.name else f"{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,7 +128,9 @@ def _owner(obj: Mapping[str, Any]) -> tuple[str, str] | None:
 @cache
 def cluster(case: str) -> Cluster:
     docs, errors = yamlio.load_paths([MANIFESTS / case])
-    settings = Settings(network=NetworkConfig(cni="generic"))
+    # netpol-analyzer's pod model has no hostNetwork: it selects host-network pods like any other
+    # (an implementation-defined choice; our default, "node", is tested in test_host_network_reading).
+    settings = Settings(network=NetworkConfig(cni="generic", host_network_pods="pod"))
     inv = build_inventory(docs, settings, errors)
     default_ns = settings.kubernetes.default_namespace
     owners = {
@@ -370,3 +372,16 @@ def test_explain_deciders(pair: ExplainedPair) -> None:
                 side = v.egress if direction == "Egress" else v.ingress
                 assert side.allowed_conns() == (ConnSet.all() if ok else ConnSet.none()), direction
                 assert _our_decisions(side) == decisions, direction
+
+
+def test_host_network_reading() -> None:
+    """With the default reading (host-network pods speak as their node), the hostNetwork DaemonSet
+    pods selected by `enable-from-ipblock-to-isolated-by-tier` are not isolated by it."""
+    docs, errors = yamlio.load_paths([MANIFESTS / "ipblockstest"])
+    inv = build_inventory(docs, Settings(network=NetworkConfig(cni="generic")), errors)
+    engine = inv.engine()
+    eps = {str(r): endpoint_for(inv, r, None) for w in inv.workloads for r in w.roles}
+    host = eps["kube-system/calico-node-mgdlr"]
+    assert host.host_network
+    client = eps["default/cognetive-agents-js4qc"]
+    assert engine.flow(client, host).allowed_conns().is_all()
