@@ -6,7 +6,6 @@ JSON. A name is `NS/POD`, `NS/WORKLOAD` (one-role workloads) or `NS/WORKLOAD/ROL
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -94,7 +93,7 @@ def _zones(inv: Inventory, role: Role, wanted: str | None) -> list[str | None]:
 def endpoint_for(inv: Inventory, role: Role, zone: str | None) -> PodEndpoint:
     topo = inv.settings.topology
     node = representative_node(role, inv.nodes, zone, topo.zone_key)
-    ep = pod_endpoint(
+    return pod_endpoint(
         role,
         inv.namespace_labels(role.workload.namespace),
         zone,
@@ -103,9 +102,6 @@ def endpoint_for(inv: Inventory, role: Role, zone: str | None) -> PodEndpoint:
         topo.zone_key,
         name=str(role),
     )
-    if ep.host_network and inv.network.host_network_pods_are_pods():
-        ep = dataclasses.replace(ep, host_network=False)
-    return ep
 
 
 def resolve_port(port: str, destination: PodEndpoint, protocol: str) -> int:

@@ -114,10 +114,8 @@ def locate(obj: Any, field_path: str, default: int) -> int:
             line = yamlio.key_line(node, part, line)
             node = node[part]
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            idx = int(part)
-            lines = getattr(node, "item_lines", None)
-            line = int(lines[idx]) if lines and idx < len(lines) else yamlio.line_of(node[idx], line)
-            node = node[idx]
+            line = specs.item_line(node, int(part), line)
+            node = node[int(part)]
         else:
             break
     return line

@@ -168,3 +168,17 @@ specs:
 def test_seed_lab_has_no_errors() -> None:
     inv = load_inventory([DATA / "seed-lab"], Settings())
     assert inv.errors == [] and len(inv.policies) == 3 and len(inv.nodes) == 5
+
+
+def test_pod_field_paths_start_at_the_object_root(tmp_path: Path) -> None:
+    (tmp_path / "pod.yaml").write_text("""\
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: ml-demo}
+spec:
+  containers: [{name: c, image: x}]
+  initContainers:
+  - {name: side, image: x, restartPolicy: Always, ports: {}}
+""")
+    inv = load_inventory([tmp_path], Settings())
+    assert [(e.field, e.line) for e in inv.errors] == [("spec.initContainers[0].ports", 7)]

@@ -80,7 +80,9 @@ class PodTemplate:
     service_account: str = "default"
     host_network: bool = False
     node_name: str | None = None
-    requests: tuple[tuple[str, str], ...] = ()
+    # Per container (and running sidecar): (resource, quantity) as written, limits filling absent
+    # requests; summing needs Kubernetes quantity arithmetic and is left to the resource-fit filter.
+    requests: tuple[tuple[tuple[str, str], ...], ...] = ()
     pod_ips: tuple[str, ...] = ()  # status.podIPs of a live or dumped Pod
     spec: Any = field(default=None, compare=False, hash=False)
 

@@ -301,7 +301,7 @@ def _to_ports(raw: list[Any], field: str, deny: bool) -> tuple[PortMatch, str]:
             value = pb.get("port")
             text = "" if value is None else str(value).strip()
             if text and not text.isdigit():
-                if proto_raw == "ANY" or protocols:
+                if protocols:  # a named ICMP/VRRP/IGMP port covers no TCP/UDP/SCTP connection
                     named.append((text, None if proto_raw == "ANY" else proto_raw))
                 continue
             lo = int(text) if text else 0

@@ -103,10 +103,12 @@ class FlowVerdict:
         return self.allowed_conns().contains(protocol, port)
 
 
+def _pod_identity(pod: PodEndpoint) -> PodEndpoint:
+    return dataclasses.replace(pod, name="") if pod.name else pod
+
+
 def _identity(ep: Endpoint) -> Endpoint:
-    if isinstance(ep, PodEndpoint):
-        return dataclasses.replace(ep, name="")
-    return ep
+    return _pod_identity(ep) if isinstance(ep, PodEndpoint) else ep
 
 
 class _ViewCache:
@@ -212,16 +214,26 @@ class PolicyEngine:
         )
 
     def directional(self, subject: Endpoint, direction: Direction, peer: Endpoint) -> DirectionalVerdict:
-        key = (_identity(subject), direction, _identity(peer))
+        key = (self._normalise(subject), direction, self._normalise(peer))
         cached = self._verdicts.get(key)
         if cached is None:
-            cached = self._verdicts[key] = self._evaluate(subject, direction, peer)
+            cached = self._verdicts[key] = self._evaluate(key[0], direction, key[2])
         return cached
 
+    def _normalise(self, ep: Endpoint) -> Endpoint:
+        """What policies can tell about an endpoint: its name never matters, and under the "pod"
+        reading of hostNetwork pods (settings.host_network_pods) they are ordinary pods."""
+        ident = _identity(ep)
+        if (
+            isinstance(ident, PodEndpoint)
+            and ident.host_network
+            and self.settings.host_network_pods_are_pods()
+        ):
+            ident = dataclasses.replace(ident, host_network=False)
+        return ident
+
     def applicable(self, subject: PodEndpoint, direction: Direction, tier: str) -> tuple[CompiledPolicy, ...]:
-        ident = _identity(subject)
-        assert isinstance(ident, PodEndpoint)
-        key = (ident, direction, tier)
+        key = (_pod_identity(subject), direction, tier)
         found = self._applicable.get(key)
         if found is None:
             by_ns = self._index[tier]
@@ -235,27 +247,21 @@ class PolicyEngine:
             self._applicable[key] = found
         return found
 
-    def policies_selecting(self, subject: PodEndpoint) -> list[CompiledPolicy]:
-        out: list[CompiledPolicy] = []
-        for tier in self.tiers:
-            for d in Direction:
-                out.extend(p for p in self.applicable(subject, d, tier.name) if p not in out)
-        return out
-
     # -- evaluation ---------------------------------------------------------------------------
 
     def _evaluate(self, subject: Endpoint, direction: Direction, peer: Endpoint) -> DirectionalVerdict:
         if not isinstance(subject, PodEndpoint):
             what = "an address outside the cluster" if isinstance(subject, ExternalEndpoint) else "not a pod"
             return DirectionalVerdict(
-                direction, (Segment(ConnSet.all(), True, (), f"{subject} is {what}; no pod policy applies"),)
+                direction,
+                (Segment(ConnSet.all(), True, (), f"the endpoint is {what}; no pod policy applies"),),
             )
         if subject.host_network:
             return DirectionalVerdict(
                 direction,
                 (
                     Segment(
-                        ConnSet.all(), True, (), f"{subject} uses the host network; pod policies do not apply"
+                        ConnSet.all(), True, (), "the pod uses the host network; pod policies do not apply"
                     ),
                 ),
             )
@@ -317,7 +323,7 @@ class PolicyEngine:
                     if not hit:
                         continue
                     remaining = remaining - hit
-                    decider = Decider(rule.ref.policy, rule.ref.rule, rule.ref.line, rule.action.value)
+                    decider = _decider(rule)
                     if rule.action is Action.ALLOW:
                         segments.append(
                             Segment(hit, True, (*chain, decider), _note("allowed by a rule", rule))

@@ -27,36 +27,38 @@ def parse_pod(
     field: str,
     extra_labels: Mapping[str, str] | None = None,
 ) -> PodTemplate:
-    labels = dict(specs.mapping(meta.get("labels"), f"{field}.metadata.labels"))
+    # A Pod object is read from its root (field ""), a template from e.g. "spec.template".
+    at = f"{field}." if field else ""
+    labels = dict(specs.mapping(meta.get("labels"), f"{at}metadata.labels"))
     for k, v in labels.items():
         if isinstance(v, (dict, list)):
-            raise PolicyError(f"{field}.metadata.labels.{k}", "label value must be a string")
+            raise PolicyError(f"{at}metadata.labels.{k}", "label value must be a string")
     if extra_labels:
         labels.update(extra_labels)
-    annotations = specs.mapping(meta.get("annotations"), f"{field}.metadata.annotations")
-    node_selector = specs.mapping(spec.get("nodeSelector"), f"{field}.spec.nodeSelector")
+    annotations = specs.mapping(meta.get("annotations"), f"{at}metadata.annotations")
+    node_selector = specs.mapping(spec.get("nodeSelector"), f"{at}spec.nodeSelector")
     tolerations = []
-    for i, t in enumerate(specs.seq(spec.get("tolerations"), f"{field}.spec.tolerations")):
-        tb = specs.mapping(t, f"{field}.spec.tolerations[{i}]")
+    for i, t in enumerate(specs.seq(spec.get("tolerations"), f"{at}spec.tolerations")):
+        tb = specs.mapping(t, f"{at}spec.tolerations[{i}]")
         op = str(tb.get("operator") or "Equal")
         if op not in ("Equal", "Exists"):
-            raise PolicyError(
-                f"{field}.spec.tolerations[{i}].operator", f"must be Equal or Exists, got {op!r}"
-            )
+            raise PolicyError(f"{at}spec.tolerations[{i}].operator", f"must be Equal or Exists, got {op!r}")
         tolerations.append(
             Toleration(str(tb.get("key") or ""), op, str(tb.get("value") or ""), str(tb.get("effect") or ""))
         )
     named: list[NamedPort] = []
     declared: list[tuple[str, int]] = []
-    requests: dict[str, str] = {}
-    containers = specs.seq(spec.get("containers"), f"{field}.spec.containers")
-    init = [
-        c
-        for c in specs.seq(spec.get("initContainers"), f"{field}.spec.initContainers")
+    requests: list[tuple[tuple[str, str], ...]] = []
+    containers = [
+        (f"{at}spec.containers[{i}]", c)
+        for i, c in enumerate(specs.seq(spec.get("containers"), f"{at}spec.containers"))
+    ]
+    sidecars = [  # init containers with restartPolicy Always keep running and serve ports
+        (f"{at}spec.initContainers[{i}]", c)
+        for i, c in enumerate(specs.seq(spec.get("initContainers"), f"{at}spec.initContainers"))
         if isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
-    ]  # sidecars serve ports
-    for i, c in enumerate([*containers, *init]):
-        cf = f"{field}.spec.containers[{i}]"
+    ]
+    for cf, c in [*containers, *sidecars]:
         cb = specs.mapping(c, cf)
         for j, p in enumerate(specs.seq(cb.get("ports"), f"{cf}.ports")):
             pb = specs.mapping(p, f"{cf}.ports[{j}]")
@@ -74,9 +76,8 @@ def parse_pod(
         res = specs.mapping(cb.get("resources"), f"{cf}.resources")
         req = specs.mapping(res.get("requests"), f"{cf}.resources.requests")
         lim = specs.mapping(res.get("limits"), f"{cf}.resources.limits")
-        for k, v in {**lim, **req}.items():
-            # Requests default to limits when absent (as for nvidia.com/gpu); summed per pod.
-            requests[str(k)] = _add_quantity(requests.get(str(k)), str(v))
+        # A request defaults to the limit when absent (as for nvidia.com/gpu).
+        requests.append(tuple(sorted((str(k), str(v)) for k, v in {**lim, **req}.items())))
     return PodTemplate(
         labels=freeze_labels(labels),
         annotations=freeze_labels(annotations),
@@ -88,12 +89,6 @@ def parse_pod(
         service_account=str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"),
         host_network=bool(spec.get("hostNetwork")),
         node_name=str(spec["nodeName"]) if spec.get("nodeName") else None,
-        requests=tuple(sorted(requests.items())),
+        requests=tuple(requests),
         spec=spec,
     )
-
-
-def _add_quantity(a: str | None, b: str) -> str:
-    if a is None:
-        return b
-    return f"{a}+{b}"
