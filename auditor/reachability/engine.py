@@ -31,6 +31,7 @@ from auditor.reachability.endpoints import (
     NodeEndpoint,
     PodEndpoint,
 )
+from auditor.reachability.identity import IdentityProjection
 from auditor.reachability.policy import (
     Action,
     CompiledPolicy,
@@ -105,10 +106,6 @@ class FlowVerdict:
 
 def _pod_identity(pod: PodEndpoint) -> PodEndpoint:
     return dataclasses.replace(pod, name="") if pod.name else pod
-
-
-def _identity(ep: Endpoint) -> Endpoint:
-    return _pod_identity(ep) if isinstance(ep, PodEndpoint) else ep
 
 
 class _ViewCache:
@@ -200,6 +197,7 @@ class PolicyEngine:
         }
         for p in sorted(self.policies, key=lambda p: p.order):
             self._index[p.tier][p.subject.namespace_hint].append(p)
+        self.identities = IdentityProjection(self.policies, settings)
         self._applicable: dict[tuple[PodEndpoint, Direction, str], tuple[CompiledPolicy, ...]] = {}
         self._verdicts: dict[tuple[Endpoint, Direction, Endpoint], DirectionalVerdict] = {}
 
@@ -221,16 +219,9 @@ class PolicyEngine:
         return cached
 
     def _normalise(self, ep: Endpoint) -> Endpoint:
-        """What policies can tell about an endpoint: its name never matters, and under the "pod"
-        reading of hostNetwork pods (settings.host_network_pods) they are ordinary pods."""
-        ident = _identity(ep)
-        if (
-            isinstance(ident, PodEndpoint)
-            and ident.host_network
-            and self.settings.host_network_pods_are_pods()
-        ):
-            ident = dataclasses.replace(ident, host_network=False)
-        return ident
+        """The endpoint's identity: what the policies in play can tell about it (identity.py);
+        under the "pod" reading of hostNetwork pods they are ordinary pods."""
+        return self.identities.project(ep)
 
     def applicable(self, subject: PodEndpoint, direction: Direction, tier: str) -> tuple[CompiledPolicy, ...]:
         key = (_pod_identity(subject), direction, tier)

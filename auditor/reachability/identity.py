@@ -1,0 +1,100 @@
+"""Endpoint identities: what the policies in play can tell about a pod, and nothing else.
+
+Two pods that every selector, named port and CIDR in play sees alike get the same verdicts, so
+verdicts are computed once per identity. An identity keeps the pod's namespace (and namespace
+labels), service account, and only the labels some selector reads, the named ports some rule
+names, and its IPs only when a CIDR rule can match pod IPs. The pod name never matters. This is
+what makes the cost grow with the number of distinct identities, not with pods².
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from auditor.reachability import cni
+from auditor.reachability.endpoints import Endpoint, PodEndpoint
+from auditor.reachability.policy import (
+    CalicoPeer,
+    CIDRPeer,
+    CiliumEndpointPeer,
+    CompiledPolicy,
+    K8sPodPeer,
+    K8sSubject,
+    Peer,
+    Subject,
+)
+
+# Keys Cilium and Calico derive from the namespace, service account or cluster, not pod labels.
+_PSEUDO_PREFIXES = (
+    cni.CILIUM_NS_LABEL,
+    cni.CILIUM_NS_META,
+    cni.CILIUM_SA_LABEL,
+    cni.CILIUM_CLUSTER_LABEL,
+    "reserved:",
+    "pcns.",
+    "pcsa.",
+    "projectcalico.org/",
+)
+
+
+def _label_key(key: str) -> str | None:
+    for source in ("k8s:", "any:"):
+        key = key.removeprefix(source)
+    return None if key.startswith(_PSEUDO_PREFIXES) else key
+
+
+class IdentityProjection:
+    """Built once per policy set; `project` maps an endpoint to its identity."""
+
+    def __init__(self, policies: Iterable[CompiledPolicy], settings: cni.NetworkSettings) -> None:
+        self.settings = settings
+        keys: set[str] = set()
+        names: set[str] = set()
+        self.reads_ips = False
+        for policy in policies:
+            self._subject_keys(policy.subject, keys)
+            for direction in (policy.ingress, policy.egress):
+                for rule in direction.rules:
+                    names |= rule.ports.names()
+                    for peer in (*rule.peers, *([rule.local] if rule.local is not None else [])):
+                        self._peer_keys(peer, keys)
+        self.label_keys = frozenset(keys)
+        self.port_names = frozenset(names)
+
+    def _subject_keys(self, subject: Subject, keys: set[str]) -> None:
+        if isinstance(subject, K8sSubject):
+            keys |= subject.pod_selector.keys()
+        elif subject.selector is not None:  # Cilium and Calico subjects
+            keys |= {k for k in map(_label_key, subject.selector.keys()) if k}
+
+    def _peer_keys(self, peer: Peer, keys: set[str]) -> None:
+        if isinstance(peer, K8sPodPeer):
+            keys |= peer.pod_selector.keys()
+        elif isinstance(peer, CiliumEndpointPeer):
+            keys |= {k for k in map(_label_key, peer.selector.keys()) if k}
+        elif isinstance(peer, CalicoPeer):
+            for sel in (peer.selector, peer.not_selector):
+                if sel is not None:
+                    keys |= {k for k in map(_label_key, sel.keys()) if k}
+            if peer.nets or peer.not_nets:
+                self.reads_ips = True
+        elif isinstance(peer, CIDRPeer):
+            self.reads_ips = True
+
+    def project(self, ep: Endpoint) -> Endpoint:
+        if not isinstance(ep, PodEndpoint):
+            return ep
+        host = ep.host_network and not self.settings.host_network_pods_are_pods()
+        return dataclasses.replace(
+            ep,
+            name="",
+            labels=tuple(kv for kv in ep.labels if kv[0] in self.label_keys),
+            named_ports=tuple(p for p in ep.named_ports if p.name in self.port_names),
+            ips=ep.ips if (self.reads_ips or host) else (),
+            # Where a pod runs matters only for a host-network pod (it speaks as its node).
+            node=ep.node if host else None,
+            zone=None,
+            host_network=host,
+            node_labels=ep.node_labels if host else (),
+        )
