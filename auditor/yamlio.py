@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 import stat
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -135,6 +136,7 @@ _VALUE_TAG = "tag:yaml.org,2002:value"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
+_STR_TAG = "tag:yaml.org,2002:str"
 
 
 class _Resolver(Resolver):
@@ -477,6 +479,65 @@ def _measure(root: Node, line_offset: int, limits: YamlLimits) -> None:
                 stack.append((child, False))
 
 
+class _NeedsFullConstructor(Exception):
+    """The fast path met a merge key or a non-core collection tag: use _Constructor."""
+
+
+def _construct_plain(ctor: _Constructor, root: Node) -> Any:
+    """Build an alias-free document as _Constructor would, without PyYAML's per-node machinery.
+
+    Big manifests (a PodList of thousands of pods) are mostly mappings and plain strings; walking
+    the node tree with an explicit queue and converting only non-string scalars through the
+    constructor is several times faster and cannot recurse. Same containers, lines, key
+    conversions and duplicate-key errors as the full constructor (tests compare the two).
+    """
+    offset = ctor.line_offset
+
+    def make(node: Node) -> tuple[Any, Node | None]:
+        if isinstance(node, ScalarNode):
+            return (node.value if node.tag == _STR_TAG else ctor.construct_object(node, deep=True)), None
+        if isinstance(node, MappingNode) and node.tag == _MAP_TAG:
+            return YamlMap(line=_node_line(node, offset)), node
+        if isinstance(node, SequenceNode) and node.tag == _SEQ_TAG:
+            return YamlSeq(line=_node_line(node, offset)), node
+        raise _NeedsFullConstructor
+
+    result, pending = make(root)
+    # First in, first out: the order in which the full constructor resumes its generators, so the
+    # first error reported is the same one.
+    queue: deque[tuple[Any, Node]] = deque([(result, pending)] if pending is not None else [])
+    while queue:
+        container, node = queue.popleft()
+        if isinstance(container, YamlMap):
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    raise _NeedsFullConstructor
+                key = (
+                    key_node.value
+                    if (isinstance(key_node, ScalarNode) and key_node.tag == _STR_TAG)
+                    else (ctor._key(key_node))
+                )
+                line = _node_line(key_node, offset)
+                if key in container:
+                    raise _DocError(
+                        line,
+                        f"duplicate key {key!r} in one mapping (first at line {container.key_lines[key]})",
+                    )
+                value, child = make(value_node)
+                container[key] = value
+                container.key_lines[key] = line
+                if child is not None:
+                    queue.append((value, child))
+        else:
+            for item in node.value:
+                value, child = make(item)
+                container.append(value)
+                container.item_lines.append(_node_line(item, offset))
+                if child is not None:
+                    queue.append((value, child))
+    return result
+
+
 # --------------------------------------------------------------------------------------------
 # Loading
 
@@ -516,7 +577,12 @@ def _load_document(
             # Without aliases the pre-scan's count and depth already are the expanded ones.
             if aliases:
                 _measure(node, line_offset, limits)
-            data = loader.construct_document(node)
+                data = loader.construct_document(node)
+            else:
+                try:
+                    data = _construct_plain(loader, node)
+                except _NeedsFullConstructor:
+                    data = loader.construct_document(node)
         finally:
             loader.dispose()
         if data is None:

@@ -565,3 +565,37 @@ def test_load_paths_combines_discovery_and_loading(tmp_path: Path, monkeypatch: 
     ]
     assert [(e.file, e.line) for e in errors] == [("missing", 0), ("k/c.yaml", 2)]
     assert all(isinstance(e, LoadError) for e in errors)
+
+
+def _located(obj: Any) -> Any:
+    """Data plus every line number, for comparing two loads exactly."""
+    if isinstance(obj, yamlio.YamlMap):
+        return ("map", obj.line, {k: (obj.key_lines[k], _located(v)) for k, v in obj.items()})
+    if isinstance(obj, yamlio.YamlSeq):
+        return ("seq", obj.line, list(zip(obj.item_lines, map(_located, obj), strict=True)))
+    return obj
+
+
+def test_fast_constructor_matches_the_full_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    data_dir = Path(__file__).parent / "data"
+    files = sorted(p for p in data_dir.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
+    assert len(files) > 40
+    fast = [yamlio.load_file(p, str(p)) for p in files]
+
+    def refuse(ctor: Any, node: Any) -> Any:
+        raise yamlio._NeedsFullConstructor
+
+    monkeypatch.setattr(yamlio, "_construct_plain", refuse)
+    full = [yamlio.load_file(p, str(p)) for p in files]
+    for path, (fd, fe), (sd, se) in zip(files, fast, full, strict=True):
+        assert fe == se, path
+        assert [(d.source, _located(d.data)) for d in fd] == [(d.source, _located(d.data)) for d in sd], path
+
+
+def test_fast_constructor_reports_duplicates_and_merges_like_the_full_one() -> None:
+    docs, errors = yamlio.load_text("a: 1\nb: 2\na: 3\n", "f.yaml")
+    assert not docs and errors[0].line == 3 and "first at line 1" in errors[0].message
+    docs, errors = yamlio.load_text("base: &b {x: 1}\nm:\n  <<: *b\n  y: 2\n", "f.yaml")
+    assert not errors and docs[0].data["m"] == {"x": 1, "y": 2}
+    docs, errors = yamlio.load_text("m:\n  <<: {x: 1}\n  y: 2\n", "f.yaml")
+    assert not errors and docs[0].data["m"] == {"x": 1, "y": 2}

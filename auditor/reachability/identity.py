@@ -9,15 +9,18 @@ what makes the cost grow with the number of distinct identities, not with pods²
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import ipaddress
 from collections.abc import Iterable
 
 from auditor.reachability import cni
-from auditor.reachability.endpoints import Endpoint, PodEndpoint
+from auditor.reachability.endpoints import Endpoint, IPAddress, PodEndpoint
 from auditor.reachability.policy import (
     CalicoPeer,
     CIDRPeer,
     CiliumEndpointPeer,
+    CiliumEntityPeer,
     CompiledPolicy,
     K8sPodPeer,
     K8sSubject,
@@ -52,6 +55,10 @@ class IdentityProjection:
         keys: set[str] = set()
         names: set[str] = set()
         self.reads_ips = False
+        self.reads_node = False
+        # Where CIDRs start and end, per IP version: addresses between two boundaries match the
+        # same CIDR rules, so an identity keeps the region's first address, not the pod's IP.
+        self._boundaries: dict[int, set[int]] = {4: set(), 6: set()}
         for policy in policies:
             self._subject_keys(policy.subject, keys)
             for direction in (policy.ingress, policy.egress):
@@ -61,6 +68,7 @@ class IdentityProjection:
                         self._peer_keys(peer, keys)
         self.label_keys = frozenset(keys)
         self.port_names = frozenset(names)
+        self._sorted = {v: sorted(b) for v, b in self._boundaries.items()}
 
     def _subject_keys(self, subject: Subject, keys: set[str]) -> None:
         if isinstance(subject, K8sSubject):
@@ -77,10 +85,23 @@ class IdentityProjection:
             for sel in (peer.selector, peer.not_selector):
                 if sel is not None:
                     keys |= {k for k in map(_label_key, sel.keys()) if k}
-            if peer.nets or peer.not_nets:
-                self.reads_ips = True
+            for net in (*peer.nets, *peer.not_nets):
+                self._add_cidr(net)
         elif isinstance(peer, CIDRPeer):
-            self.reads_ips = True
+            for net in (peer.cidr, *peer.excepts):
+                self._add_cidr(net)
+        elif isinstance(peer, CiliumEntityPeer) and peer.entities & {"host", "remote-node"}:
+            self.reads_node = True
+
+    def _add_cidr(self, net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> None:
+        self.reads_ips = True
+        self._boundaries[net.version] |= {int(net.network_address), int(net.broadcast_address) + 1}
+
+    def _region(self, ip: IPAddress) -> IPAddress:
+        bounds = self._sorted[ip.version]
+        i = bisect.bisect_right(bounds, int(ip))
+        start = bounds[i - 1] if i else 0
+        return ipaddress.IPv4Address(start) if ip.version == 4 else ipaddress.IPv6Address(start)
 
     def project(self, ep: Endpoint) -> Endpoint:
         if not isinstance(ep, PodEndpoint):
@@ -91,9 +112,10 @@ class IdentityProjection:
             name="",
             labels=tuple(kv for kv in ep.labels if kv[0] in self.label_keys),
             named_ports=tuple(p for p in ep.named_ports if p.name in self.port_names),
-            ips=ep.ips if (self.reads_ips or host) else (),
-            # Where a pod runs matters only for a host-network pod (it speaks as its node).
-            node=ep.node if host else None,
+            ips=tuple(dict.fromkeys(map(self._region, ep.ips))) if self.reads_ips else (),
+            # Where a pod runs matters for a host-network pod (it speaks as its node) and for
+            # Cilium's host/remote-node entities.
+            node=ep.node if (host or self.reads_node) else None,
             zone=None,
             host_network=host,
             node_labels=ep.node_labels if host else (),

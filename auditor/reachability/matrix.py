@@ -1,0 +1,378 @@
+"""All-pairs verdicts over identity classes, as bitset rows.
+
+For a set of pods, every pod maps to its identity (identity.py). For each direction and each
+distinct *subject situation* (the policies that apply to it, its named ports when it is the
+destination, the Calico rule filters it passes), one row is computed: for every piece of the
+connection space where the rules in play are constant, the set of peer identities the direction
+allows, as a Python int used as a bitset. Rows are shared by every identity in the same
+situation, peer sets come from inverted label indexes instead of pairwise matching, so the work
+grows with (situations × rules × pieces) bit operations, not with pods².
+
+`allowed(src, dst, protocol, port)` is then two row look-ups and two bit tests;
+`allowed_pod_pairs(protocol, port)` counts allowed pod pairs for a probe with numpy, block by block.
+
+The per-pair engine (engine.py) stays the reference: the tests check this matrix against it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from auditor.model.labels import LabelSelector
+from auditor.reachability.endpoints import Endpoint, PodEndpoint
+from auditor.reachability.engine import UNION, PolicyEngine, TierDef
+from auditor.reachability.policy import (
+    Action,
+    AnyPeer,
+    CiliumEndpointPeer,
+    CiliumEntityPeer,
+    CompiledPolicy,
+    Direction,
+    K8sPodPeer,
+    NodePeer,
+    Peer,
+    Rule,
+)
+from auditor.reachability.ports import MAX_PORT, PROTOCOLS, ConnSet, PortSet
+
+# (tier, some policy applies, some applicable policy isolates, [(action, [(connections, peers)])])
+_CompiledTier = tuple[TierDef, bool, bool, list[tuple[Action, list[tuple[ConnSet, int]]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """Allowed peer identities per protocol, piecewise over ports: `starts[i]` begins piece i."""
+
+    pieces: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]  # (protocol, starts, bitsets)
+
+    def bits(self, protocol: str, port: int) -> int:
+        for proto, starts, bitsets in self.pieces:
+            if proto == protocol:
+                return bitsets[bisect.bisect_right(starts, port) - 1]
+        return 0
+
+
+class _Postings:
+    """Inverted index of label views: (key, value) → identities, key → identities, as bitsets."""
+
+    def __init__(self, views: Sequence[Mapping[str, str] | None]) -> None:
+        self.kv: dict[tuple[str, str], int] = {}
+        self.key: dict[str, int] = {}
+        for i, view in enumerate(views):
+            if view is None:
+                continue
+            bit = 1 << i
+            for k, v in view.items():
+                self.kv[(k, v)] = self.kv.get((k, v), 0) | bit
+                self.key[k] = self.key.get(k, 0) | bit
+
+    def select(self, selector: LabelSelector, universe: int) -> int:
+        if selector.impossible:
+            return 0
+        bits = universe
+        for r in selector.requirements:
+            if r.operator in ("In", "NotIn"):
+                hit = 0
+                for v in r.values:
+                    hit |= self.kv.get((r.key, v), 0)
+                bits &= hit if r.operator == "In" else universe & ~hit
+            elif r.operator == "Exists":
+                bits &= self.key.get(r.key, 0)
+            else:
+                bits &= universe & ~self.key.get(r.key, 0)
+            if not bits:
+                break
+        return bits
+
+
+class ClassMatrix:
+    def __init__(self, engine: PolicyEngine, pods: Sequence[PodEndpoint]) -> None:
+        self.engine = engine
+        project = engine.identities.project
+        index: dict[Endpoint, int] = {}
+        self.identities: list[PodEndpoint] = []
+        self.pod_identity: list[int] = []
+        for pod in pods:
+            ident = project(pod)
+            assert isinstance(ident, PodEndpoint)
+            i = index.get(ident)
+            if i is None:
+                i = index[ident] = len(self.identities)
+                self.identities.append(ident)
+            self.pod_identity.append(i)
+        counts = Counter(self.pod_identity)
+        self.weights = [counts[i] for i in range(len(self.identities))]
+        n = len(self.identities)
+        self.all = (1 << n) - 1
+        self.host = sum(1 << i for i, e in enumerate(self.identities) if e.host_network)
+        self.pods_bits = self.all & ~self.host
+        views = engine.views
+        self._by_ns: dict[str, int] = {}
+        for i, e in enumerate(self.identities):
+            self._by_ns[e.namespace] = self._by_ns.get(e.namespace, 0) | (1 << i)
+        self._ns_view = {e.namespace: views.k8s_namespace(e) for e in self.identities}
+        self._k8s = _Postings([None if e.host_network else views.k8s(e) for e in self.identities])
+        self._cilium = (
+            _Postings([None if e.host_network else views.cilium(e, None) for e in self.identities])
+            if engine.settings.cni == "cilium"
+            else None
+        )
+        self._peer_bits: dict[Peer, int] = {}
+        self._rows: dict[tuple[object, ...], Row] = {}
+        self.row_of: dict[Direction, list[Row]] = {d: [self._row(i, d) for i in range(n)] for d in Direction}
+
+    # -- peers --------------------------------------------------------------------------------
+
+    def peer_bits(self, peer: Peer) -> int:
+        """Non-host-network identities the peer matches (independent of the subject for pods)."""
+        found = self._peer_bits.get(peer)
+        if found is None:
+            found = self._peer_bits[peer] = self._compute_peer_bits(peer)
+        return found
+
+    def _compute_peer_bits(self, peer: Peer) -> int:
+        universe = self.pods_bits
+        if isinstance(peer, AnyPeer):
+            return universe
+        if isinstance(peer, K8sPodPeer):
+            if peer.namespace_selector is None:
+                ns_bits = self._by_ns.get(peer.namespace or "", 0)
+            else:
+                ns_bits = 0
+                for ns, view in self._ns_view.items():
+                    if peer.namespace_selector.matches(view):
+                        ns_bits |= self._by_ns[ns]
+            return self._k8s.select(peer.pod_selector, universe & ns_bits) if ns_bits else 0
+        if isinstance(peer, CiliumEndpointPeer) and self._cilium is not None:
+            return self._cilium.select(peer.selector, universe)
+        if isinstance(peer, CiliumEntityPeer):
+            return universe if peer.entities & {"all", "cluster"} else 0
+        if isinstance(peer, NodePeer):
+            return 0
+        bits = 0  # CIDR and Calico peers: match each identity (their number is kept small by identity.py)
+        views = self.engine.views
+        for i, e in enumerate(self.identities):
+            if not e.host_network and peer.matches(e, views, e):
+                bits |= 1 << i
+        return bits
+
+    def _rule_hits(self, rule: Rule, subject: PodEndpoint, direction: Direction) -> list[tuple[ConnSet, int]]:
+        """(connections, peer identities) pairs the rule covers for this subject."""
+        views = self.engine.views
+        if rule.local is not None and not rule.local.matches(subject, views, subject):
+            return []
+        peers = 0
+        for p in rule.peers:
+            peers |= self.peer_bits(p)
+        host_hits = [
+            i for i in _bit_indexes(self.host) if rule.peer_matches(self.identities[i], views, subject)
+        ]
+        for i in host_hits:
+            peers |= 1 << i
+        if not peers:
+            return []
+        if direction is Direction.INGRESS or not (rule.ports.named or rule.ports.exclude_named):
+            # Named ports resolve on the destination: the subject itself for ingress; without
+            # named ports the result does not depend on the destination at all.
+            conns = rule.ports.resolve(subject)
+            return [(conns, peers)] if conns else []
+        # Egress with named ports: they resolve on each destination; group peers by resolution.
+        groups: dict[ConnSet, int] = {}
+        for i in _bit_indexes(peers):
+            conns = rule.ports.resolve(self.identities[i])
+            if conns:
+                groups[conns] = groups.get(conns, 0) | (1 << i)
+        return list(groups.items())
+
+    # -- rows ---------------------------------------------------------------------------------
+
+    def _row(self, i: int, direction: Direction) -> Row:
+        subject = self.identities[i]
+        engine = self.engine
+        if subject.host_network or (
+            engine.settings.cni == "cilium" and engine.settings.cilium.enforcement_mode == "never"
+        ):
+            return self._rows.setdefault(("open",), Row(tuple((p, (1,), (self.all,)) for p in PROTOCOLS)))
+        tiers = [(t, engine.applicable(subject, direction, t.name)) for t in engine.tiers]
+        locals_ = tuple(
+            r.local.matches(subject, engine.views, subject)
+            for _, ps in tiers
+            for p in ps
+            for r in p.direction(direction).rules
+            if r.local is not None
+        )
+        key = (
+            direction,
+            tuple(tuple(id(p) for p in ps) for _, ps in tiers),
+            subject.named_ports if direction is Direction.INGRESS else (),
+            locals_,
+            subject.node if engine.identities.reads_node else None,
+        )
+        row = self._rows.get(key)
+        if row is None:
+            row = self._rows[key] = self._compute_row(subject, direction, tiers)
+        return row
+
+    def _compute_row(
+        self,
+        subject: PodEndpoint,
+        direction: Direction,
+        tiers: list[tuple[TierDef, tuple[CompiledPolicy, ...]]],
+    ) -> Row:
+        compiled: list[_CompiledTier] = []
+        starts: dict[str, set[int]] = {p: {1} for p in PROTOCOLS}
+        for tier, policies in tiers:
+            rules: list[tuple[Action, list[tuple[ConnSet, int]]]] = []
+            for policy in policies:
+                for rule in policy.direction(direction).rules:
+                    hits = self._rule_hits(rule, subject, direction)
+                    rules.append((rule.action, hits))
+                    for conns, _ in hits:
+                        for proto, ports in conns.by_protocol:
+                            starts[proto].update(b for b in ports.boundaries() if b <= MAX_PORT)
+            isolating = any(p.direction(direction).isolates for p in policies)
+            compiled.append((tier, bool(policies), isolating, rules))
+        pieces = []
+        for proto in PROTOCOLS:
+            ordered = tuple(sorted(starts[proto]))
+            pieces.append((proto, ordered, tuple(self._piece(compiled, proto, s) for s in ordered)))
+        return Row(tuple(pieces))
+
+    def _piece(self, compiled: list[_CompiledTier], protocol: str, port: int) -> int:
+        """Allowed peer identities at one (protocol, port): the engine's tier walk, on bitsets."""
+        pending = self.all
+        allowed = 0
+        for tier, applies, isolating, rules in compiled:
+            always = tier.always_isolate
+            if not pending:
+                break
+            if not applies and not always:
+                continue
+            hits = [(action, _hit(h, protocol, port)) for action, h in rules]
+            end_deny = tier.end_action == "deny"
+            if tier.mode == UNION:
+                denied = 0
+                for action, bits in hits:
+                    if action is Action.DENY:
+                        denied |= bits
+                denied &= pending
+                allow = 0
+                for action, bits in hits:
+                    if action is Action.ALLOW:
+                        allow |= bits
+                allow &= pending & ~denied
+                allowed |= allow
+                rest = pending & ~denied & ~allow
+                pending = 0 if (isolating or always) else rest
+            else:
+                remaining, passed = pending, 0
+                for action, bits in hits:
+                    h = bits & remaining
+                    if not h:
+                        continue
+                    if action is Action.ALLOW:
+                        allowed |= h
+                    elif action is Action.PASS:
+                        passed |= h
+                    remaining &= ~h
+                pending = passed if (end_deny and isolating) else passed | remaining
+        return allowed | pending
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def allowed(self, src: int, dst: int, protocol: str, port: int) -> bool:
+        """Whether pod index `src` may reach pod index `dst` (indexes into the `pods` given)."""
+        s, d = self.pod_identity[src], self.pod_identity[dst]
+        return bool(self.row_of[Direction.EGRESS][s].bits(protocol, port) >> d & 1) and bool(
+            self.row_of[Direction.INGRESS][d].bits(protocol, port) >> s & 1
+        )
+
+    def allowed_pod_pairs(self, protocol: str, port: int, block: int = 4096) -> int:
+        """Ordered pod pairs (self-pairs included) allowed on this probe."""
+        n = len(self.identities)
+        weights = np.array(self.weights, dtype=np.float64)
+        egress_rows, ingress_rows = self.row_of[Direction.EGRESS], self.row_of[Direction.INGRESS]
+        total = 0.0
+        for lo in range(0, n, block):
+            dsts = slice(lo, min(n, lo + block))
+            ingress = _bits_matrix(ingress_rows[dsts], protocol, port, n)  # [dst, src]
+            for slo in range(0, n, block):
+                srcs = slice(slo, min(n, slo + block))
+                egress = _bits_matrix(egress_rows[srcs], protocol, port, n)[:, dsts]  # [src, dst]
+                both = egress & ingress[:, srcs].T
+                total += float(weights[srcs] @ both @ weights[dsts])
+        return round(total)
+
+
+class ConnectivityMap:
+    """Allowed connections for every ordered pair of identities: a pattern id per pair and the
+    connection set of each pattern; pod-pair counts per connection set."""
+
+    def __init__(self, matrix: ClassMatrix) -> None:
+        n = len(matrix.identities)
+        egress_rows, ingress_rows = matrix.row_of[Direction.EGRESS], matrix.row_of[Direction.INGRESS]
+        self.segments = _segments([*egress_rows, *ingress_rows])
+        columns = []
+        for proto, lo, _ in self.segments:
+            allowed = _bits_matrix(egress_rows, proto, lo, n) & _bits_matrix(ingress_rows, proto, lo, n).T
+            columns.append(allowed.reshape(-1))
+        patterns = np.packbits(np.stack(columns, axis=1), axis=1)  # one row of bits per (src, dst)
+        unique, self.pattern_of = np.unique(patterns, axis=0, return_inverse=True)
+        self.pattern_of = self.pattern_of.reshape(n, n)
+        self.conns = [self._conns(np.unpackbits(u)[: len(self.segments)]) for u in unique]
+        weights = np.array(matrix.weights, dtype=np.float64)
+        pairs = np.outer(weights, weights)
+        np.fill_diagonal(pairs, pairs.diagonal() - weights)  # a pod with itself is not a pair
+        counts = np.bincount(self.pattern_of.reshape(-1), weights=pairs.reshape(-1), minlength=len(unique))
+        self.pod_pairs: dict[ConnSet, int] = {}
+        for conns, count in zip(self.conns, counts, strict=True):
+            if count:
+                self.pod_pairs[conns] = self.pod_pairs.get(conns, 0) + round(float(count))
+
+    def _conns(self, bits: np.ndarray) -> ConnSet:
+        out = ConnSet.none()
+        for (proto, lo, hi), on in zip(self.segments, bits, strict=True):
+            if on:
+                out = out | ConnSet.of(proto, PortSet.of((lo, hi)))
+        return out
+
+    def between(self, src_identity: int, dst_identity: int) -> ConnSet:
+        return self.conns[int(self.pattern_of[src_identity, dst_identity])]
+
+
+def _segments(rows: Sequence[Row]) -> list[tuple[str, int, int]]:
+    """(protocol, first port, last port) pieces on which every row is constant."""
+    out: list[tuple[str, int, int]] = []
+    for proto in PROTOCOLS:
+        starts = sorted({st for r in rows for p, ss, _ in r.pieces if p == proto for st in ss} | {1})
+        out.extend((proto, lo, hi - 1) for lo, hi in zip(starts, [*starts[1:], MAX_PORT + 1], strict=True))
+    return out
+
+
+def _bits_matrix(rows: Sequence[Row], protocol: str, port: int, n: int) -> np.ndarray:
+    nbytes = (n + 7) // 8
+    buf = b"".join(r.bits(protocol, port).to_bytes(nbytes, "little") for r in rows)
+    packed = np.frombuffer(buf, dtype=np.uint8).reshape(len(rows), nbytes)
+    return np.unpackbits(packed, axis=1, bitorder="little")[:, :n].astype(bool)
+
+
+def _hit(hits: list[tuple[ConnSet, int]], protocol: str, port: int) -> int:
+    bits = 0
+    for conns, peers in hits:
+        if conns.contains(protocol, port):
+            bits |= peers
+    return bits
+
+
+def _bit_indexes(bits: int) -> list[int]:
+    out: list[int] = []
+    while bits:
+        low = bits & -bits
+        out.append(low.bit_length() - 1)
+        bits ^= low
+    return out
