@@ -10,19 +10,19 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 
 from auditor import TOOL_NAME, __version__
 from auditor.config import ConfigError, load_settings
 from auditor.explain import ExplainError, explain, to_json, to_text
+from auditor.resources import examples_dir
 from auditor.sources.manifests import load_inventory
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 
 
 def example_path(name: str) -> Path:
-    base = Path(str(resources.files("auditor").joinpath("examples")))
+    base = examples_dir()
     path = (base / name).resolve()
     if not path.exists() or base.resolve() not in path.parents:
         available = sorted(p.name for p in base.iterdir() if p.is_dir())
