@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +16,9 @@ from pathlib import Path
 from auditor import TOOL_NAME, __version__
 from auditor.config import ConfigError, load_settings
 from auditor.explain import ExplainError, explain, to_json, to_text
+from auditor.reports import json_report, table
 from auditor.resources import examples_dir
+from auditor.scan import scan
 from auditor.sources.manifests import load_inventory
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
@@ -64,6 +67,25 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK if exp.allowed else EXIT_FINDINGS
 
 
+def cmd_scan(args: argparse.Namespace) -> int:
+    settings = load_settings(Path(args.config) if args.config else None)
+    paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    inv = load_inventory(paths, settings)
+    result = scan(inv)
+    if args.format == "json":
+        text = json_report.render(result)
+    else:
+        out_tty = args.output is None and sys.stdout.isatty()
+        text = table.render(result, colour=out_tty and "NO_COLOR" not in os.environ)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    if result.audited_objects == 0 and result.errors:
+        return EXIT_FAILED
+    return EXIT_FINDINGS if result.at_or_above(args.fail_on) else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="auditor",
@@ -92,6 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--config", help="config file (YAML)")
     ex.add_argument("--format", choices=("text", "json"), default="text")
     ex.set_defaults(func=cmd_explain)
+    sc = sub.add_parser("scan", help="audit manifests: training groups blocked, slowed or billed across zones")
+    sc.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories")
+    sc.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
+    sc.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
+    sc.add_argument("--config", help="config file (YAML)")
+    sc.add_argument("--format", choices=("table", "json"), default="table")
+    sc.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
+    sc.add_argument("--fail-on", choices=("critical", "high", "medium", "low", "none"), default="high",
+                    help="exit 1 when a finding is at or above this severity (default high)")
+    sc.set_defaults(func=cmd_scan)
     return parser
 
 

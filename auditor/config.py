@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from auditor import yamlio
+from auditor.cost import DEFAULT_PRICES, NetworkModel, Price
 from auditor.model.objects import REGION_KEY, ZONE_KEY
 from auditor.reachability import cni as cni_settings
 
@@ -107,10 +108,33 @@ class NetworkConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CostSettings:
+    """Inter-zone traffic pricing and the training defaults used when annotations are absent."""
+
+    provider: str = "aws"  # key into prices
+    prices: tuple[tuple[str, Price], ...] = tuple(DEFAULT_PRICES.items())
+    default_gradient_bytes: float | None = None  # bytes per step; None: no estimate without annotation
+    default_steps_per_second: float | None = None
+    intra_zone_gbps: float = 100.0
+    inter_zone_gbps: float = 25.0
+    intra_zone_latency_ms: float = 0.05
+    inter_zone_latency_ms: float = 1.0
+
+    def price(self) -> Price:
+        return dict(self.prices)[self.provider]
+
+    def network(self) -> NetworkModel:
+        return NetworkModel(
+            self.intra_zone_gbps, self.inter_zone_gbps, self.intra_zone_latency_ms, self.inter_zone_latency_ms
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     topology: TopologySettings = field(default_factory=TopologySettings)
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    cost: CostSettings = field(default_factory=CostSettings)
     source: str = "defaults"
 
 
@@ -118,6 +142,17 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "kubernetes": {"version": str, "default_namespace": str},
     "topology": {"zone_key": str, "region_key": str, "pod_zone_labels": (list, dict, type(None))},
     "network": {"cni": str, "ipblock_matches_pod_ips": bool, "host_network_pods": str, "cilium": dict},
+    "cost": {
+        "provider": str,
+        "prices": dict,
+        "default_gradient_bytes": (int, float, type(None)),
+        "default_steps_per_second": (int, float, type(None)),
+        "intra_zone_gbps": (int, float),
+        "inter_zone_gbps": (int, float),
+        "intra_zone_latency_ms": (int, float),
+        "inter_zone_latency_ms": (int, float),
+    },
+    "cost.prices.*": {"usd_per_unit": (int, float), "unit": str, "charged": str, "as_of": str, "source": str},
     "network.cilium": {
         "enforcement_mode": str,
         "labels": str,

@@ -73,7 +73,7 @@ class PodTemplate:
     labels: Labels
     annotations: Labels = ()
     node_selector: Labels = ()
-    affinity: Any = None  # raw spec.affinity (read by placement)
+    affinity: Any = field(default=None, compare=False, hash=False)  # raw spec.affinity (placement reads it)
     tolerations: tuple[Toleration, ...] = ()
     named_ports: tuple[NamedPort, ...] = ()
     container_ports: tuple[tuple[str, int], ...] = ()  # (protocol, port) of every declared port
@@ -124,6 +124,7 @@ class Workload:
     ref: WorkloadRef
     labels: Labels
     roles: tuple[Role, ...]
+    raw: Any = field(default=None, compare=False, hash=False)  # the manifest, for kind-specific options
 
 
 @dataclass(frozen=True, slots=True)

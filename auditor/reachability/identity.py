@@ -12,8 +12,10 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
+from auditor.model.labels import LabelSelector
 from auditor.reachability import cni
 from auditor.reachability.endpoints import Endpoint, IPAddress, PodEndpoint
 from auditor.reachability.policy import (
@@ -25,8 +27,10 @@ from auditor.reachability.policy import (
     K8sPodPeer,
     K8sSubject,
     Peer,
-    Subject,
 )
+
+if TYPE_CHECKING:
+    from auditor.reachability.calico_selector import Selector as CalicoSelector
 
 # Keys Cilium and Calico derive from the namespace, service account or cluster, not pod labels.
 _PSEUDO_PREFIXES = (
@@ -47,6 +51,36 @@ def _label_key(key: str) -> str | None:
     return None if key.startswith(_PSEUDO_PREFIXES) else key
 
 
+def _selector_keys(selector: LabelSelector | CalicoSelector | None) -> set[str]:
+    return {k for k in map(_label_key, selector.keys()) if k} if selector is not None else set()
+
+
+def _peers(policy: CompiledPolicy) -> Iterator[Peer]:
+    for direction in (policy.ingress, policy.egress):
+        for rule in direction.rules:
+            yield from rule.peers
+            if rule.local is not None:
+                yield rule.local
+
+
+def label_keys_of(policy: CompiledPolicy) -> set[str]:
+    """Pod label keys the policy's selectors read (subject and peers), namespace pseudo-labels aside."""
+    subject = policy.subject
+    keys = (
+        set(subject.pod_selector.keys())
+        if isinstance(subject, K8sSubject)
+        else _selector_keys(subject.selector)
+    )
+    for peer in _peers(policy):
+        if isinstance(peer, K8sPodPeer):
+            keys |= peer.pod_selector.keys()
+        elif isinstance(peer, CiliumEndpointPeer):
+            keys |= _selector_keys(peer.selector)
+        elif isinstance(peer, CalicoPeer):
+            keys |= _selector_keys(peer.selector) | _selector_keys(peer.not_selector)
+    return keys
+
+
 class IdentityProjection:
     """Built once per policy set; `project` maps an endpoint to its identity."""
 
@@ -60,38 +94,22 @@ class IdentityProjection:
         # same CIDR rules, so an identity keeps the region's first address, not the pod's IP.
         self._boundaries: dict[int, set[int]] = {4: set(), 6: set()}
         for policy in policies:
-            self._subject_keys(policy.subject, keys)
+            keys |= label_keys_of(policy)
             for direction in (policy.ingress, policy.egress):
                 for rule in direction.rules:
                     names |= rule.ports.names()
-                    for peer in (*rule.peers, *([rule.local] if rule.local is not None else [])):
-                        self._peer_keys(peer, keys)
+            for peer in _peers(policy):
+                if isinstance(peer, CalicoPeer):
+                    for net in (*peer.nets, *peer.not_nets):
+                        self._add_cidr(net)
+                elif isinstance(peer, CIDRPeer):
+                    for net in (peer.cidr, *peer.excepts):
+                        self._add_cidr(net)
+                elif isinstance(peer, CiliumEntityPeer) and peer.entities & {"host", "remote-node"}:
+                    self.reads_node = True
         self.label_keys = frozenset(keys)
         self.port_names = frozenset(names)
         self._sorted = {v: sorted(b) for v, b in self._boundaries.items()}
-
-    def _subject_keys(self, subject: Subject, keys: set[str]) -> None:
-        if isinstance(subject, K8sSubject):
-            keys |= subject.pod_selector.keys()
-        elif subject.selector is not None:  # Cilium and Calico subjects
-            keys |= {k for k in map(_label_key, subject.selector.keys()) if k}
-
-    def _peer_keys(self, peer: Peer, keys: set[str]) -> None:
-        if isinstance(peer, K8sPodPeer):
-            keys |= peer.pod_selector.keys()
-        elif isinstance(peer, CiliumEndpointPeer):
-            keys |= {k for k in map(_label_key, peer.selector.keys()) if k}
-        elif isinstance(peer, CalicoPeer):
-            for sel in (peer.selector, peer.not_selector):
-                if sel is not None:
-                    keys |= {k for k in map(_label_key, sel.keys()) if k}
-            for net in (*peer.nets, *peer.not_nets):
-                self._add_cidr(net)
-        elif isinstance(peer, CIDRPeer):
-            for net in (peer.cidr, *peer.excepts):
-                self._add_cidr(net)
-        elif isinstance(peer, CiliumEntityPeer) and peer.entities & {"host", "remote-node"}:
-            self.reads_node = True
 
     def _add_cidr(self, net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> None:
         self.reads_ips = True

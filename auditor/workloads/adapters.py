@@ -141,4 +141,6 @@ ADAPTERS: dict[str, Adapter] = {
 def adapt(obj: Mapping[str, Any], ref: WorkloadRef) -> Workload:
     meta = specs.mapping(obj.get("metadata"), "metadata")
     roles = ADAPTERS[ref.kind](obj, ref)
-    return Workload(ref, freeze_labels(specs.mapping(meta.get("labels"), "metadata.labels")), tuple(roles))
+    return Workload(
+        ref, freeze_labels(specs.mapping(meta.get("labels"), "metadata.labels")), tuple(roles), obj
+    )

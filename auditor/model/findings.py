@@ -1,0 +1,119 @@
+"""Findings: values, ordered, with a stable fingerprint (rule + target + workload + edge)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITIES = ("critical", "high", "medium", "low")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    file: str = ""
+    line: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "file": self.file,
+            "line": self.line,
+        }
+
+    @property
+    def identity(self) -> str:
+        group = self.api_version.rpartition("/")[0] if "/" in self.api_version else ""
+        return f"{group}/{self.kind}/{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeRef:
+    from_role: str
+    from_zones: tuple[str, ...]
+    to_role: str
+    to_zones: tuple[str, ...]
+    port: int | None
+    protocol: str = "TCP"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "from": {"role": self.from_role, "zones": list(self.from_zones)},
+            "to": {"role": self.to_role, "zones": list(self.to_zones)},
+            "port": self.port,
+            "protocol": self.protocol,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyMention:
+    kind: str
+    namespace: str
+    name: str
+    file: str
+    line: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "file": self.file,
+            "line": self.line,
+        }
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Finding:
+    sort_key: tuple[int, str, str] = field(init=False, repr=False)
+    rule: str
+    severity: str
+    certainty: str
+    symptoms: tuple[str, ...]
+    workload: ObjectRef
+    message: str
+    edge: EdgeRef | None = None
+    policies: tuple[PolicyMention, ...] = ()
+    estimated_monthly_cost_usd: float | None = None
+    estimated_slowdown_pct: float | None = None
+    assumptions: tuple[str, ...] = ()
+    target: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "sort_key", (SEVERITY_RANK.get(self.severity, 9), self.workload.identity, self.rule)
+        )
+
+    @property
+    def fingerprint(self) -> str:
+        edge = ""
+        if self.edge is not None:
+            edge = f"{self.edge.from_role}->{self.edge.to_role}:{self.edge.port}/{self.edge.protocol}"
+        text = "\x1f".join((self.rule, self.target, self.workload.identity, edge))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "rule": self.rule,
+            "severity": self.severity,
+            "certainty": self.certainty,
+            "symptoms": list(self.symptoms),
+            "workload": self.workload.to_json(),
+            "edge": self.edge.to_json() if self.edge else None,
+            "policies": [p.to_json() for p in self.policies],
+            "estimated_monthly_cost_usd": self.estimated_monthly_cost_usd,
+            "estimated_slowdown_pct": self.estimated_slowdown_pct,
+            "message": self.message,
+            "fingerprint": self.fingerprint,
+        }
+        if self.assumptions:
+            out["assumptions"] = list(self.assumptions)
+        return out

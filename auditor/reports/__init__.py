@@ -1,0 +1,1 @@
+"""Renderers of scan results: json (the stable contract), table."""

@@ -1,0 +1,90 @@
+"""cross-zone-traffic — the group's traffic is allowed but its pods can land in different zones:
+all-reduce crosses zones (30–60 % slower) and is billed as inter-AZ transfer. High when the split
+is `always`, medium otherwise. With `placement-auditor.io/gradient-bytes` and
+`placement-auditor.io/steps-per-second` (or config defaults) the finding carries the monthly cost
+and the slowdown, with the assumptions used.
+
+Fails: a PyTorchJob with no placement constraints on a cluster with nodes in two zones (`likely`).
+Passes: the same job with a required podAffinity on topology.kubernetes.io/zone, Kueue
+`podset-required-topology`, or nodes in one zone only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from auditor import cost
+from auditor.model.findings import EdgeRef, Finding
+from auditor.rules.base import RuleMeta
+from auditor.rules.blocked import classify
+from auditor.rules.model import AuditModel, EdgeAnalysis, annotation, object_ref
+
+META = RuleMeta(
+    "cross-zone-traffic", "Traffic crosses zones: slowdown and inter-AZ cost", "high", ("slowdown", "cost")
+)
+GRADIENT = "placement-auditor.io/gradient-bytes"
+STEPS = "placement-auditor.io/steps-per-second"
+RANK = {"always": 0, "likely": 1, "possible": 2}
+
+
+def _number(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]:
+    by_workload: dict[object, list[EdgeAnalysis]] = {}
+    for analysis in model.edges:
+        if analysis.placement.split is None or classify(analysis) is not None:
+            continue
+        if not any(not v.same_zone for v in analysis.verdicts):
+            continue
+        by_workload.setdefault(analysis.edge.source.workload, []).append(analysis)
+    settings = model.inventory.settings.cost
+    for analyses in by_workload.values():
+        # One finding per workload: its most certain split, preferring the all-reduce ring.
+        analyses.sort(key=lambda a: (RANK[a.placement.split or "possible"], a.edge.port is not None))
+        top = analyses[0]
+        edge, split = top.edge, top.placement.split or "possible"
+        workload = next(w for w in model.workloads() if w.ref == edge.source.workload)
+        ring_roles = {a.edge.source for a in analyses if a.edge.port is None} | {
+            a.edge.destination for a in analyses if a.edge.port is None
+        }
+        ranks = sum(r.replicas for r in (ring_roles or set(workload.roles)))
+        gradient = _number(annotation(workload, GRADIENT)) or settings.default_gradient_bytes
+        steps = _number(annotation(workload, STEPS)) or settings.default_steps_per_second
+        monthly = slowdown = None
+        assumptions: tuple[str, ...] = ()
+        price = settings.price()
+        if gradient and steps:
+            pattern = "parameter-server" if any(r.name.lower() == "ps" for r in workload.roles) else "ring"
+            est = cost.estimate(pattern, ranks, gradient, steps, price, settings.network())
+            monthly, slowdown, assumptions = est.monthly_cost_usd, est.slowdown_pct, est.assumptions
+        else:
+            assumptions = (f"no {GRADIENT} / {STEPS} annotations and no config defaults: cost not estimated",)
+        zones_a = tuple(sorted({v.source_zone for v in top.verdicts if not v.same_zone}))
+        zones_b = tuple(sorted({v.destination_zone for v in top.verdicts if not v.same_zone}))
+        cost_text = (
+            f"; estimated ${monthly:,.2f}/month inter-AZ, {slowdown}% slower" if monthly is not None else ""
+        )
+        yield Finding(
+            rule=META.id,
+            severity="high" if split == "always" else "medium",
+            certainty=split,
+            symptoms=META.symptoms,
+            workload=object_ref(edge.source),
+            message=(
+                f"{edge.source} → {edge.destination} ({edge.reason}) is allowed but crosses zones "
+                f"({top.placement.coupling}){cost_text}"
+            ),
+            edge=EdgeRef(edge.source.name, zones_a, edge.destination.name, zones_b, edge.port, edge.protocol),
+            estimated_monthly_cost_usd=monthly,
+            estimated_slowdown_pct=slowdown,
+            assumptions=assumptions,
+        )

@@ -1,0 +1,197 @@
+"""The joined model rules read: roles placed, edges between them, and the verdict of every edge
+in every zone placement the constraints allow. Built once per scan; pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from auditor.inventory import Inventory
+from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
+from auditor.model.objects import Role, Workload
+from auditor.placement.coupling import PairPlacement, RolePlacement, pair_placement, place_role
+from auditor.placement.pods import pod_endpoint, representative_node
+from auditor.reachability.endpoints import PodEndpoint
+from auditor.reachability.engine import PolicyEngine
+from auditor.reachability.policy import Decider
+from auditor.reachability.ports import PortSet
+from auditor.workloads.edges import EPHEMERAL, CommEdge, comm_edges
+
+SCOPE_NAMESPACE = "namespace"
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneVerdict:
+    source_zone: str
+    destination_zone: str
+    allowed: bool
+    deciders: tuple[Decider, ...]
+
+    @property
+    def same_zone(self) -> bool:
+        return self.source_zone == self.destination_zone
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeAnalysis:
+    edge: CommEdge
+    placement: PairPlacement
+    verdicts: tuple[ZoneVerdict, ...]
+
+    @property
+    def denied(self) -> list[ZoneVerdict]:
+        return [v for v in self.verdicts if not v.allowed]
+
+
+@dataclass
+class AuditModel:
+    inventory: Inventory
+    engine: PolicyEngine
+    placements: dict[Role, RolePlacement]
+    edges: list[EdgeAnalysis]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def zone_key(self) -> str:
+        return self.inventory.settings.topology.zone_key
+
+    def workloads(self) -> Sequence[Workload]:
+        return self.inventory.workloads
+
+
+def object_ref(role: Role) -> ObjectRef:
+    w = role.workload
+    return ObjectRef(w.api_version, w.kind, w.namespace, w.name, w.source.file, w.source.line)
+
+
+def role_label(role: Role) -> str:
+    return role.name
+
+
+def mentions(deciders: Sequence[Decider]) -> tuple[PolicyMention, ...]:
+    seen: dict[tuple[str, str, str], PolicyMention] = {}
+    for d in deciders:
+        key = (d.policy.kind, d.policy.namespace, d.policy.name)
+        if key not in seen:
+            seen[key] = PolicyMention(
+                d.policy.kind, d.policy.namespace, d.policy.name, d.policy.source.file, d.policy.source.line
+            )
+    return tuple(seen.values())
+
+
+def _endpoint(
+    inv: Inventory, role: Role, zone: str, cache: dict[tuple[Role, str], PodEndpoint]
+) -> PodEndpoint:
+    found = cache.get((role, zone))
+    if found is None:
+        topo = inv.settings.topology
+        node = representative_node(role, inv.nodes, zone, topo.zone_key)
+        found = cache[(role, zone)] = pod_endpoint(
+            role,
+            inv.namespace_labels(role.workload.namespace),
+            zone,
+            node,
+            topo.effective_pod_zone_labels(inv.settings.kubernetes),
+            topo.zone_key,
+            name=str(role),
+        )
+    return found
+
+
+def edge_allowed(edge: CommEdge, conns_ports: PortSet) -> bool:
+    if edge.port is not None:
+        return edge.port in conns_ports
+    lo, hi = EPHEMERAL
+    return not (PortSet.of((lo, hi)) - conns_ports)
+
+
+def build_model(inv: Inventory) -> AuditModel:
+    engine = inv.engine()
+    zone_key = inv.settings.topology.zone_key
+    roles = [r for w in inv.workloads for r in w.roles]
+    placements = {r: place_role(r, inv.nodes, zone_key) for r in roles}
+    edges = comm_edges(inv.workloads, inv.services)
+    cache: dict[tuple[Role, str], PodEndpoint] = {}
+    analyses = []
+    notes = []
+    if not inv.nodes:
+        notes.append("no Node objects: zones are unknown, so cross-zone rules could not run (add --nodes)")
+    for edge in edges:
+        a, b = placements[edge.source], placements[edge.destination]
+        if a.unschedulable or b.unschedulable:
+            continue
+        pp = pair_placement(a, b, zone_key)
+        verdicts = []
+        for za, zb in pp.pairs:
+            src = _endpoint(inv, edge.source, za, cache)
+            dst = _endpoint(inv, edge.destination, zb, cache)
+            flow = engine.flow(src, dst)
+            allowed_ports = flow.allowed_conns().ports(edge.protocol)
+            ok = edge_allowed(edge, allowed_ports)
+            deciders: tuple[Decider, ...] = ()
+            if not ok:
+                port = edge.port if edge.port is not None else EPHEMERAL[0]
+                if port not in allowed_ports:
+                    deciders = tuple(
+                        s
+                        for side in (flow.egress, flow.ingress)
+                        for s in side.at(edge.protocol, port).deciders
+                        if not side.at(edge.protocol, port).allowed
+                    )
+                else:
+                    missing = PortSet.of(EPHEMERAL) - allowed_ports
+                    first = missing.intervals[0][0]
+                    deciders = tuple(
+                        s
+                        for side in (flow.egress, flow.ingress)
+                        for s in side.at(edge.protocol, first).deciders
+                        if not side.at(edge.protocol, first).allowed
+                    )
+            verdicts.append(ZoneVerdict(za, zb, ok, deciders))
+        analyses.append(EdgeAnalysis(edge, pp, tuple(verdicts)))
+    return AuditModel(inv, engine, placements, analyses, notes)
+
+
+def annotation(workload: Workload, key: str) -> str | None:
+    """A workload annotation, or the first pod-template annotation of that key."""
+    raw: Any = workload.raw
+    meta = raw.get("metadata") if isinstance(raw, Mapping) else None
+    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if isinstance(ann, Mapping) and key in ann:
+        return str(ann[key])
+    for r in workload.roles:
+        value = dict(r.template.annotations).get(key)
+        if value is not None:
+            return value
+    return None
+
+
+def edge_finding(meta: Any, analysis: EdgeAnalysis, certainty: str) -> Finding:
+    edge = analysis.edge
+    denied = analysis.denied
+    deciders = [d for v in denied for d in v.deciders]
+    src_zones = tuple(sorted({v.source_zone for v in denied}))
+    dst_zones = tuple(sorted({v.destination_zone for v in denied}))
+    where = ", ".join(f"{v.source_zone}→{v.destination_zone}" for v in denied)
+    policies = mentions(deciders)
+    names = ", ".join(f"{p.kind} {p.namespace + '/' if p.namespace else ''}{p.name}" for p in policies)
+    cause = (
+        "even where both share a zone, so moving pods will not help"
+        if meta.id == "traffic-blocked"
+        else f"whenever they are split across zones ({analysis.placement.coupling})"
+    )
+    message = (
+        f"{edge.source} → {edge.destination} on {edge.protocol}/{edge.ports_text} ({edge.reason}) "
+        f"is denied {cause}; denied placements: {where}; deciding policies: {names or 'none'}"
+    )
+    return Finding(
+        rule=meta.id,
+        severity=meta.severity,
+        certainty=certainty,
+        symptoms=meta.symptoms,
+        workload=object_ref(edge.source),
+        message=message,
+        edge=EdgeRef(edge.source.name, src_zones, edge.destination.name, dst_zones, edge.port, edge.protocol),
+        policies=policies,
+    )

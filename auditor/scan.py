@@ -1,0 +1,44 @@
+"""The scan use case: inventory → model → rules → result (pure once the inventory is loaded)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from auditor.inventory import Inventory
+from auditor.model.findings import SEVERITY_RANK, Finding
+from auditor.model.source import LoadError
+from auditor.rules import run_rules
+from auditor.rules.model import build_model
+
+
+@dataclass
+class ScanResult:
+    findings: list[Finding]
+    errors: list[LoadError]
+    notes: list[str] = field(default_factory=list)
+    audited_objects: int = 0
+    network: str = ""
+
+    def at_or_above(self, severity: str) -> list[Finding]:
+        if severity == "none":
+            return []
+        limit = SEVERITY_RANK[severity]
+        return [f for f in self.findings if SEVERITY_RANK[f.severity] <= limit]
+
+    def summary(self) -> dict[str, object]:
+        by_sev = Counter(f.severity for f in self.findings)
+        costs = [f.estimated_monthly_cost_usd for f in self.findings if f.estimated_monthly_cost_usd is not None]
+        return {
+            "findings": len(self.findings),
+            "by_severity": {s: by_sev[s] for s in SEVERITY_RANK if by_sev[s]},
+            "estimated_monthly_cost_usd": round(sum(costs), 2) if costs else None,
+            "errors": len(self.errors),
+        }
+
+
+def scan(inv: Inventory) -> ScanResult:
+    model = build_model(inv)
+    findings = run_rules(model)
+    audited = len(inv.workloads) + len(inv.policies) + len(inv.nodes) + len(inv.services)
+    return ScanResult(findings, list(inv.errors), [*inv.notes, *model.notes], audited, inv.network.describe())

@@ -1,0 +1,227 @@
+"""Who must reach whom: communication edges between workload roles (pure).
+
+Training kinds have built-in edges (DESIGN.md "Training kinds and their edges"). Any workload
+also gets an edge wherever a container's env, args or command names a Service's DNS name
+(`svc`, `svc.ns`, `svc.ns.svc`, `svc.ns.svc.cluster.local`, optionally `:port`) → the roles that
+Service selects, and wherever the annotation `placement-auditor.io/talks-to: "svc[:port],..."`
+says so. An edge without a port (NCCL, MPI data) means the ephemeral TCP range.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from auditor.model.objects import Role, Service, Workload
+
+TALKS_TO = "placement-auditor.io/talks-to"
+# NCCL and MPI open sockets on ephemeral ports unless told otherwise.
+EPHEMERAL = (1024, 65535)
+
+
+@dataclass(frozen=True, slots=True)
+class CommEdge:
+    source: Role
+    destination: Role
+    port: int | None  # None: the ephemeral range EPHEMERAL
+    protocol: str
+    reason: str
+
+    @property
+    def ports_text(self) -> str:
+        return str(self.port) if self.port is not None else f"{EPHEMERAL[0]}-{EPHEMERAL[1]}"
+
+
+def _role(w: Workload, *names: str) -> Role | None:
+    wanted = {n.lower() for n in names}
+    return next((r for r in w.roles if r.name.lower() in wanted), None)
+
+
+def _named_port(role: Role, name: str, default: int) -> int:
+    return next((p.port for p in role.template.named_ports if p.name == name), default)
+
+
+def _kubeflow_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
+    kind = w.ref.kind
+    if kind == "PyTorchJob":
+        master, worker = _role(w, "Master"), _role(w, "Worker")
+        if master is not None and worker is not None:
+            port = _named_port(master, "pytorchjob-port", 23456)
+            yield CommEdge(worker, master, port, "TCP", "PyTorch rendezvous: workers → master (MASTER_ADDR)")
+        elif worker is not None and spec.get("elasticPolicy") is not None:
+            elastic = spec.get("elasticPolicy") or {}
+            port = int(elastic.get("rdzvPort") or 29400) if isinstance(elastic, Mapping) else 29400
+            yield CommEdge(worker, worker, port, "TCP", "elastic c10d rendezvous: workers → worker-0")
+        group = [r for r in (master, worker) if r is not None]
+        yield from _ring(group, "NCCL/Gloo all-reduce between ranks")
+    elif kind == "TFJob":
+        ps = _role(w, "PS")
+        others = [r for r in w.roles if r.name.lower() in ("worker", "chief", "master", "evaluator")]
+        for r in others:
+            if ps is not None:
+                yield CommEdge(
+                    r,
+                    ps,
+                    _named_port(ps, "tfjob-port", 2222),
+                    "TCP",
+                    "TensorFlow: worker/chief ↔ parameter server",
+                )
+                yield CommEdge(
+                    ps,
+                    r,
+                    _named_port(r, "tfjob-port", 2222),
+                    "TCP",
+                    "TensorFlow: parameter server ↔ worker/chief",
+                )
+        trainers = [r for r in others if r.name.lower() != "evaluator"]
+        for a in trainers:
+            for b in trainers:
+                if a.replicas > 1 or a is not b:
+                    yield CommEdge(
+                        a,
+                        b,
+                        _named_port(b, "tfjob-port", 2222),
+                        "TCP",
+                        "TensorFlow collective: worker ↔ worker",
+                    )
+    elif kind == "XGBoostJob":
+        master, worker = _role(w, "Master"), _role(w, "Worker")
+        if master is not None and worker is not None:
+            yield CommEdge(
+                worker,
+                master,
+                _named_port(master, "xgboostjob-port", 9999),
+                "TCP",
+                "XGBoost tracker: workers → master",
+            )
+    elif kind == "PaddleJob":
+        worker = _role(w, "Worker")
+        if worker is not None:
+            yield CommEdge(
+                worker, worker, _named_port(worker, "master", 36543), "TCP", "Paddle: workers → worker-0"
+            )
+    elif kind == "JAXJob":
+        worker = _role(w, "Worker")
+        if worker is not None:
+            yield CommEdge(
+                worker,
+                worker,
+                _named_port(worker, "jaxjob-port", 6666),
+                "TCP",
+                "JAX coordinator: workers → worker-0",
+            )
+    elif kind == "MPIJob":
+        launcher, worker = _role(w, "Launcher"), _role(w, "Worker")
+        if launcher is not None and worker is not None:
+            yield CommEdge(launcher, worker, 22, "TCP", "MPI: launcher → workers (ssh)")
+        if worker is not None:
+            yield from _ring([worker], "MPI data between workers")
+
+
+def _ring(roles: Sequence[Role], reason: str) -> Iterator[CommEdge]:
+    if sum(r.replicas for r in roles) < 2:
+        return
+    for a in roles:
+        for b in roles:
+            if a is not b or a.replicas > 1:
+                yield CommEdge(a, b, None, "TCP", reason)
+
+
+def _dns_names(svc: Service) -> list[str]:
+    n, ns = svc.name, svc.namespace
+    return [f"{n}.{ns}.svc.cluster.local", f"{n}.{ns}.svc", f"{n}.{ns}", n]
+
+
+def _texts(role: Role) -> Iterator[str]:
+    spec = role.template.spec if isinstance(role.template.spec, Mapping) else {}
+    for key in ("containers", "initContainers"):
+        for c in spec.get(key) or []:
+            if not isinstance(c, Mapping):
+                continue
+            for env in c.get("env") or []:
+                if isinstance(env, Mapping) and isinstance(env.get("value"), str):
+                    yield env["value"]
+            for part in ("command", "args"):
+                for arg in c.get(part) or []:
+                    if isinstance(arg, str):
+                        yield arg
+
+
+def _service_targets(svc: Service, port: int | None, roles: Iterable[Role]) -> Iterator[tuple[Role, int]]:
+    """Roles the Service selects, with the container port each reference reaches: the port
+    written after the name (a Service port, mapped to its targetPort) or every Service port."""
+    selected = [
+        r
+        for r in roles
+        if r.workload.namespace == svc.namespace
+        and svc.selector
+        and all(r.template.label_map.get(k) == v for k, v in svc.selector)
+    ]
+    ports = [p for p in svc.ports if port is None or p.port == port]
+    for r in selected:
+        if port is not None and not ports:
+            yield r, port  # a port the Service does not list: headless DNS reaches the pod directly
+            continue
+        for p in ports:
+            if p.target_port.isdigit():
+                yield r, int(p.target_port)
+            else:
+                named = next((np.port for np in r.template.named_ports if np.name == p.target_port), None)
+                if named is not None:
+                    yield r, named
+
+
+def _reference(name: str, ns: str, services: Sequence[Service]) -> Service | None:
+    svc_ns, _, svc_name = name.rpartition("/")
+    return next((s for s in services if s.name == svc_name and s.namespace == (svc_ns or ns)), None)
+
+
+def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterator[CommEdge]:
+    patterns = []
+    for svc in services:
+        names = _dns_names(svc)
+        patterns.append(
+            (svc, re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, names)) + r")(?::(\d+))?(?![\w-])"))
+        )
+    for role in roles:
+        ns = role.workload.namespace
+        seen: set[tuple[Role, int]] = set()
+        references: list[tuple[Service, int | None, str]] = []
+        texts = list(_texts(role))
+        for svc, pattern in patterns:
+            for text in texts:
+                for m in pattern.finditer(text):
+                    # A bare `svc` resolves only inside the pod's own namespace.
+                    if svc.namespace == ns or "." in m.group(1):
+                        references.append(
+                            (
+                                svc,
+                                int(m.group(2)) if m.group(2) else None,
+                                f"names Service {svc.namespace}/{svc.name}",
+                            )
+                        )
+        talks = dict(role.template.annotations).get(TALKS_TO, "")
+        for item in filter(None, (t.strip() for t in talks.split(","))):
+            name, _, port_text = item.partition(":")
+            referenced = _reference(name, ns, services)
+            if referenced is not None:
+                references.append(
+                    (referenced, int(port_text) if port_text.isdigit() else None, f"annotation {TALKS_TO}: {item}")
+                )
+        for svc, port, reason in references:
+            for target, tport in _service_targets(svc, port, roles):
+                if (target is not role or role.replicas > 1) and (target, tport) not in seen:
+                    seen.add((target, tport))
+                    yield CommEdge(role, target, tport, "TCP", reason)
+
+
+def comm_edges(workloads: Sequence[Workload], services: Sequence[Service]) -> list[CommEdge]:
+    edges: list[CommEdge] = []
+    for w in workloads:
+        spec = w.raw.get("spec") if isinstance(w.raw, Mapping) else None
+        edges.extend(_kubeflow_edges(w, spec if isinstance(spec, Mapping) else {}))
+    roles = [r for w in workloads for r in w.roles]
+    edges.extend(service_edges(roles, services))
+    return sorted(set(edges), key=lambda e: (str(e.source), str(e.destination), e.port or 0))
