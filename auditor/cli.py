@@ -114,15 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--config", help="config file (YAML)")
     ex.add_argument("--format", choices=("text", "json"), default="text")
     ex.set_defaults(func=cmd_explain)
-    sc = sub.add_parser("scan", help="audit manifests: training groups blocked, slowed or billed across zones")
+    sc = sub.add_parser(
+        "scan", help="audit manifests: training groups blocked, slowed or billed across zones"
+    )
     sc.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories")
     sc.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
     sc.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
     sc.add_argument("--config", help="config file (YAML)")
     sc.add_argument("--format", choices=("table", "json"), default="table")
     sc.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
-    sc.add_argument("--fail-on", choices=("critical", "high", "medium", "low", "none"), default="high",
-                    help="exit 1 when a finding is at or above this severity (default high)")
+    sc.add_argument(
+        "--fail-on",
+        choices=("critical", "high", "medium", "low", "none"),
+        default="high",
+        help="exit 1 when a finding is at or above this severity (default high)",
+    )
     sc.set_defaults(func=cmd_scan)
     return parser
 

@@ -24,6 +24,30 @@ from auditor.workloads.adapters import ADAPTERS, adapt
 CILIUM_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
 ADMIN_KINDS = ("AdminNetworkPolicy", "BaselineAdminNetworkPolicy", "ClusterNetworkPolicy")
 CALICO_GROUPS = ("projectcalico.org/", "crd.projectcalico.org/")
+_KUBEFLOW = ("PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob")
+# The apiVersions we understand for each kind we audit.
+SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
+    "Pod": ("v1",),
+    "Service": ("v1",),
+    "Node": ("v1",),
+    "Namespace": ("v1",),
+    "ReplicationController": ("v1",),
+    "Deployment": ("apps/v1",),
+    "StatefulSet": ("apps/v1",),
+    "ReplicaSet": ("apps/v1",),
+    "DaemonSet": ("apps/v1",),
+    "Job": ("batch/v1",),
+    "CronJob": ("batch/v1",),
+    "NetworkPolicy": ("networking.k8s.io/v1", "projectcalico.org/v3", "crd.projectcalico.org/v1"),
+    "GlobalNetworkPolicy": ("projectcalico.org/v3", "crd.projectcalico.org/v1"),
+    "CiliumNetworkPolicy": ("cilium.io/v2",),
+    "CiliumClusterwideNetworkPolicy": ("cilium.io/v2",),
+    "AdminNetworkPolicy": ("policy.networking.k8s.io/v1alpha1",),
+    "BaselineAdminNetworkPolicy": ("policy.networking.k8s.io/v1alpha1",),
+    "ClusterNetworkPolicy": ("policy.networking.k8s.io/v1alpha2",),
+    **dict.fromkeys(_KUBEFLOW, ("kubeflow.org/v1",)),
+    "MPIJob": ("kubeflow.org/v1", "kubeflow.org/v2beta1"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +89,8 @@ class Inventory:
     calico_tiers: dict[str, tuple[float, str]] = field(default_factory=dict)
     errors: list[LoadError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Kinds present but not audited (ConfigMap, Ingress, ...): counted, not errors.
+    skipped_kinds: dict[str, int] = field(default_factory=dict)
 
     def namespace_labels(self, namespace: str) -> tuple[tuple[str, str], ...]:
         labels = dict(self.namespaces.get(namespace, ()))
@@ -76,6 +102,25 @@ class Inventory:
 
     def workload(self, namespace: str, name: str) -> list[Workload]:
         return [w for w in self.workloads if w.ref.namespace == namespace and w.ref.name == name]
+
+
+def document_problems(documents: Iterable[yamlio.Document]) -> Iterator[LoadError]:
+    """Documents that are not Kubernetes objects: a list or scalar, or a mapping without kind/apiVersion."""
+    for doc in documents:
+        data, src = doc.data, doc.source
+        if isinstance(data, list):
+            yield LoadError(src.file, src.line, "document is a list, not a Kubernetes object; skipped")
+        elif not isinstance(data, Mapping):
+            yield LoadError(
+                src.file,
+                src.line,
+                f"document is a {type(data).__name__} scalar, not a Kubernetes object; skipped",
+            )
+        elif not isinstance(data.get("kind"), str) or not isinstance(data.get("apiVersion"), str):
+            missing = [k for k in ("apiVersion", "kind") if not isinstance(data.get(k), str)]
+            yield LoadError(
+                src.file, src.line, f"not a Kubernetes object: no {' or '.join(missing)}; skipped"
+            )
 
 
 def iter_objects(documents: Iterable[yamlio.Document]) -> Iterator[RawObject]:
@@ -170,9 +215,10 @@ def detect_cni(
 def build_inventory(
     documents: Iterable[yamlio.Document], settings: Settings, load_errors: Iterable[LoadError] = ()
 ) -> Inventory:
+    documents = list(documents)
     objects = list(iter_objects(documents))
     network, cni_errors = detect_cni(objects, settings)
-    inv = Inventory(settings, network, errors=[*load_errors, *cni_errors])
+    inv = Inventory(settings, network, errors=[*load_errors, *document_problems(documents), *cni_errors])
     default_ns = settings.kubernetes.default_namespace
     for raw in objects:
         if raw.kind == "Namespace" and not raw.is_calico():
@@ -205,8 +251,21 @@ def build_inventory(
 def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) -> None:
     kind = raw.kind
     ns = raw.namespace(default_ns)
-    if not raw.name and kind not in ("",):
+    supported = SUPPORTED_VERSIONS.get(kind)
+    if supported is None:
+        if kind not in ("Tier", "ConfigMap") or (kind == "ConfigMap" and raw.name != "cilium-config"):
+            inv.skipped_kinds[kind] = inv.skipped_kinds.get(kind, 0) + 1
+        return
+    if raw.api_version not in supported:
+        raise specs.PolicyError(
+            "apiVersion",
+            f"{raw.api_version!r} is not a supported apiVersion of {kind} "
+            f"(supported: {', '.join(supported)})",
+        )
+    if not raw.name:
         raise specs.PolicyError("metadata.name", "is required")
+    if kind == "Namespace":
+        return
     if raw.is_calico():
         if kind in ("NetworkPolicy", "GlobalNetworkPolicy", "StagedNetworkPolicy"):
             if inv.network.cni != "calico":
@@ -218,7 +277,7 @@ def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) 
                 )
             )
         return
-    if kind == "NetworkPolicy" and raw.api_version.startswith("networking.k8s.io/"):
+    if kind == "NetworkPolicy":
         specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "status"))
         inv.policies.append(netpol.compile_network_policy(raw.obj, raw.source, ns, np_tier))
     elif kind in CILIUM_KINDS:
@@ -232,12 +291,12 @@ def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) 
         inv.policies.extend(policies)
         inv.errors.extend(errors)
         inv.notes.extend(notes)
-    elif kind in ADMIN_KINDS and raw.api_version.startswith("policy.networking.k8s.io/"):
+    elif kind in ADMIN_KINDS:
         specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "status"))
         inv.policies.append(adminpolicy.compile_admin_policy(raw.obj, raw.source))
     elif kind == "Node":
         inv.nodes.append(parse_node(raw))
-    elif kind == "Service" and raw.api_version == "v1":
+    elif kind == "Service":
         inv.services.append(parse_service(raw, ns))
     elif kind in ADAPTERS:
         ref = WorkloadRef(raw.api_version, kind, ns, raw.name, raw.source)

@@ -19,6 +19,7 @@ class ScanResult:
     notes: list[str] = field(default_factory=list)
     audited_objects: int = 0
     network: str = ""
+    skipped_kinds: dict[str, int] = field(default_factory=dict)
 
     def at_or_above(self, severity: str) -> list[Finding]:
         if severity == "none":
@@ -28,12 +29,16 @@ class ScanResult:
 
     def summary(self) -> dict[str, object]:
         by_sev = Counter(f.severity for f in self.findings)
-        costs = [f.estimated_monthly_cost_usd for f in self.findings if f.estimated_monthly_cost_usd is not None]
+        costs = [
+            f.estimated_monthly_cost_usd for f in self.findings if f.estimated_monthly_cost_usd is not None
+        ]
         return {
             "findings": len(self.findings),
             "by_severity": {s: by_sev[s] for s in SEVERITY_RANK if by_sev[s]},
             "estimated_monthly_cost_usd": round(sum(costs), 2) if costs else None,
             "errors": len(self.errors),
+            "audited_objects": self.audited_objects,
+            "skipped_kinds": dict(sorted(self.skipped_kinds.items())),
         }
 
 
@@ -41,4 +46,11 @@ def scan(inv: Inventory) -> ScanResult:
     model = build_model(inv)
     findings = run_rules(model)
     audited = len(inv.workloads) + len(inv.policies) + len(inv.nodes) + len(inv.services)
-    return ScanResult(findings, list(inv.errors), [*inv.notes, *model.notes], audited, inv.network.describe())
+    return ScanResult(
+        findings,
+        list(inv.errors),
+        [*inv.notes, *model.notes],
+        audited,
+        inv.network.describe(),
+        dict(inv.skipped_kinds),
+    )

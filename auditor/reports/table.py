@@ -19,22 +19,36 @@ def render(result: ScanResult, colour: bool = False) -> str:
         if colour:
             sev = f"{_COLOURS.get(f.severity, '')}{sev}{_RESET}"
         where = f"{f.workload.file}:{f.workload.line}" if f.workload.file else ""
-        lines.append(f"{sev:<9} {f.rule} ({f.certainty})  {f.workload.kind} {f.workload.namespace}/"
-                     f"{f.workload.name}  {where}")
-        lines.extend(textwrap.wrap(f.message, 100, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False))
+        lines.append(
+            f"{sev:<9} {f.rule} ({f.certainty})  {f.workload.kind} {f.workload.namespace}/"
+            f"{f.workload.name}  {where}"
+        )
+        lines.extend(
+            textwrap.wrap(
+                f.message, 100, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False
+            )
+        )
         for p in f.policies:
-            lines.append(f"    - {p.kind} {p.namespace + '/' if p.namespace else ''}{p.name} ({p.file}:{p.line})")
+            lines.append(
+                f"    - {p.kind} {p.namespace + '/' if p.namespace else ''}{p.name} ({p.file}:{p.line})"
+            )
         if f.estimated_monthly_cost_usd is not None:
-            lines.append(f"    estimated ${f.estimated_monthly_cost_usd:,.2f}/month, "
-                         f"{f.estimated_slowdown_pct}% slower")
+            lines.append(
+                f"    estimated ${f.estimated_monthly_cost_usd:,.2f}/month, "
+                f"{f.estimated_slowdown_pct}% slower"
+            )
         for a in f.assumptions:
-            lines.extend(textwrap.wrap(a, 100, initial_indent="      assumes: ", subsequent_indent="        "))
+            lines.extend(
+                textwrap.wrap(a, 100, initial_indent="      assumes: ", subsequent_indent="        ")
+            )
         lines.append(f"    fingerprint {f.fingerprint}")
     s = result.summary()
     by = ", ".join(f"{n} {k}" for k, n in s["by_severity"].items()) if s["by_severity"] else "none"  # type: ignore[attr-defined]
     lines.append("")
-    lines.append(f"{s['findings']} finding(s) ({by}); {len(result.errors)} error(s); "
-                 f"{result.audited_objects} objects audited")
+    lines.append(
+        f"{s['findings']} finding(s) ({by}); {len(result.errors)} error(s); "
+        f"{result.audited_objects} objects audited"
+    )
     for e in result.errors:
         lines.append(f"error: {e}")
     for n in result.notes:

@@ -208,7 +208,11 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
             referenced = _reference(name, ns, services)
             if referenced is not None:
                 references.append(
-                    (referenced, int(port_text) if port_text.isdigit() else None, f"annotation {TALKS_TO}: {item}")
+                    (
+                        referenced,
+                        int(port_text) if port_text.isdigit() else None,
+                        f"annotation {TALKS_TO}: {item}",
+                    )
                 )
         for svc, port, reason in references:
             for target, tport in _service_targets(svc, port, roles):
