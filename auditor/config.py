@@ -188,12 +188,12 @@ def parse_settings(data: Any, file: str) -> Settings:
     if not isinstance(data, Mapping):
         raise ConfigError(file, 1, "(top)", "the config file must be a mapping")
     for key in data:
-        if key not in ("kubernetes", "topology", "network"):
+        if key not in ("kubernetes", "topology", "network", "cost"):
             raise ConfigError(
                 file,
                 yamlio.key_line(data, str(key)),
                 str(key),
-                "unknown section (known: kubernetes, network, topology)",
+                "unknown section (known: cost, kubernetes, network, topology)",
             )
     k8s = _section(data.get("kubernetes"), "kubernetes", file)
     topo = _section(data.get("topology"), "topology", file)
@@ -240,8 +240,51 @@ def parse_settings(data: Any, file: str) -> Settings:
         kubernetes,
         TopologySettings(**topo, pod_zone_labels=pairs),
         NetworkConfig(**net, cilium=CiliumConfig(**cil)),
+        _cost(data.get("cost"), file),
         source=file,
     )
+
+
+def _cost(raw: Any, file: str) -> CostSettings:
+    section = _section(raw, "cost", file)
+    prices = dict(DEFAULT_PRICES)
+    for provider, value in (section.pop("prices", None) or {}).items():
+        entry = _section(value, "cost.prices.*", file)
+        line = yamlio.key_line(raw.get("prices"), str(provider))
+        missing = {"usd_per_unit", "unit", "as_of", "source"} - set(entry)
+        if missing:
+            raise ConfigError(
+                file,
+                line,
+                f"cost.prices.{provider}",
+                f"missing {', '.join(sorted(missing))}: "
+                "every price needs its amount, unit, date (as_of) and source",
+            )
+        charged = entry.get("charged", "sender")
+        if entry["unit"] not in ("GB", "GiB") or charged not in ("sender", "both directions"):
+            raise ConfigError(
+                file,
+                line,
+                f"cost.prices.{provider}",
+                "unit must be GB or GiB; charged must be 'sender' or 'both directions'",
+            )
+        prices[str(provider)] = Price(
+            str(provider),
+            float(entry["usd_per_unit"]),
+            entry["unit"],
+            charged,
+            entry["as_of"],
+            entry["source"],
+        )
+    out = CostSettings(prices=tuple(prices.items()), **section)
+    if out.provider not in prices:
+        raise ConfigError(
+            file,
+            yamlio.key_line(raw, "provider"),
+            "cost.provider",
+            f"no price for {out.provider!r} (have: {', '.join(sorted(prices))})",
+        )
+    return out
 
 
 def load_settings(path: Path | None) -> Settings:

@@ -1,0 +1,169 @@
+"""`auditor scan` end to end: the seed scenario, the corpus, the cost arithmetic, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import DATA
+
+from auditor.cli import main
+
+LAB = DATA / "seed-lab"
+NODES_2Z = """\
+apiVersion: v1
+kind: NodeList
+items:
+- {apiVersion: v1, kind: Node, metadata: {name: a1, labels: {topology.kubernetes.io/zone: za}}, status: {allocatable: {cpu: "64", nvidia.com/gpu: "8"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: b1, labels: {topology.kubernetes.io/zone: zb}}, status: {allocatable: {cpu: "64", nvidia.com/gpu: "8"}}}
+"""
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    code = main(["scan", *args, "--format", "json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_seed_before_reports_exactly_the_cross_zone_blocked_finding(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run_json(capsys, str(LAB / "before"), str(LAB / "policies.yaml"), str(LAB / "nodes.yaml"))
+    assert code == 1
+    assert out["schema"] == "placement-auditor/findings/v1"
+    assert [(f["rule"], f["severity"], f["certainty"]) for f in out["findings"]] == [
+        ("cross-zone-blocked", "critical", "always")]
+    f = out["findings"][0]
+    assert f["symptoms"] == ["blocked"]
+    assert f["workload"]["kind"] == "Job" and f["workload"]["name"] == "trainer-workers" and f["workload"]["line"] > 0
+    assert f["edge"] == {"from": {"role": "trainer-workers", "zones": ["zone-a"]},
+                         "to": {"role": "trainer-coordinator", "zones": ["zone-b"]}, "port": 9999, "protocol": "TCP"}
+    assert {p["name"] for p in f["policies"]} == {"zone-a-only", "gpu-workers-stay-in-zone-a", "zone-b-only"}
+    assert len(f["fingerprint"]) == 32
+    assert out["summary"]["findings"] == 1 and out["summary"]["by_severity"] == {"critical": 1}
+    assert out["errors"] == []
+
+
+def test_seed_after_reports_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run_json(capsys, str(LAB / "after"), str(LAB / "policies.yaml"), str(LAB / "nodes.yaml"))
+    assert code == 0 and out["findings"] == []
+
+
+def test_fingerprint_is_stable_across_runs_and_paths(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    _, first = run_json(capsys, "--example", "seed-lab/before")
+    for name in ("before", "policies.yaml", "nodes.yaml"):
+        src = LAB / name
+        if src.is_dir():
+            (tmp_path / name).mkdir()
+            for f in src.iterdir():
+                (tmp_path / name / f.name).write_text(f.read_text())
+        else:
+            (tmp_path / name).write_text(src.read_text())
+    _, second = run_json(capsys, str(tmp_path))
+    assert first["findings"][0]["fingerprint"] == second["findings"][0]["fingerprint"]
+
+
+def test_corpus_training_jobs_without_constraints_are_likely_split(capsys: pytest.CaptureFixture[str],
+                                                                   tmp_path: Path) -> None:
+    (tmp_path / "nodes.yaml").write_text(NODES_2Z)
+    code, out = run_json(capsys, str(DATA / "workloads"), "--nodes", str(tmp_path / "nodes.yaml"))
+    found = {f["workload"]["name"]: f for f in out["findings"] if f["rule"] == "cross-zone-traffic"}
+    for name in ("pytorch-simple", "pytorch-dist-mnist-nccl", "elastic-example-imagenet", "dist-mnist-for-e2e-test",
+                 "multi-worker", "xgboost-dist-iris-test-train", "tensorflow-mnist", "tensorflow-benchmarks", "pi"):
+        assert found[name]["certainty"] == "likely" and found[name]["severity"] == "medium", name
+    assert code == 0  # medium < default --fail-on high
+    assert out["summary"]["skipped_kinds"]["ConfigMap"] == 1
+
+
+def test_single_zone_cluster_has_no_cross_zone_traffic(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "nodes.yaml").write_text(NODES_2Z.replace("zb", "za"))
+    _, out = run_json(capsys, str(DATA / "workloads"), "--nodes", str(tmp_path / "nodes.yaml"))
+    assert [f for f in out["findings"] if f["rule"] == "cross-zone-traffic"] == []
+
+
+PYTORCH_32 = """\
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: big
+  namespace: ml
+  annotations:
+    placement-auditor.io/gradient-bytes: "500000000"
+    placement-auditor.io/steps-per-second: "2"
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template: {spec: {containers: [{name: t, image: x}]}}
+    Worker:
+      replicas: 32
+      template: {spec: {containers: [{name: t, image: x}]}}
+"""
+
+
+def test_cross_zone_cost_follows_the_ring_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(PYTORCH_32)
+    (tmp_path / "nodes.yaml").write_text(NODES_2Z)
+    _, out = run_json(capsys, str(tmp_path))
+    (f,) = [f for f in out["findings"] if f["rule"] == "cross-zone-traffic"]
+    n, g, sps = 33, 500_000_000, 2.0  # 32 workers + master in the ring
+    crossing_per_step = 2 * 2 * (n - 1) / n * g  # k = 2 zones, 2(N−1)/N × G per link
+    monthly_bytes = crossing_per_step * sps * 30 * 24 * 3600
+    expected = monthly_bytes / 1e9 * 0.01 * 2  # AWS: $0.01/GB on each side
+    assert f["estimated_monthly_cost_usd"] == pytest.approx(round(expected, 2))
+    assert f["estimated_monthly_cost_usd"] == pytest.approx(201_076.36, abs=0.01)
+    assert f["estimated_slowdown_pct"] > 0
+    assert any("ring all-reduce over 33 ranks" in a for a in f["assumptions"])
+    assert out["summary"]["estimated_monthly_cost_usd"] == f["estimated_monthly_cost_usd"]
+
+
+def test_gcp_price_from_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(PYTORCH_32)
+    (tmp_path / "nodes.yaml").write_text(NODES_2Z)
+    cfg = tmp_path / "auditor.yaml"
+    cfg.write_text("cost:\n  provider: gcp\n")
+    _, out = run_json(capsys, str(tmp_path / "job.yaml"), str(tmp_path / "nodes.yaml"), "--config", str(cfg))
+    (f,) = [f for f in out["findings"] if f["rule"] == "cross-zone-traffic"]
+    monthly_bytes = 2 * 2 * 32 / 33 * 500_000_000 * 2 * 30 * 24 * 3600
+    assert f["estimated_monthly_cost_usd"] == pytest.approx(round(monthly_bytes / 2**30 * 0.01, 2))
+
+
+def test_bad_input_is_reported_and_the_rest_audited(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for name in ("before", "policies.yaml", "nodes.yaml"):
+        src = LAB / name
+        target = tmp_path / name
+        if src.is_dir():
+            target.mkdir()
+            (target / "workload.yaml").write_text((src / "workload.yaml").read_text())
+        else:
+            target.write_text(src.read_text())
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    (tmp_path / "scalar.yaml").write_text("just text\n")
+    (tmp_path / "wrong-type.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: x}\nspec:\n  replicas: many\n"
+        "  template: {spec: {containers: []}}\n")
+    (tmp_path / "future.yaml").write_text("apiVersion: kubeflow.org/v9\nkind: PyTorchJob\nmetadata: {name: p}\nspec: {}\n")
+    (tmp_path / "ingress.yaml").write_text("apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: i}\n")
+    (tmp_path / "bomb.yaml").write_text("a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(10)))
+    code, out = run_json(capsys, str(tmp_path))
+    assert [f["rule"] for f in out["findings"]] == ["cross-zone-blocked"]
+    errors = {Path(e["file"]).name: e for e in out["errors"]}
+    assert set(errors) == {"list.yaml", "scalar.yaml", "wrong-type.yaml", "future.yaml", "bomb.yaml"}
+    assert errors["wrong-type.yaml"]["field"] == "spec.replicas" and errors["wrong-type.yaml"]["line"] == 5
+    assert "kubeflow.org/v9" in errors["future.yaml"]["message"]
+    assert out["summary"]["skipped_kinds"] == {"Ingress": 1}
+    assert code == 1
+
+
+def test_nothing_auditable_exits_3(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "broken.yaml").write_text("a: [\n")
+    assert main(["scan", str(tmp_path)]) == 3
+
+
+def test_exit_code_does_not_depend_on_format(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    args = ["scan", "--example", "seed-lab/before"]
+    assert main([*args, "--format", "json"]) == main([*args, "--format", "table"]) == 1
+    assert main([*args, "--fail-on", "none"]) == 0
+    out = tmp_path / "report.json"
+    assert main([*args, "--format", "json", "--output", str(out)]) == 1
+    assert json.loads(out.read_text())["summary"]["findings"] == 1
