@@ -19,7 +19,7 @@ from auditor.model.source import LoadError, SourceRef
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.engine import NAMESPACE_TIER, PolicyEngine, standard_tiers
 from auditor.reachability.policy import CompiledPolicy
-from auditor.workloads.adapters import ADAPTERS, adapt
+from auditor.workloads.adapters import ADAPTERS, CONTEXT_KINDS, adapt
 
 CILIUM_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
 ADMIN_KINDS = ("AdminNetworkPolicy", "BaselineAdminNetworkPolicy", "ClusterNetworkPolicy")
@@ -47,7 +47,16 @@ SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
     "ClusterNetworkPolicy": ("policy.networking.k8s.io/v1alpha2",),
     **dict.fromkeys(_KUBEFLOW, ("kubeflow.org/v1",)),
     "MPIJob": ("kubeflow.org/v1", "kubeflow.org/v2beta1"),
+    "JobSet": ("jobset.x-k8s.io/v1alpha2",),
+    "TrainJob": ("trainer.kubeflow.org/v1alpha1",),
+    "TrainingRuntime": ("trainer.kubeflow.org/v1alpha1",),
+    "ClusterTrainingRuntime": ("trainer.kubeflow.org/v1alpha1",),
+    "RayCluster": ("ray.io/v1", "ray.io/v1alpha1"),
+    "RayJob": ("ray.io/v1", "ray.io/v1alpha1"),
+    "LeaderWorkerSet": ("leaderworkerset.x-k8s.io/v1",),
 }
+SUPPORTED_VERSIONS["Job"] = ("batch/v1", "batch.volcano.sh/v1alpha1")
+RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +100,8 @@ class Inventory:
     notes: list[str] = field(default_factory=list)
     # Kinds present but not audited (ConfigMap, Ingress, ...): counted, not errors.
     skipped_kinds: dict[str, int] = field(default_factory=dict)
+    # (Cluster)TrainingRuntimes by (kind, namespace or "", name): TrainJobs are built from them.
+    runtimes: dict[tuple[str, str, str], Mapping[str, Any]] = field(default_factory=dict)
 
     def namespace_labels(self, namespace: str) -> tuple[tuple[str, str], ...]:
         labels = dict(self.namespaces.get(namespace, ()))
@@ -234,6 +245,15 @@ def build_inventory(
                 str(spec.get("defaultAction") or "Deny"),
             )
     np_tier = "calico:default" if network.cni == "calico" else NAMESPACE_TIER
+    inv.runtimes = {
+        (
+            raw.kind,
+            "" if raw.kind == "ClusterTrainingRuntime" else raw.namespace(default_ns),
+            raw.name,
+        ): raw.obj
+        for raw in objects
+        if raw.kind in RUNTIME_KINDS and raw.api_version in SUPPORTED_VERSIONS[raw.kind]
+    }
     for raw in objects:
         try:
             _load_object(raw, inv, default_ns, np_tier)
@@ -298,9 +318,9 @@ def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) 
         inv.nodes.append(parse_node(raw))
     elif kind == "Service":
         inv.services.append(parse_service(raw, ns))
-    elif kind in ADAPTERS:
+    elif kind in ADAPTERS or kind in CONTEXT_KINDS:
         ref = WorkloadRef(raw.api_version, kind, ns, raw.name, raw.source)
-        inv.workloads.append(adapt(raw.obj, ref))
+        inv.workloads.append(adapt(raw.obj, ref, inv.runtimes))
 
 
 def parse_node(raw: RawObject) -> Node:

@@ -16,8 +16,12 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_defaults_and_values(tmp_path: Path) -> None:
-    s = load_settings(write(tmp_path, "kubernetes: {version: '1.34'}\ncost:\n  provider: azure\n"
-                                      "  default_gradient_bytes: 1000\n"))
+    s = load_settings(
+        write(
+            tmp_path,
+            "kubernetes: {version: '1.34'}\ncost:\n  provider: azure\n  default_gradient_bytes: 1000\n",
+        )
+    )
     assert s.kubernetes.version_tuple() == (1, 34)
     assert s.topology.effective_pod_zone_labels(s.kubernetes) == ()
     assert s.cost.price().provider == "azure" and s.cost.price().per_moved_byte_usd == 0
@@ -25,22 +29,36 @@ def test_defaults_and_values(tmp_path: Path) -> None:
 
 
 def test_custom_price_needs_date_and_source(tmp_path: Path) -> None:
-    ok = load_settings(write(tmp_path, "cost:\n  provider: onprem\n  prices:\n    onprem:\n      usd_per_unit: 0.005\n"
-                                       "      unit: GiB\n      as_of: '2026-11-01'\n      source: contract 42\n"))
+    ok = load_settings(
+        write(
+            tmp_path,
+            "cost:\n  provider: onprem\n  prices:\n    onprem:\n      usd_per_unit: 0.005\n"
+            "      unit: GiB\n      as_of: '2026-11-01'\n      source: contract 42\n",
+        )
+    )
     assert ok.cost.price().usd_per_unit == 0.005
     with pytest.raises(ConfigError) as err:
         load_settings(write(tmp_path, "cost:\n  prices:\n    onprem: {usd_per_unit: 0.005, unit: GB}\n"))
-    assert err.value.key == "cost.prices.onprem" and "as_of, source" in err.value.message and err.value.line == 3
+    assert (
+        err.value.key == "cost.prices.onprem" and "as_of, source" in err.value.message and err.value.line == 3
+    )
 
 
-@pytest.mark.parametrize(("text", "key", "line"), [
-    ("kubernets: {}\n", "kubernets", 1),
-    ("network:\n  cni: cilium\n  cilium:\n    enforcment_mode: always\n", "network.cilium.enforcment_mode", 4),
-    ("cost:\n  provider: aws\n  price: 1\n", "cost.price", 3),
-    ("network: {cni: weave}\n", "network.cni", 1),
-    ("cost: {provider: ibm}\n", "cost.provider", 1),
-    ("kubernetes: {version: latest}\n", "kubernetes.version", 1),
-])
+@pytest.mark.parametrize(
+    ("text", "key", "line"),
+    [
+        ("kubernets: {}\n", "kubernets", 1),
+        (
+            "network:\n  cni: cilium\n  cilium:\n    enforcment_mode: always\n",
+            "network.cilium.enforcment_mode",
+            4,
+        ),
+        ("cost:\n  provider: aws\n  price: 1\n", "cost.price", 3),
+        ("network: {cni: weave}\n", "network.cni", 1),
+        ("cost: {provider: ibm}\n", "cost.provider", 1),
+        ("kubernetes: {version: latest}\n", "kubernetes.version", 1),
+    ],
+)
 def test_bad_keys_are_named(tmp_path: Path, text: str, key: str, line: int) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(write(tmp_path, text))

@@ -26,17 +26,28 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[
     return code, json.loads(capsys.readouterr().out)
 
 
-def test_seed_before_reports_exactly_the_cross_zone_blocked_finding(capsys: pytest.CaptureFixture[str]) -> None:
+def test_seed_before_reports_exactly_the_cross_zone_blocked_finding(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code, out = run_json(capsys, str(LAB / "before"), str(LAB / "policies.yaml"), str(LAB / "nodes.yaml"))
     assert code == 1
     assert out["schema"] == "placement-auditor/findings/v1"
     assert [(f["rule"], f["severity"], f["certainty"]) for f in out["findings"]] == [
-        ("cross-zone-blocked", "critical", "always")]
+        ("cross-zone-blocked", "critical", "always")
+    ]
     f = out["findings"][0]
     assert f["symptoms"] == ["blocked"]
-    assert f["workload"]["kind"] == "Job" and f["workload"]["name"] == "trainer-workers" and f["workload"]["line"] > 0
-    assert f["edge"] == {"from": {"role": "trainer-workers", "zones": ["zone-a"]},
-                         "to": {"role": "trainer-coordinator", "zones": ["zone-b"]}, "port": 9999, "protocol": "TCP"}
+    assert (
+        f["workload"]["kind"] == "Job"
+        and f["workload"]["name"] == "trainer-workers"
+        and f["workload"]["line"] > 0
+    )
+    assert f["edge"] == {
+        "from": {"role": "trainer-workers", "zones": ["zone-a"]},
+        "to": {"role": "trainer-coordinator", "zones": ["zone-b"]},
+        "port": 9999,
+        "protocol": "TCP",
+    }
     assert {p["name"] for p in f["policies"]} == {"zone-a-only", "gpu-workers-stay-in-zone-a", "zone-b-only"}
     assert len(f["fingerprint"]) == 32
     assert out["summary"]["findings"] == 1 and out["summary"]["by_severity"] == {"critical": 1}
@@ -48,7 +59,9 @@ def test_seed_after_reports_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and out["findings"] == []
 
 
-def test_fingerprint_is_stable_across_runs_and_paths(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_fingerprint_is_stable_across_runs_and_paths(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     _, first = run_json(capsys, "--example", "seed-lab/before")
     for name in ("before", "policies.yaml", "nodes.yaml"):
         src = LAB / name
@@ -62,19 +75,31 @@ def test_fingerprint_is_stable_across_runs_and_paths(capsys: pytest.CaptureFixtu
     assert first["findings"][0]["fingerprint"] == second["findings"][0]["fingerprint"]
 
 
-def test_corpus_training_jobs_without_constraints_are_likely_split(capsys: pytest.CaptureFixture[str],
-                                                                   tmp_path: Path) -> None:
+def test_corpus_training_jobs_without_constraints_are_likely_split(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     (tmp_path / "nodes.yaml").write_text(NODES_2Z)
     code, out = run_json(capsys, str(DATA / "workloads"), "--nodes", str(tmp_path / "nodes.yaml"))
     found = {f["workload"]["name"]: f for f in out["findings"] if f["rule"] == "cross-zone-traffic"}
-    for name in ("pytorch-simple", "pytorch-dist-mnist-nccl", "elastic-example-imagenet", "dist-mnist-for-e2e-test",
-                 "multi-worker", "xgboost-dist-iris-test-train", "tensorflow-mnist", "tensorflow-benchmarks", "pi"):
+    for name in (
+        "pytorch-simple",
+        "pytorch-dist-mnist-nccl",
+        "elastic-example-imagenet",
+        "dist-mnist-for-e2e-test",
+        "multi-worker",
+        "xgboost-dist-iris-test-train",
+        "tensorflow-mnist",
+        "tensorflow-benchmarks",
+        "pi",
+    ):
         assert found[name]["certainty"] == "likely" and found[name]["severity"] == "medium", name
     assert code == 0  # medium < default --fail-on high
     assert out["summary"]["skipped_kinds"]["ConfigMap"] == 1
 
 
-def test_single_zone_cluster_has_no_cross_zone_traffic(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_single_zone_cluster_has_no_cross_zone_traffic(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     (tmp_path / "nodes.yaml").write_text(NODES_2Z.replace("zb", "za"))
     _, out = run_json(capsys, str(DATA / "workloads"), "--nodes", str(tmp_path / "nodes.yaml"))
     assert [f for f in out["findings"] if f["rule"] == "cross-zone-traffic"] == []
@@ -127,7 +152,9 @@ def test_gcp_price_from_config(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert f["estimated_monthly_cost_usd"] == pytest.approx(round(monthly_bytes / 2**30 * 0.01, 2))
 
 
-def test_bad_input_is_reported_and_the_rest_audited(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_bad_input_is_reported_and_the_rest_audited(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     for name in ("before", "policies.yaml", "nodes.yaml"):
         src = LAB / name
         target = tmp_path / name
@@ -140,11 +167,20 @@ def test_bad_input_is_reported_and_the_rest_audited(capsys: pytest.CaptureFixtur
     (tmp_path / "scalar.yaml").write_text("just text\n")
     (tmp_path / "wrong-type.yaml").write_text(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: x}\nspec:\n  replicas: many\n"
-        "  template: {spec: {containers: []}}\n")
-    (tmp_path / "future.yaml").write_text("apiVersion: kubeflow.org/v9\nkind: PyTorchJob\nmetadata: {name: p}\nspec: {}\n")
-    (tmp_path / "ingress.yaml").write_text("apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: i}\n")
-    (tmp_path / "bomb.yaml").write_text("a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
-        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(10)))
+        "  template: {spec: {containers: []}}\n"
+    )
+    (tmp_path / "future.yaml").write_text(
+        "apiVersion: kubeflow.org/v9\nkind: PyTorchJob\nmetadata: {name: p}\nspec: {}\n"
+    )
+    (tmp_path / "ingress.yaml").write_text(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: i}\n"
+    )
+    (tmp_path / "bomb.yaml").write_text(
+        "a: &a [x,x,x,x,x,x,x,x,x,x]\n"
+        + "".join(
+            f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(10)
+        )
+    )
     code, out = run_json(capsys, str(tmp_path))
     assert [f["rule"] for f in out["findings"]] == ["cross-zone-blocked"]
     errors = {Path(e["file"]).name: e for e in out["errors"]}

@@ -22,6 +22,7 @@ from typing import Any
 from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector
 from auditor.model.objects import REGION_KEY, Node, Role
 from auditor.placement.filters import FilterResult, filter_node
+from auditor.workloads.operators import EXCLUSIVE, RJOB_REPLICAS
 
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
@@ -130,10 +131,18 @@ def _spread_forces_split(p: RolePlacement, zone_key: str) -> bool:
     return False
 
 
+def _jobs(role: Role) -> int:
+    text = role.template.label_map.get(RJOB_REPLICAS, "1")
+    return int(text) if text.isdigit() else 1
+
+
 def _co_located_within(p: RolePlacement, zone_key: str) -> str:
     role = p.role
     if len(p.zones) <= 1:
         return f"{role} can land in one zone only"
+    exclusive = _annotation(role, EXCLUSIVE)
+    if exclusive and _zone_level(exclusive, zone_key) and _jobs(role) == 1:
+        return f"{role} is one Job with JobSet exclusive topology on {exclusive}"
     kueue = _annotation(role, KUEUE_REQUIRED)
     if kueue and _zone_level(kueue, zone_key):
         return f"{role} has {KUEUE_REQUIRED}: {kueue}"
@@ -153,6 +162,12 @@ def pair_placement(a: RolePlacement, b: RolePlacement, zone_key: str) -> PairPla
         pairs = tuple((x, y) for x in sorted(za) for y in sorted(za))
         if a.role.replicas < 2:
             return PairPlacement(tuple((z, z) for z in sorted(za)), None, f"{a.role} has one replica")
+        if _annotation(a.role, EXCLUSIVE) == zone_key and _jobs(a.role) > 1:
+            return PairPlacement(
+                pairs,
+                "always",
+                f"{a.role}: JobSet exclusive topology puts each of its {_jobs(a.role)} Jobs in its own zone",
+            )
         if _spread_forces_split(a, zone_key):
             return PairPlacement(
                 pairs, "always", f"{a.role} has a DoNotSchedule topology spread on {zone_key}"
@@ -188,6 +203,16 @@ def pair_placement(a: RolePlacement, b: RolePlacement, zone_key: str) -> PairPla
                 "always",
                 f"{x.role} requires podAntiAffinity to {y.role} on {zone_key}",
             )
+    if (
+        a.role.workload == b.role.workload
+        and _annotation(a.role, EXCLUSIVE) == zone_key
+        and _annotation(b.role, EXCLUSIVE) == zone_key
+    ):
+        return PairPlacement(
+            tuple((p, q) for p in sorted(za) for q in sorted(zb) if p != q),
+            "always",
+            f"JobSet exclusive topology on {zone_key} puts each child Job in its own zone",
+        )
     group_a, group_b = _annotation(a.role, KUEUE_GROUP), _annotation(b.role, KUEUE_GROUP)
     same_workload = a.role.workload == b.role.workload
     if (

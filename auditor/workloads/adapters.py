@@ -14,6 +14,7 @@ from auditor.model.objects import Role, Workload, WorkloadRef, freeze_labels
 from auditor.model.source import SourceRef
 from auditor.reachability import specs
 from auditor.reachability.endpoints import parse_ip
+from auditor.workloads import operators
 from auditor.workloads.podspec import parse_pod, parse_pod_template
 
 Adapter = Callable[[Mapping[str, Any], WorkloadRef], list[Role]]
@@ -135,12 +136,28 @@ ADAPTERS: dict[str, Adapter] = {
     "Job": _job,
     "CronJob": _cronjob,
     **dict.fromkeys(_KUBEFLOW, _kubeflow),
+    "JobSet": operators.jobset,
+    "RayCluster": operators.raycluster,
+    "RayJob": operators.rayjob,
+    "LeaderWorkerSet": operators.leaderworkerset,
 }
+# Kinds whose adapter needs other objects (TrainJob reads its runtime) or shares a kind name.
+CONTEXT_KINDS = ("TrainJob",)
+VOLCANO_API = "batch.volcano.sh/v1alpha1"
 
 
-def adapt(obj: Mapping[str, Any], ref: WorkloadRef) -> Workload:
+def adapt(
+    obj: Mapping[str, Any],
+    ref: WorkloadRef,
+    runtimes: Mapping[tuple[str, str, str], Mapping[str, Any]] | None = None,
+) -> Workload:
     meta = specs.mapping(obj.get("metadata"), "metadata")
-    roles = ADAPTERS[ref.kind](obj, ref)
+    if ref.kind == "TrainJob":
+        roles = operators.trainjob(obj, ref, runtimes or {})
+    elif ref.kind == "Job" and ref.api_version == VOLCANO_API:
+        roles = operators.volcano_job(obj, ref)
+    else:
+        roles = ADAPTERS[ref.kind](obj, ref)
     return Workload(
         ref, freeze_labels(specs.mapping(meta.get("labels"), "metadata.labels")), tuple(roles), obj
     )

@@ -120,6 +120,91 @@ def _kubeflow_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
             yield from _ring([worker], "MPI data between workers")
 
 
+def _env(role: Role, *names: str) -> str | None:
+    spec = role.template.spec if isinstance(role.template.spec, Mapping) else {}
+    for c in spec.get("containers") or []:
+        for env in (c.get("env") or []) if isinstance(c, Mapping) else []:
+            if isinstance(env, Mapping) and env.get("name") in names and isinstance(env.get("value"), str):
+                return str(env["value"])
+    return None
+
+
+def _first_port(role: Role) -> int | None:
+    return role.template.container_ports[0][1] if role.template.container_ports else None
+
+
+def _pod_dns_edges(w: Workload) -> Iterator[CommEdge]:
+    """JobSet pods are reachable as <jobset>-<replicatedJob>-<job>-<pod>.<subdomain>."""
+    by_name = {r.name: r for r in w.roles}
+    pattern = re.compile(rf"(?<![\w-]){re.escape(w.ref.name)}-([a-z0-9-]+?)-(\d+)-(\d+)(?![\w-])")
+    for role in w.roles:
+        for text in _texts(role):
+            for m in pattern.finditer(text):
+                target = by_name.get(m.group(1))
+                if target is None:
+                    continue
+                port_text = _env(role, "MASTER_PORT", "PET_MASTER_PORT")
+                port = int(port_text) if port_text and port_text.isdigit() else _first_port(target)
+                if target is not role or role.replicas > 1:
+                    yield CommEdge(role, target, port, "TCP", f"names pod {m.group(0)}")
+
+
+def _operator_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
+    kind = w.ref.kind
+    if kind in ("JobSet", "TrainJob"):
+        yield from _pod_dns_edges(w)
+        coordinator = spec.get("coordinator") if kind == "JobSet" else None
+        if isinstance(coordinator, Mapping):
+            target = _role(w, str(coordinator.get("replicatedJob", "")))
+            if target is not None:
+                for r in w.roles:
+                    if r is not target:
+                        yield CommEdge(r, target, _first_port(target), "TCP", "JobSet coordinator endpoint")
+        if kind == "TrainJob":
+            node, launcher = _role(w, "node"), _role(w, "launcher")
+            if launcher is not None and node is not None:
+                yield CommEdge(launcher, node, 22, "TCP", "MPI runtime: launcher → nodes (ssh)")
+            elif node is not None and node.replicas > 1:
+                yield CommEdge(
+                    node, node, 29500, "TCP", "torchrun rendezvous: nodes → node-0-0 (PET_MASTER_PORT)"
+                )
+            if node is not None:
+                yield from _ring([node], "all-reduce between training nodes")
+    elif kind in ("RayCluster", "RayJob"):
+        head = _role(w, "head")
+        cluster = spec.get("rayClusterSpec", spec) if kind == "RayJob" else spec
+        params = (
+            (cluster.get("headGroupSpec") or {}).get("rayStartParams")
+            if isinstance(cluster, Mapping)
+            else None
+        )
+        port = (
+            int(params["port"])
+            if isinstance(params, Mapping) and str(params.get("port", "")).isdigit()
+            else 6379
+        )
+        for r in w.roles:
+            if head is not None and r is not head:
+                yield CommEdge(r, head, port, "TCP", "Ray: worker → head GCS")
+    elif kind == "LeaderWorkerSet":
+        leader, worker = _role(w, "leader"), _role(w, "worker")
+        if leader is not None and worker is not None:
+            yield CommEdge(worker, leader, _first_port(leader), "TCP", "LeaderWorkerSet: worker → leader")
+    elif kind == "Job" and w.ref.api_version.startswith("batch.volcano.sh/"):
+        raw_plugins = spec.get("plugins")
+        plugins: Mapping[str, Any] = raw_plugins if isinstance(raw_plugins, Mapping) else {}
+        if "svc" in plugins:
+            yield from _ring(list(w.roles), "Volcano svc plugin: tasks reach each other")
+        if "mpi" in plugins:
+            master, worker = _role(w, "master", "mpimaster"), _role(w, "worker", "mpiworker")
+            if master is not None and worker is not None:
+                yield CommEdge(master, worker, 22, "TCP", "Volcano mpi plugin: master → workers (ssh)")
+        if "pytorch" in plugins:
+            master, worker = _role(w, "master"), _role(w, "worker")
+            if master is not None and worker is not None:
+                yield CommEdge(worker, master, 23456, "TCP", "Volcano pytorch plugin: workers → master")
+
+
 def _ring(roles: Sequence[Role], reason: str) -> Iterator[CommEdge]:
     if sum(r.replicas for r in roles) < 2:
         return
@@ -226,6 +311,7 @@ def comm_edges(workloads: Sequence[Workload], services: Sequence[Service]) -> li
     for w in workloads:
         spec = w.raw.get("spec") if isinstance(w.raw, Mapping) else None
         edges.extend(_kubeflow_edges(w, spec if isinstance(spec, Mapping) else {}))
+        edges.extend(_operator_edges(w, spec if isinstance(spec, Mapping) else {}))
     roles = [r for w in workloads for r in w.roles]
     edges.extend(service_edges(roles, services))
     return sorted(set(edges), key=lambda e: (str(e.source), str(e.destination), e.port or 0))

@@ -1,0 +1,119 @@
+"""Group coupling: which zone pairs two roles can occupy, and how certain a split is."""
+
+from __future__ import annotations
+
+import pytest
+from support import inventory
+
+from auditor.placement.coupling import pair_placement, place_role
+
+ZONE = "topology.kubernetes.io/zone"
+NODES = """\
+apiVersion: v1
+kind: NodeList
+items:
+- {apiVersion: v1, kind: Node, metadata: {name: a, labels: {topology.kubernetes.io/zone: za, pool: gpu}}}
+- {apiVersion: v1, kind: Node, metadata: {name: b, labels: {topology.kubernetes.io/zone: zb, pool: cpu}}}
+- {apiVersion: v1, kind: Node, metadata: {name: c, labels: {topology.kubernetes.io/zone: zc, pool: cpu}}}
+"""
+
+
+def pytorchjob(master: str = "", worker: str = "", replicas: int = 4, annotations: str = "") -> str:
+    def spec(extra: str) -> str:
+        return "{" + (extra + ", " if extra else "") + "containers: [{name: t, image: x}]}"
+
+    meta = f"{{annotations: {{{annotations}}}, labels: {{job: j}}}}" if annotations else "{labels: {job: j}}"
+    return f"""---
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {{name: j, namespace: ml}}
+spec:
+  pytorchReplicaSpecs:
+    Master: {{replicas: 1, template: {{metadata: {{labels: {{role: master}}}}, spec: {spec(master)}}}}}
+    Worker: {{replicas: {replicas}, template: {{metadata: {meta}, spec: {spec(worker)}}}}}
+"""
+
+
+def placement(
+    text: str, src: str = "Worker", dst: str = "Master"
+) -> tuple[list[tuple[str, str]], str | None]:
+    inv = inventory(text=NODES + text)
+    assert not inv.errors, inv.errors
+    roles = {r.name: r for w in inv.workloads for r in w.roles}
+    p = pair_placement(place_role(roles[src], inv.nodes, ZONE), place_role(roles[dst], inv.nodes, ZONE), ZONE)
+    return list(p.pairs), p.split
+
+
+AFFINITY_TO_MASTER = (
+    "affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: "
+    "[{labelSelector: {matchLabels: {role: master}}, topologyKey: topology.kubernetes.io/zone}]}}"
+)
+ANTI_TO_MASTER = AFFINITY_TO_MASTER.replace("podAffinity", "podAntiAffinity")
+PREFERRED = (
+    "affinity: {podAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 50, podAffinityTerm: "
+    "{labelSelector: {matchLabels: {role: master}}, topologyKey: topology.kubernetes.io/zone}}]}}"
+)
+SELF_SPREAD = (
+    "topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, "
+    "whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {job: j}}}]"
+)
+
+
+@pytest.mark.parametrize(
+    ("worker", "master", "pairs", "split"),
+    [
+        ("", "", 9, "likely"),
+        (AFFINITY_TO_MASTER, "", 3, None),  # the workers follow the master into its zone
+        (ANTI_TO_MASTER, "", 6, "always"),
+        (PREFERRED, "", 9, "possible"),
+        ("nodeSelector: {pool: gpu}", "nodeSelector: {pool: cpu}", 2, "always"),  # disjoint feasible zones
+        ("nodeSelector: {pool: gpu}", "nodeSelector: {pool: gpu}", 1, None),  # one zone for both
+    ],
+    ids=["unconstrained", "podAffinity", "podAntiAffinity", "preferred", "disjoint", "single-zone"],
+)
+def test_between_roles(worker: str, master: str, pairs: int, split: str | None) -> None:
+    got_pairs, got_split = placement(pytorchjob(master, worker))
+    assert (len(got_pairs), got_split) == (pairs, split)
+
+
+@pytest.mark.parametrize(
+    ("worker", "replicas", "annotations", "split"),
+    [
+        ("", 4, "", "likely"),
+        ("", 1, "", None),
+        (SELF_SPREAD, 4, "", "always"),  # DoNotSchedule spread with maxSkew 1 forces the replicas apart
+        ("", 4, '"kueue.x-k8s.io/podset-required-topology": cloud.provider.com/topology-rack', None),
+        ("", 4, '"kueue.x-k8s.io/podset-required-topology": topology.kubernetes.io/region', "likely"),
+        ("", 4, '"kueue.x-k8s.io/podset-preferred-topology": topology.kubernetes.io/zone', "likely"),
+    ],
+    ids=["free", "one-replica", "hard-spread", "kueue-rack", "kueue-region", "kueue-preferred"],
+)
+def test_within_a_role(worker: str, replicas: int, annotations: str, split: str | None) -> None:
+    _, got = placement(pytorchjob("", worker, replicas, annotations), "Worker", "Worker")
+    assert got == split
+
+
+JOBSET = """---
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata:
+  name: js
+  namespace: ml
+  annotations: {alpha.jobset.sigs.k8s.io/exclusive-topology: topology.kubernetes.io/zone}
+spec:
+  replicatedJobs:
+  - name: workers
+    replicas: JOBS
+    template: {spec: {parallelism: 2, template: {spec: {containers: [{name: c, image: x}]}}}}
+  - name: ps
+    template: {spec: {parallelism: 1, template: {spec: {containers: [{name: c, image: x}]}}}}
+"""
+
+
+def test_jobset_exclusive_topology() -> None:
+    _, one_job = placement(JOBSET.replace("JOBS", "1"), "workers", "workers")
+    assert one_job is None  # one Job: its pods share a zone
+    _, two_jobs = placement(JOBSET.replace("JOBS", "2"), "workers", "workers")
+    assert two_jobs == "always"
+    pairs, across = placement(JOBSET.replace("JOBS", "1"), "workers", "ps")
+    assert across == "always" and all(a != b for a, b in pairs)
