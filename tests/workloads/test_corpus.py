@@ -57,7 +57,7 @@ def test_roles_and_edges(prefix: str) -> None:
     inv = inventory([path, RUNTIME] if prefix in ("16", "17") else [path])
     assert inv.errors == []
     kind, roles, edges = EXPECTED[prefix]
-    (workload,) = [w for w in inv.workloads]
+    (workload,) = inv.workloads
     assert workload.ref.kind == kind
     assert [(r.name, r.replicas) for r in workload.roles] == roles
     got = {(e.source.name, e.destination.name, e.port) for e in comm_edges(inv.workloads, inv.services)}
