@@ -91,9 +91,18 @@ def test_corpus_training_jobs_without_constraints_are_likely_split(
         "tensorflow-mnist",
         "tensorflow-benchmarks",
         "pi",
+        "pytorch",
+        "coordinator-example",
+        "multi-node-example",
+        "rayjob-sample",
     ):
         assert found[name]["certainty"] == "likely" and found[name]["severity"] == "medium", name
-    assert code == 0  # medium < default --fail-on high
+    # Kueue TAS couples these: no cross-zone finding.
+    assert not {"jobset-tas-required", "nginx-leaderworkerset"} & {f["workload"]["name"] for f in out["findings"]}
+    # The runtime patch's nodeSelector (node-type: training) matches none of these nodes.
+    high = [(f["rule"], f["workload"]["name"]) for f in out["findings"] if f["severity"] == "high"]
+    assert high == [("role-unschedulable", "runtime-patches-example")]
+    assert code == 1
     assert out["summary"]["skipped_kinds"]["ConfigMap"] == 1
 
 
