@@ -98,7 +98,9 @@ def test_corpus_training_jobs_without_constraints_are_likely_split(
     ):
         assert found[name]["certainty"] == "likely" and found[name]["severity"] == "medium", name
     # Kueue TAS couples these: no cross-zone finding.
-    assert not {"jobset-tas-required", "nginx-leaderworkerset"} & {f["workload"]["name"] for f in out["findings"]}
+    assert not {"jobset-tas-required", "nginx-leaderworkerset"} & {
+        f["workload"]["name"] for f in out["findings"]
+    }
     # The runtime patch's nodeSelector (node-type: training) matches none of these nodes.
     high = [(f["rule"], f["workload"]["name"]) for f in out["findings"] if f["severity"] == "high"]
     assert high == [("role-unschedulable", "runtime-patches-example")]

@@ -33,3 +33,19 @@ def run_rules(model: AuditModel, options: Mapping[str, Mapping[str, Any]] | None
         evaluate: Callable[[AuditModel, Mapping[str, Any]], Iterator[Finding]] = rule.evaluate
         findings.extend(evaluate(model, (options or {}).get(rule.META.id, {})))
     return sorted(findings)
+
+
+def rules_markdown() -> str:
+    """docs/rules.md, built from each rule's metadata and docstring (a test keeps the file in sync)."""
+    parts = [
+        "# Rules\n",
+        "Built-in rules, with a failing and a passing example each. Severity is the default; "
+        "`cross-zone-traffic` is high when the split is `always` and medium otherwise.\n",
+        "| rule | severity | symptoms |",
+        "|---|---|---|",
+    ]
+    parts += [f"| `{r.META.id}` | {r.META.severity} | {', '.join(r.META.symptoms)} |" for r in RULES]
+    for rule in RULES:
+        doc = (rule.__doc__ or "").strip()
+        parts.append(f"\n## `{rule.META.id}` — {rule.META.title}\n\n{doc}\n")
+    return "\n".join(parts)
