@@ -16,9 +16,9 @@ from pathlib import Path
 from auditor import TOOL_NAME, __version__
 from auditor.config import ConfigError, load_settings
 from auditor.explain import ExplainError, explain, to_json, to_text
-from auditor.reports import json_report, table
+from auditor.reports import csv_report, json_report, junit, sarif, table
 from auditor.resources import examples_dir
-from auditor.scan import scan
+from auditor.scan import apply_baseline, scan
 from auditor.sources.manifests import load_inventory
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
@@ -67,13 +67,31 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK if exp.allowed else EXIT_FINDINGS
 
 
+def _baseline_fingerprints(path: Path) -> set[str]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(str(path), 0, "--baseline", f"cannot read the baseline report: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("schema") != json_report.SCHEMA:
+        raise ConfigError(str(path), 0, "--baseline", f"not a {json_report.SCHEMA} report")
+    return {str(f.get("fingerprint")) for f in doc.get("findings", []) if isinstance(f, dict)}
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     settings = load_settings(Path(args.config) if args.config else None)
     paths = _paths(args) + [Path(p) for p in args.nodes or []]
     inv = load_inventory(paths, settings)
     result = scan(inv)
-    if args.format == "json":
-        text = json_report.render(result)
+    if args.baseline:
+        result = apply_baseline(result, _baseline_fingerprints(Path(args.baseline)))
+    renderers = {
+        "json": json_report.render,
+        "sarif": sarif.render,
+        "junit": junit.render,
+        "csv": csv_report.render,
+    }
+    if args.format in renderers:
+        text = renderers[args.format](result)
     else:
         out_tty = args.output is None and sys.stdout.isatty()
         text = table.render(result, colour=out_tty and "NO_COLOR" not in os.environ)
@@ -121,7 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
     sc.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
     sc.add_argument("--config", help="config file (YAML)")
-    sc.add_argument("--format", choices=("table", "json"), default="table")
+    sc.add_argument("--format", choices=("table", "json", "sarif", "junit", "csv"), default="table")
+    sc.add_argument(
+        "--baseline", metavar="FILE", help="report only findings absent from this earlier JSON report"
+    )
     sc.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
     sc.add_argument(
         "--fail-on",

@@ -54,3 +54,12 @@ def scan(inv: Inventory) -> ScanResult:
         inv.network.describe(),
         dict(inv.skipped_kinds),
     )
+
+
+def apply_baseline(result: ScanResult, known: set[str]) -> ScanResult:
+    """Only the findings whose fingerprints the earlier report did not have."""
+    fresh = [f for f in result.findings if f.fingerprint not in known]
+    notes = [*result.notes, f"baseline: {len(result.findings) - len(fresh)} known finding(s) not reported"]
+    return ScanResult(
+        fresh, result.errors, notes, result.audited_objects, result.network, result.skipped_kinds
+    )
