@@ -90,8 +90,9 @@ def _run(cmd: list[str], cwd: Path) -> tuple[int, str, str]:
 
 def _origin(index: dict[tuple[str, str], SourceRef], data: object, fallback: SourceRef) -> SourceRef:
     if isinstance(data, dict):
-        meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
-        found = index.get((str(data.get("kind")), str(meta.get("name"))))
+        meta = data.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        found = index.get((str(data.get("kind")), str(name)))
         if found is not None:
             return found
     return fallback
