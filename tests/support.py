@@ -46,3 +46,12 @@ def pod_endpoints(inv: Inventory) -> dict[str, PodEndpoint]:
         for role in w.roles:
             out[str(role)] = endpoint_for(inv, role, None)
     return out
+
+
+def findings(text: str, cni: str = "auto", settings: Settings | None = None) -> list[tuple[str, str, str]]:
+    """(rule, certainty, workload name) of a scan over manifests given as text."""
+    from auditor.scan import scan
+
+    inv = inventory(text=text, cni=cni, settings=settings)
+    assert not inv.errors, inv.errors
+    return [(f.rule, f.certainty, f.workload.name) for f in scan(inv).findings]
