@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from auditor import TOOL_NAME, __version__
+from auditor import TOOL_NAME, __version__, progress
 from auditor.config import ConfigError, load_settings
 from auditor.explain import ExplainError, explain, to_json, to_text
 from auditor.reports import csv_report, json_report, junit, sarif, table
@@ -80,8 +80,13 @@ def _baseline_fingerprints(path: Path) -> set[str]:
 def cmd_scan(args: argparse.Namespace) -> int:
     settings = load_settings(Path(args.config) if args.config else None)
     paths = _paths(args) + [Path(p) for p in args.nodes or []]
-    inv = load_inventory(paths, settings)
-    result = scan(inv)
+    bar = progress.for_stderr()
+    try:
+        inv = load_inventory(paths, settings, progress=bar or progress.silent)
+        result = scan(inv, bar or progress.silent)
+    finally:
+        if bar is not None:
+            bar.close()
     if args.baseline:
         result = apply_baseline(result, _baseline_fingerprints(Path(args.baseline)))
     renderers = {

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from auditor.inventory import Inventory
 from auditor.model.findings import SEVERITY_RANK, Finding
 from auditor.model.source import LoadError
+from auditor.progress import Progress, silent
 from auditor.rules import run_rules
 from auditor.rules.model import build_model
 
@@ -42,8 +43,8 @@ class ScanResult:
         }
 
 
-def scan(inv: Inventory) -> ScanResult:
-    model = build_model(inv)
+def scan(inv: Inventory, progress: Progress = silent) -> ScanResult:
+    model = build_model(inv, progress)
     findings = run_rules(model)
     audited = len(inv.workloads) + len(inv.policies) + len(inv.nodes) + len(inv.services)
     return ScanResult(

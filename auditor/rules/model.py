@@ -12,6 +12,7 @@ from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.model.objects import Role, Workload
 from auditor.placement.coupling import PairPlacement, RolePlacement, pair_placement, place_role
 from auditor.placement.pods import pod_endpoint, representative_node
+from auditor.progress import Progress, silent
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import PolicyEngine
 from auditor.reachability.policy import Decider
@@ -106,7 +107,7 @@ def edge_allowed(edge: CommEdge, conns_ports: PortSet) -> bool:
     return not (PortSet.of((lo, hi)) - conns_ports)
 
 
-def build_model(inv: Inventory) -> AuditModel:
+def build_model(inv: Inventory, progress: Progress = silent) -> AuditModel:
     engine = inv.engine()
     zone_key = inv.settings.topology.zone_key
     roles = [r for w in inv.workloads for r in w.roles]
@@ -117,7 +118,8 @@ def build_model(inv: Inventory) -> AuditModel:
     notes = []
     if not inv.nodes:
         notes.append("no Node objects: zones are unknown, so cross-zone rules could not run (add --nodes)")
-    for edge in edges:
+    for n, edge in enumerate(edges, 1):
+        progress("evaluating paths", n, len(edges))
         a, b = placements[edge.source], placements[edge.destination]
         if a.unschedulable or b.unschedulable:
             continue

@@ -20,6 +20,7 @@ from auditor import yamlio
 from auditor.config import Settings
 from auditor.inventory import Inventory, build_inventory
 from auditor.model.source import LoadError, SourceRef
+from auditor.progress import Progress, silent
 
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 RENDER_TIMEOUT_S = 120
@@ -117,7 +118,7 @@ def _render(
     out.documents.extend(yamlio.Document(d.data, _origin(index, d.data, anchor)) for d in docs)
 
 
-def collect(paths: Sequence[Path], tools: Tools) -> Collected:
+def collect(paths: Sequence[Path], tools: Tools, progress: Progress = silent) -> Collected:
     out = Collected()
     files, errors = yamlio.discover_files(list(paths))
     out.errors.extend(errors)
@@ -129,7 +130,8 @@ def collect(paths: Sequence[Path], tools: Tools) -> Collected:
         included |= _included(root)
     raw_by_root: dict[Path, list[yamlio.Document]] = {r: [] for r in kroots | charts}
     displays = {p.resolve(): d for p, d in files}
-    for real, path, display in resolved:
+    for n, (real, path, display) in enumerate(resolved, 1):
+        progress("reading manifests", n, len(resolved))
         chart = _under(real.parent, charts)
         if chart is not None:
             continue  # chart templates are Go templates, not YAML
@@ -159,8 +161,10 @@ def collect(paths: Sequence[Path], tools: Tools) -> Collected:
     return out
 
 
-def load_inventory(paths: Sequence[Path], settings: Settings, tools: Tools | None = None) -> Inventory:
-    collected = collect(paths, tools or Tools.detect())
+def load_inventory(
+    paths: Sequence[Path], settings: Settings, tools: Tools | None = None, progress: Progress = silent
+) -> Inventory:
+    collected = collect(paths, tools or Tools.detect(), progress)
     inv = build_inventory(collected.documents, settings, collected.errors)
     inv.notes[:0] = collected.notes
     return inv
