@@ -15,6 +15,7 @@ constraints allow, and how certain a split across zones is:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,41 @@ def place_role(role: Role, nodes: Sequence[Node], zone_key: str) -> RolePlacemen
             rejected.append(result)
     zones = sorted({z for n in ok if (z := n.label_map.get(zone_key))})
     return RolePlacement(role, tuple(zones), tuple(n.name for n in ok), tuple(rejected))
+
+
+def _filter_signature(role: Role) -> str:
+    """Everything the node filters read from a pod template, as one comparable value."""
+    t = role.template
+    spec = t.spec if isinstance(t.spec, Mapping) else {}
+    tolerations = [[x.key, x.operator, x.value, x.effect] for x in t.tolerations]
+    return json.dumps(
+        [
+            t.node_selector,
+            t.affinity,
+            tolerations,
+            t.node_name,
+            t.requests,
+            spec.get("initContainers"),
+            spec.get("overhead"),
+            spec.get("volumes"),
+        ],
+        sort_keys=True,
+        default=str,
+    )
+
+
+def place_roles(roles: Sequence[Role], nodes: Sequence[Node], zone_key: str) -> dict[Role, RolePlacement]:
+    """place_role for many roles; roles whose templates ask the same of nodes share one filtering pass
+    (on a large repository most jobs come from a few templates)."""
+    done: dict[str, RolePlacement] = {}
+    out: dict[Role, RolePlacement] = {}
+    for role in roles:
+        key = _filter_signature(role)
+        found = done.get(key)
+        if found is None:
+            found = done[key] = place_role(role, nodes, zone_key)
+        out[role] = RolePlacement(role, found.zones, found.nodes, found.rejected)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from typing import Any
 from auditor.inventory import Inventory
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.model.objects import Role, Workload
-from auditor.placement.coupling import PairPlacement, RolePlacement, pair_placement, place_role
+from auditor.placement.coupling import PairPlacement, RolePlacement, pair_placement, place_roles
 from auditor.placement.pods import pod_endpoint, representative_node
 from auditor.progress import Progress, silent
 from auditor.reachability.endpoints import PodEndpoint
@@ -111,7 +111,7 @@ def build_model(inv: Inventory, progress: Progress = silent) -> AuditModel:
     engine = inv.engine()
     zone_key = inv.settings.topology.zone_key
     roles = [r for w in inv.workloads for r in w.roles]
-    placements = {r: place_role(r, inv.nodes, zone_key) for r in roles}
+    placements = place_roles(roles, inv.nodes, zone_key)
     edges = comm_edges(inv.workloads, inv.services)
     cache: dict[tuple[Role, str], PodEndpoint] = {}
     analyses = []
