@@ -14,7 +14,16 @@ from typing import Any
 from auditor import yamlio
 from auditor.config import Settings
 from auditor.model.labels import SelectorError
-from auditor.model.objects import Node, Service, ServicePort, Taint, Workload, WorkloadRef, freeze_labels
+from auditor.model.objects import (
+    Node,
+    Role,
+    Service,
+    ServicePort,
+    Taint,
+    Workload,
+    WorkloadRef,
+    freeze_labels,
+)
 from auditor.model.source import LoadError, SourceRef
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.engine import NAMESPACE_TIER, PolicyEngine, standard_tiers
@@ -54,6 +63,9 @@ SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
     "RayCluster": ("ray.io/v1", "ray.io/v1alpha1"),
     "RayJob": ("ray.io/v1", "ray.io/v1alpha1"),
     "LeaderWorkerSet": ("leaderworkerset.x-k8s.io/v1",),
+    "PersistentVolumeClaim": ("v1",),
+    "PersistentVolume": ("v1",),
+    "StorageClass": ("storage.k8s.io/v1",),
 }
 SUPPORTED_VERSIONS["Job"] = ("batch/v1", "batch.volcano.sh/v1alpha1")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
@@ -102,6 +114,11 @@ class Inventory:
     skipped_kinds: dict[str, int] = field(default_factory=dict)
     # (Cluster)TrainingRuntimes by (kind, namespace or "", name): TrainJobs are built from them.
     runtimes: dict[tuple[str, str, str], Mapping[str, Any]] = field(default_factory=dict)
+    # Zones a PersistentVolumeClaim confines its pods to, by (namespace, claim): from its bound
+    # PersistentVolume's node affinity or labels, or its StorageClass's allowedTopologies.
+    claim_zones: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    # StorageClass name → zones (for StatefulSet volumeClaimTemplates).
+    class_zones: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def namespace_labels(self, namespace: str) -> tuple[tuple[str, str], ...]:
         labels = dict(self.namespaces.get(namespace, ()))
@@ -254,6 +271,7 @@ def build_inventory(
         for raw in objects
         if raw.kind in RUNTIME_KINDS and raw.api_version in SUPPORTED_VERSIONS[raw.kind]
     }
+    _storage(objects, inv, default_ns)
     for raw in objects:
         try:
             _load_object(raw, inv, default_ns, np_tier)
@@ -266,6 +284,97 @@ def build_inventory(
             )
             inv.errors.append(_error(raw, exc, None if cluster_scoped else raw.namespace(default_ns)))
     return inv
+
+
+def _zone_values(expressions: Any) -> set[str] | None:
+    """Values of `In` requirements on a zone key (`topology.kubernetes.io/zone`, CSI `*/zone` keys)."""
+    found: set[str] | None = None
+    for expr in expressions if isinstance(expressions, list) else []:
+        if not isinstance(expr, Mapping):
+            continue
+        key = str(expr.get("key", ""))
+        if (key.endswith("/zone") or key.endswith(".zone")) and expr.get("operator", "In") == "In":
+            values = {str(v) for v in expr.get("values") or []}
+            found = values if found is None else found & values
+    return found
+
+
+def _storage(objects: Sequence[RawObject], inv: Inventory, default_ns: str) -> None:
+    """Zone confinement of claims (the scheduler's VolumeZone and volume binding)."""
+    pv_zones: dict[str, frozenset[str]] = {}
+    for raw in objects:
+        spec = raw.obj.get("spec") if isinstance(raw.obj.get("spec"), Mapping) else {}
+        assert isinstance(spec, Mapping)
+        if raw.kind == "StorageClass" and raw.api_version == "storage.k8s.io/v1":
+            zones: set[str] = set()
+            for topo in raw.obj.get("allowedTopologies") or []:
+                if isinstance(topo, Mapping):
+                    zones |= (
+                        _zone_values(
+                            [
+                                {**e, "operator": "In"}
+                                for e in topo.get("matchLabelExpressions") or []
+                                if isinstance(e, Mapping)
+                            ]
+                        )
+                        or set()
+                    )
+            if zones:
+                inv.class_zones[raw.name] = frozenset(zones)
+        elif raw.kind == "PersistentVolume" and raw.api_version == "v1":
+            affinity = spec.get("nodeAffinity")
+            required = affinity.get("required") if isinstance(affinity, Mapping) else None
+            terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+            zones = set()
+            for term in terms if isinstance(terms, list) else []:
+                if isinstance(term, Mapping):
+                    zones |= _zone_values(term.get("matchExpressions")) or set()
+            meta = raw.obj.get("metadata") if isinstance(raw.obj.get("metadata"), Mapping) else {}
+            assert isinstance(meta, Mapping)
+            labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+            assert isinstance(labels, Mapping)
+            for key in ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone"):
+                if key in labels:
+                    zones.add(str(labels[key]))
+            if zones:
+                pv_zones[raw.name] = frozenset(zones)
+    for raw in objects:
+        if raw.kind == "PersistentVolumeClaim" and raw.api_version == "v1":
+            spec = raw.obj.get("spec") if isinstance(raw.obj.get("spec"), Mapping) else {}
+            assert isinstance(spec, Mapping)
+            zones_of = pv_zones.get(str(spec.get("volumeName") or ""))
+            if zones_of is None:
+                zones_of = inv.class_zones.get(str(spec.get("storageClassName") or ""))
+            if zones_of is not None:
+                inv.claim_zones[(raw.namespace(default_ns), raw.name)] = zones_of
+
+
+def role_claim_zones(inv: Inventory, role: Role) -> dict[str, frozenset[str]]:
+    """Claim name → zones for the claims a role's pods mount (including StatefulSet claim templates)."""
+    spec = role.template.spec if isinstance(role.template.spec, Mapping) else {}
+    out: dict[str, frozenset[str]] = {}
+    for volume in spec.get("volumes") or []:
+        claim = volume.get("persistentVolumeClaim") if isinstance(volume, Mapping) else None
+        name = str(claim.get("claimName", "")) if isinstance(claim, Mapping) else ""
+        zones = inv.claim_zones.get((role.workload.namespace, name))
+        if zones is not None:
+            out[name] = zones
+    raw = role.workload  # StatefulSet claim templates: one claim per replica, provisioned from the class
+    for w in inv.workloads:
+        if w.ref == raw and isinstance(w.raw, Mapping) and w.ref.kind == "StatefulSet":
+            wspec = w.raw.get("spec") if isinstance(w.raw.get("spec"), Mapping) else {}
+            assert isinstance(wspec, Mapping)
+            for tmpl in wspec.get("volumeClaimTemplates") or []:
+                if not isinstance(tmpl, Mapping):
+                    continue
+                tspec = tmpl.get("spec") if isinstance(tmpl.get("spec"), Mapping) else {}
+                assert isinstance(tspec, Mapping)
+                zones = inv.class_zones.get(str(tspec.get("storageClassName") or ""))
+                meta = tmpl.get("metadata") if isinstance(tmpl.get("metadata"), Mapping) else {}
+                assert isinstance(meta, Mapping)
+                if zones is not None:
+                    out[str(meta.get("name", "data"))] = zones
+    return out
 
 
 def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) -> None:
