@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 
 from auditor import TOOL_NAME, __version__, progress
@@ -18,6 +19,7 @@ from auditor.config import ConfigError, load_settings
 from auditor.explain import ExplainError, explain, to_json, to_text
 from auditor.reports import csv_report, json_report, junit, sarif, table
 from auditor.resources import examples_dir
+from auditor.rules.packs import load_packs
 from auditor.scan import apply_baseline, scan
 from auditor.sources.manifests import load_inventory
 
@@ -82,8 +84,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
     paths = _paths(args) + [Path(p) for p in args.nodes or []]
     bar = progress.for_stderr()
     try:
+        pack = load_packs([Path(p) for p in args.policy or []])
         inv = load_inventory(paths, settings, progress=bar or progress.silent)
-        result = scan(inv, bar or progress.silent)
+        result = scan(inv, pack, date.today(), bar or progress.silent)
     finally:
         if bar is not None:
             bar.close()
@@ -145,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
     sc.add_argument("--config", help="config file (YAML)")
     sc.add_argument("--format", choices=("table", "json", "sarif", "junit", "csv"), default="table")
+    sc.add_argument(
+        "--policy",
+        action="append",
+        metavar="PACK",
+        help="policy pack file or directory, applied after the default pack (repeatable)",
+    )
     sc.add_argument(
         "--baseline", metavar="FILE", help="report only findings absent from this earlier JSON report"
     )

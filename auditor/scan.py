@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import date
 
 from auditor.inventory import Inventory
 from auditor.model.findings import SEVERITY_RANK, Finding
@@ -11,6 +12,14 @@ from auditor.model.source import LoadError
 from auditor.progress import Progress, silent
 from auditor.rules import run_rules
 from auditor.rules.model import build_model
+from auditor.rules.packs import (
+    ExpiredWaiver,
+    PolicyPack,
+    WaivedFinding,
+    apply_pack,
+    evaluate_custom_rules,
+    load_packs,
+)
 
 
 @dataclass
@@ -21,6 +30,8 @@ class ScanResult:
     audited_objects: int = 0
     network: str = ""
     skipped_kinds: dict[str, int] = field(default_factory=dict)
+    waived: list[WaivedFinding] = field(default_factory=list)
+    expired_waivers: list[ExpiredWaiver] = field(default_factory=list)
 
     def at_or_above(self, severity: str) -> list[Finding]:
         if severity == "none":
@@ -39,21 +50,35 @@ class ScanResult:
             "estimated_monthly_cost_usd": round(sum(costs), 2) if costs else None,
             "errors": len(self.errors),
             "audited_objects": self.audited_objects,
+            "waived": len(self.waived),
             "skipped_kinds": dict(sorted(self.skipped_kinds.items())),
         }
 
 
-def scan(inv: Inventory, progress: Progress = silent) -> ScanResult:
+def scan(
+    inv: Inventory, pack: PolicyPack | None = None, today: date | None = None, progress: Progress = silent
+) -> ScanResult:
+    """Findings for an inventory under a policy pack (the default pack when none is given).
+
+    `today` decides which waivers are in force; the caller supplies it (the core reads no clock).
+    Without it no waiver is in force: nothing is hidden on an unknown date.
+    """
     model = build_model(inv, progress)
-    findings = run_rules(model)
+    pack = pack if pack is not None else load_packs([])
+    raw = run_rules(model, pack.rule_options())
+    custom, custom_errors = evaluate_custom_rules(pack, model)
+    applied = apply_pack([*raw, *custom], model, pack, today or date.max)
+    findings = sorted(applied.findings)
     audited = len(inv.workloads) + len(inv.policies) + len(inv.nodes) + len(inv.services)
     return ScanResult(
         findings,
-        list(inv.errors),
-        [*inv.notes, *model.notes],
+        [*inv.errors, *custom_errors, *applied.errors],
+        [*inv.notes, *model.notes, *applied.notes],
         audited,
         inv.network.describe(),
         dict(inv.skipped_kinds),
+        list(applied.waived),
+        list(applied.expired),
     )
 
 
@@ -62,5 +87,12 @@ def apply_baseline(result: ScanResult, known: set[str]) -> ScanResult:
     fresh = [f for f in result.findings if f.fingerprint not in known]
     notes = [*result.notes, f"baseline: {len(result.findings) - len(fresh)} known finding(s) not reported"]
     return ScanResult(
-        fresh, result.errors, notes, result.audited_objects, result.network, result.skipped_kinds
+        fresh,
+        result.errors,
+        notes,
+        result.audited_objects,
+        result.network,
+        result.skipped_kinds,
+        result.waived,
+        result.expired_waivers,
     )

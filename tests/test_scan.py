@@ -214,3 +214,26 @@ def test_exit_code_does_not_depend_on_format(capsys: pytest.CaptureFixture[str],
     out = tmp_path / "report.json"
     assert main([*args, "--format", "json", "--output", str(out)]) == 1
     assert json.loads(out.read_text())["summary"]["findings"] == 1
+
+
+def test_policy_pack_and_waiver_through_the_cli(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    _, first = run_json(capsys, "--example", "seed-lab/before")
+    fingerprint = first["findings"][0]["fingerprint"]
+    pack = tmp_path / "team.yaml"
+    pack.write_text(f"""\
+apiVersion: placement-auditor.io/v1
+kind: Waiver
+metadata: {{name: lab-known}}
+spec: {{rule: cross-zone-blocked, fingerprint: {fingerprint}, reason: lab scenario, expires: "2999-01-01"}}
+""")
+    code, out = run_json(capsys, "--example", "seed-lab/before", "--policy", str(pack))
+    assert code == 0 and out["findings"] == [] and out["summary"]["waived"] == 1
+    assert out["waived"][0]["waiver"]["reason"] == "lab scenario"
+    pack.write_text(pack.read_text().replace("2999-01-01", "2020-01-01"))
+    code, out = run_json(capsys, "--example", "seed-lab/before", "--policy", str(pack))
+    assert code == 1 and len(out["findings"]) == 1 and out["expired_waivers"][0]["fingerprint"] == fingerprint
+    pack.write_text(
+        "apiVersion: placement-auditor.io/v1\nkind: PolicyPack\nmetadata: {name: t}\nspec: {rulez: {}}\n"
+    )
+    assert main(["scan", "--example", "seed-lab/before", "--policy", str(pack)]) == 2
+    assert "spec.rulez" in capsys.readouterr().err

@@ -18,6 +18,11 @@ def to_document(result: ScanResult) -> dict[str, Any]:
         "summary": result.summary(),
         "findings": [f.to_json() for f in result.findings],
         "errors": [e.to_json() for e in result.errors],
+        "waived": [{"finding": w.finding.to_json(), "waiver": w.waiver.to_json()} for w in result.waived],
+        "expired_waivers": [
+            {"fingerprint": x.finding.fingerprint, "waiver": x.waiver.to_json()}
+            for x in result.expired_waivers
+        ],
         "notes": list(result.notes),
         "network": result.network,
     }
