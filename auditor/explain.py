@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from auditor.inventory import Inventory
+from auditor.inventory import Inventory, role_claim_zones
 from auditor.model.objects import Role
 from auditor.placement.filters import feasible_zones
 from auditor.placement.pods import pod_endpoint, representative_node
@@ -86,7 +86,7 @@ def _zones(inv: Inventory, role: Role, wanted: str | None) -> list[str | None]:
     if role.template.node_name:
         node = next((n for n in inv.nodes if n.name == role.template.node_name), None)
         return [node.label_map.get(zone_key) if node else None]
-    zones = feasible_zones(role.template, inv.nodes, zone_key)
+    zones = feasible_zones(role.template, inv.nodes, zone_key, role_claim_zones(inv, role))
     return list(zones) if zones else [None]
 
 

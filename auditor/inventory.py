@@ -359,9 +359,9 @@ def role_claim_zones(inv: Inventory, role: Role) -> dict[str, frozenset[str]]:
         zones = inv.claim_zones.get((role.workload.namespace, name))
         if zones is not None:
             out[name] = zones
-    raw = role.workload  # StatefulSet claim templates: one claim per replica, provisioned from the class
+    # StatefulSet claim templates: claims <template>-<set>-<n> are provisioned from the template's class.
     for w in inv.workloads:
-        if w.ref == raw and isinstance(w.raw, Mapping) and w.ref.kind == "StatefulSet":
+        if w.ref == role.workload and isinstance(w.raw, Mapping) and w.ref.kind == "StatefulSet":
             wspec = w.raw.get("spec") if isinstance(w.raw.get("spec"), Mapping) else {}
             assert isinstance(wspec, Mapping)
             for tmpl in wspec.get("volumeClaimTemplates") or []:
@@ -373,7 +373,7 @@ def role_claim_zones(inv: Inventory, role: Role) -> dict[str, frozenset[str]]:
                 meta = tmpl.get("metadata") if isinstance(tmpl.get("metadata"), Mapping) else {}
                 assert isinstance(meta, Mapping)
                 if zones is not None:
-                    out[str(meta.get("name", "data"))] = zones
+                    out[f"{meta.get('name', 'data')}-{w.ref.name}"] = zones
     return out
 
 

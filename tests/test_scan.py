@@ -237,3 +237,70 @@ spec: {{rule: cross-zone-blocked, fingerprint: {fingerprint}, reason: lab scenar
     )
     assert main(["scan", "--example", "seed-lab/before", "--policy", str(pack)]) == 2
     assert "spec.rulez" in capsys.readouterr().err
+
+
+ZONAL_VOLUME = """\
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv-1}
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [za]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: strategy-volume, namespace: default}
+spec: {volumeName: pv-1, accessModes: [ReadWriteOnce], resources: {requests: {storage: 10Gi}}}
+"""
+
+
+def test_zonal_volume_keeps_the_tfjob_in_one_zone(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "nodes.yaml").write_text(NODES_2Z)
+    job = next((DATA / "workloads").glob("05-*.yaml"))
+    _, out = run_json(capsys, str(job), str(tmp_path / "nodes.yaml"))
+    assert [f["rule"] for f in out["findings"]] == ["cross-zone-traffic"]
+    (tmp_path / "pv.yaml").write_text(ZONAL_VOLUME)
+    _, out = run_json(capsys, str(job), str(tmp_path / "nodes.yaml"), str(tmp_path / "pv.yaml"))
+    assert out["findings"] == [] and out["errors"] == []
+
+
+def test_statefulset_claim_templates_follow_their_storage_class(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "nodes.yaml").write_text(NODES_2Z)
+    (tmp_path / "sts.yaml").write_text("""\
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: zb-only}
+provisioner: ebs.csi.aws.com
+allowedTopologies:
+- matchLabelExpressions: [{key: topology.ebs.csi.aws.com/zone, values: [zb]}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: ml}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: c, image: x}]}
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {storageClassName: zb-only, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+""")
+    from auditor.config import Settings
+    from auditor.explain import find_role
+    from auditor.inventory import role_claim_zones
+    from auditor.placement.coupling import place_role
+    from auditor.sources.manifests import load_inventory
+
+    inv = load_inventory([tmp_path], Settings())
+    role = find_role(inv, "ml/db")
+    assert place_role(role, inv.nodes, "topology.kubernetes.io/zone", role_claim_zones(inv, role)).zones == (
+        "zb",
+    )

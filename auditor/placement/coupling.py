@@ -43,11 +43,13 @@ class RolePlacement:
         return not self.nodes
 
 
-def place_role(role: Role, nodes: Sequence[Node], zone_key: str) -> RolePlacement:
+def place_role(
+    role: Role, nodes: Sequence[Node], zone_key: str, volume_zones: Mapping[str, frozenset[str]] | None = None
+) -> RolePlacement:
     ok: list[Node] = []
     rejected: list[FilterResult] = []
     for node in nodes:
-        result = filter_node(role.template, node)
+        result = filter_node(role.template, node, volume_zones)
         if result.ok:
             ok.append(node)
         else:
@@ -77,16 +79,22 @@ def _filter_signature(role: Role) -> str:
     )
 
 
-def place_roles(roles: Sequence[Role], nodes: Sequence[Node], zone_key: str) -> dict[Role, RolePlacement]:
+def place_roles(
+    roles: Sequence[Role],
+    nodes: Sequence[Node],
+    zone_key: str,
+    volume_zones: Mapping[Role, Mapping[str, frozenset[str]]] | None = None,
+) -> dict[Role, RolePlacement]:
     """place_role for many roles; roles whose templates ask the same of nodes share one filtering pass
     (on a large repository most jobs come from a few templates)."""
     done: dict[str, RolePlacement] = {}
     out: dict[Role, RolePlacement] = {}
     for role in roles:
-        key = _filter_signature(role)
+        claims = (volume_zones or {}).get(role) or {}
+        key = _filter_signature(role) + json.dumps(sorted((k, sorted(v)) for k, v in claims.items()))
         found = done.get(key)
         if found is None:
-            found = done[key] = place_role(role, nodes, zone_key)
+            found = done[key] = place_role(role, nodes, zone_key, claims)
         out[role] = RolePlacement(role, found.zones, found.nodes, found.rejected)
     return out
 

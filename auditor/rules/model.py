@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from auditor.inventory import Inventory
+from auditor.inventory import Inventory, role_claim_zones
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.model.objects import Role, Workload
 from auditor.placement.coupling import PairPlacement, RolePlacement, pair_placement, place_roles
@@ -111,7 +111,7 @@ def build_model(inv: Inventory, progress: Progress = silent) -> AuditModel:
     engine = inv.engine()
     zone_key = inv.settings.topology.zone_key
     roles = [r for w in inv.workloads for r in w.roles]
-    placements = place_roles(roles, inv.nodes, zone_key)
+    placements = place_roles(roles, inv.nodes, zone_key, {r: role_claim_zones(inv, r) for r in roles})
     edges = comm_edges(inv.workloads, inv.services)
     cache: dict[tuple[Role, str], PodEndpoint] = {}
     analyses = []

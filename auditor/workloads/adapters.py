@@ -53,10 +53,27 @@ def _single_template(replicas_field: str | None, default_replicas: int) -> Adapt
         replicas = default_replicas
         if replicas_field:
             replicas = _replicas(spec.get(replicas_field), f"spec.{replicas_field}", default_replicas)
-        template = parse_pod_template(spec.get("template"), "spec.template")
+        template_raw = spec.get("template")
+        claims = specs.seq(spec.get("volumeClaimTemplates"), "spec.volumeClaimTemplates")
+        if claims and isinstance(template_raw, Mapping):
+            template_raw = _with_claim_volumes(template_raw, claims, ref.name)
+        template = parse_pod_template(template_raw, "spec.template")
         return [Role(ref, ref.name, replicas, template, ref.source)]
 
     return adapt
+
+
+def _with_claim_volumes(template: Mapping[str, Any], claims: list[Any], owner: str) -> dict[str, Any]:
+    """The StatefulSet controller mounts one claim per template and replica (<template>-<set>-<ordinal>);
+    the pods carry these volumes, so the scheduler's volume filters see them."""
+    spec = dict(template.get("spec") or {})
+    volumes = list(spec.get("volumes") or [])
+    for claim in claims:
+        name = str((claim.get("metadata") or {}).get("name", "")) if isinstance(claim, Mapping) else ""
+        if name:
+            volumes.append({"name": name, "persistentVolumeClaim": {"claimName": f"{name}-{owner}"}})
+    spec["volumes"] = volumes
+    return {**template, "spec": spec}
 
 
 def _job_labels(ref: WorkloadRef) -> dict[str, str]:
