@@ -119,6 +119,8 @@ class Inventory:
     claim_zones: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     # StorageClass name → zones (for StatefulSet volumeClaimTemplates).
     class_zones: dict[str, frozenset[str]] = field(default_factory=dict)
+    _by_name: dict[tuple[str, str], list[Workload]] = field(default_factory=dict, repr=False)
+    _by_name_for: list[int] = field(default_factory=list, repr=False)
 
     def namespace_labels(self, namespace: str) -> tuple[tuple[str, str], ...]:
         labels = dict(self.namespaces.get(namespace, ()))
@@ -129,7 +131,13 @@ class Inventory:
         return PolicyEngine(self.policies, self.network, standard_tiers(self.network, self.calico_tiers))
 
     def workload(self, namespace: str, name: str) -> list[Workload]:
-        return [w for w in self.workloads if w.ref.namespace == namespace and w.ref.name == name]
+        # Indexed on first use (and again if workloads were added since): rules ask per role.
+        if len(self._by_name_for) != 1 or self._by_name_for[0] != len(self.workloads):
+            self._by_name = {}
+            for w in self.workloads:
+                self._by_name.setdefault((w.ref.namespace, w.ref.name), []).append(w)
+            self._by_name_for = [len(self.workloads)]
+        return list(self._by_name.get((namespace, name), ()))
 
 
 def document_problems(documents: Iterable[yamlio.Document]) -> Iterator[LoadError]:
@@ -360,8 +368,10 @@ def role_claim_zones(inv: Inventory, role: Role) -> dict[str, frozenset[str]]:
         if zones is not None:
             out[name] = zones
     # StatefulSet claim templates: claims <template>-<set>-<n> are provisioned from the template's class.
-    for w in inv.workloads:
-        if w.ref == role.workload and isinstance(w.raw, Mapping) and w.ref.kind == "StatefulSet":
+    if role.workload.kind != "StatefulSet":
+        return out
+    for w in inv.workload(role.workload.namespace, role.workload.name):
+        if w.ref == role.workload and isinstance(w.raw, Mapping):
             wspec = w.raw.get("spec") if isinstance(w.raw.get("spec"), Mapping) else {}
             assert isinstance(wspec, Mapping)
             for tmpl in wspec.get("volumeClaimTemplates") or []:

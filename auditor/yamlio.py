@@ -288,8 +288,14 @@ if yaml.__with_libyaml__:
             _Resolver.__init__(self)
 
     _LOADER_CLASS: type[_PyLoader] | type[_CLoader] = _CLoader
+    _C_LOADER: type[Any] | None = _CLoader
+    _LIBYAML_VERSION = tuple(int(p) for p in yaml._yaml.get_version_string().split(".")[:3])
 else:
     _LOADER_CLASS = _PyLoader
+    _C_LOADER = None
+    _LIBYAML_VERSION = (0, 0, 0)
+# libyaml 0.2.6 added YAML_MAX_NESTING_LEVEL (1000) to its parser.
+_PARSER_BOUNDS_NESTING = _LIBYAML_VERSION >= (0, 2, 6)
 
 
 # --------------------------------------------------------------------------------------------
@@ -483,15 +489,19 @@ class _NeedsFullConstructor(Exception):
     """The fast path met a merge key or a non-core collection tag: use _Constructor."""
 
 
-def _construct_plain(ctor: _Constructor, root: Node) -> Any:
+def _construct_plain(ctor: _Constructor, root: Node, limits: YamlLimits | None = None) -> Any:
     """Build an alias-free document as _Constructor would, without PyYAML's per-node machinery.
 
     Big manifests (a PodList of thousands of pods) are mostly mappings and plain strings; walking
     the node tree with an explicit queue and converting only non-string scalars through the
     constructor is several times faster and cannot recurse. Same containers, lines, key
     conversions and duplicate-key errors as the full constructor (tests compare the two).
+    With `limits`, it also enforces the depth and node limits (alias-free: written = expanded).
     """
     offset = ctor.line_offset
+    max_depth = limits.max_depth if limits is not None else None
+    max_nodes = limits.max_nodes if limits is not None else None
+    nodes = 1
 
     def make(node: Node) -> tuple[Any, Node | None]:
         if isinstance(node, ScalarNode):
@@ -505,9 +515,21 @@ def _construct_plain(ctor: _Constructor, root: Node) -> Any:
     result, pending = make(root)
     # First in, first out: the order in which the full constructor resumes its generators, so the
     # first error reported is the same one.
-    queue: deque[tuple[Any, Node]] = deque([(result, pending)] if pending is not None else [])
+    queue: deque[tuple[Any, Node, int]] = deque([(result, pending, 1)] if pending is not None else [])
     while queue:
-        container, node = queue.popleft()
+        container, node, depth = queue.popleft()
+        if max_depth is not None and depth > max_depth:
+            raise _DocError(
+                _node_line(node, offset),
+                f"nesting is deeper than {max_depth} levels (limit max_depth); document skipped",
+            )
+        if max_nodes is not None:
+            nodes += len(node.value)
+            if nodes > max_nodes:
+                raise _DocError(
+                    _node_line(node, offset),
+                    f"document has more than {max_nodes} nodes (limit max_nodes); document skipped",
+                )
         if isinstance(container, YamlMap):
             for key_node, value_node in node.value:
                 if key_node.tag == _MERGE_TAG:
@@ -527,14 +549,14 @@ def _construct_plain(ctor: _Constructor, root: Node) -> Any:
                 container[key] = value
                 container.key_lines[key] = line
                 if child is not None:
-                    queue.append((value, child))
+                    queue.append((value, child, depth + 1))
         else:
             for item in node.value:
                 value, child = make(item)
                 container.append(value)
                 container.item_lines.append(_node_line(item, offset))
                 if child is not None:
-                    queue.append((value, child))
+                    queue.append((value, child, depth + 1))
     return result
 
 
@@ -567,7 +589,11 @@ def _load_document(
                 line_offset + 1 + _count_breaks(chunk, 0, bad.start()),
                 f"invalid YAML: character U+{ord(bad.group()):04X} is not allowed in YAML",
             )
-        aliases = _prescan(chunk, line_offset, limits)
+        # libyaml ≥ 0.2.6 refuses nesting over 1,000 levels while parsing, so its recursive
+        # composer cannot exhaust the C stack; then the limits are checked on the composed tree
+        # (one pass less). The pure-Python parser still needs the event pre-scan.
+        prescanned = not _PARSER_BOUNDS_NESTING or _LOADER_CLASS is not _C_LOADER
+        aliases = _prescan(chunk, line_offset, limits) if prescanned else int("*" in chunk)
         loader = _LOADER_CLASS(chunk)
         try:
             loader.line_offset = line_offset
@@ -580,8 +606,10 @@ def _load_document(
                 data = loader.construct_document(node)
             else:
                 try:
-                    data = _construct_plain(loader, node)
+                    data = _construct_plain(loader, node, None if prescanned else limits)
                 except _NeedsFullConstructor:
+                    if not prescanned:
+                        _measure(node, line_offset, limits)
                     data = loader.construct_document(node)
         finally:
             loader.dispose()
@@ -591,6 +619,15 @@ def _load_document(
     except _DocError as exc:
         return LoadError(file, exc.line, exc.message)
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):
+            # libyaml stopped at its own 1,000-level cap: report our limit, at the line where
+            # the document first went past it (the event pre-scan finds it without recursing).
+            try:
+                _prescan(chunk, line_offset, limits)
+            except _DocError as deep:
+                return LoadError(file, deep.line, deep.message)
+            except yaml.YAMLError:
+                pass  # libyaml's look-ahead hit the cap first: its own error says where
         return _yaml_error(exc, file, line_offset)
     except MemoryError:
         raise

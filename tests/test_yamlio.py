@@ -582,7 +582,7 @@ def test_fast_constructor_matches_the_full_one(monkeypatch: pytest.MonkeyPatch) 
     assert len(files) > 40
     fast = [yamlio.load_file(p, str(p)) for p in files]
 
-    def refuse(ctor: Any, node: Any) -> Any:
+    def refuse(ctor: Any, node: Any, limits: Any = None) -> Any:
         raise yamlio._NeedsFullConstructor
 
     monkeypatch.setattr(yamlio, "_construct_plain", refuse)

@@ -269,6 +269,21 @@ def _in_units(requests: Mapping[str, Fraction]) -> dict[str, int]:
     return {k: scheduler_units(k, v) for k, v in requests.items()}
 
 
+# A scan filters each distinct pod template against every node: compute its requests once. Keyed
+# by identity (templates compare equal without their raw spec), holding the template so the id
+# cannot be reused while the entry lives.
+_UNITS: dict[int, tuple[PodTemplate, dict[str, int]]] = {}
+
+
+def _units_of(template: PodTemplate) -> dict[str, int]:
+    found = _UNITS.get(id(template))
+    if found is None or found[0] is not template:
+        if len(_UNITS) > 100_000:
+            _UNITS.clear()
+        found = _UNITS[id(template)] = (template, _in_units(pod_requests(template)))
+    return found[1]
+
+
 def insufficient_resources(
     template: PodTemplate, node: Node, existing: Iterable[PodTemplate] = ()
 ) -> list[Insufficient]:
@@ -280,7 +295,7 @@ def insufficient_resources(
     if not node.allocatable:
         return []  # nothing known about the node's capacity: assume it fits
     allocatable = _allocatable(node)
-    want = _in_units(pod_requests(template))
+    want = _units_of(template)
     used: dict[str, int] = {}
     count = 0
     for pod in existing:

@@ -9,9 +9,9 @@ from typing import Any
 
 from auditor.inventory import Inventory, role_claim_zones
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
-from auditor.model.objects import Role, Workload
+from auditor.model.objects import Node, Role, Workload
 from auditor.placement.coupling import PairPlacement, RolePlacement, pair_placement, place_roles
-from auditor.placement.pods import pod_endpoint, representative_node
+from auditor.placement.pods import pod_endpoint
 from auditor.progress import Progress, silent
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import PolicyEngine
@@ -82,12 +82,21 @@ def mentions(deciders: Sequence[Decider]) -> tuple[PolicyMention, ...]:
 
 
 def _endpoint(
-    inv: Inventory, role: Role, zone: str, cache: dict[tuple[Role, str], PodEndpoint]
+    inv: Inventory,
+    role: Role,
+    zone: str,
+    cache: dict[tuple[Role, str], PodEndpoint],
+    placement: RolePlacement,
+    nodes: Mapping[str, Node],
 ) -> PodEndpoint:
     found = cache.get((role, zone))
     if found is None:
         topo = inv.settings.topology
-        node = representative_node(role, inv.nodes, zone, topo.zone_key)
+        # A feasible node in that zone (placement already filtered them): its labels are the
+        # ones copied onto the pod at binding.
+        node = next(
+            (nodes[n] for n in placement.nodes if nodes[n].label_map.get(topo.zone_key) == zone), None
+        )
         found = cache[(role, zone)] = pod_endpoint(
             role,
             inv.namespace_labels(role.workload.namespace),
@@ -114,6 +123,7 @@ def build_model(inv: Inventory, progress: Progress = silent) -> AuditModel:
     placements = place_roles(roles, inv.nodes, zone_key, {r: role_claim_zones(inv, r) for r in roles})
     edges = comm_edges(inv.workloads, inv.services)
     cache: dict[tuple[Role, str], PodEndpoint] = {}
+    nodes_by_name = {n.name: n for n in inv.nodes}
     analyses = []
     notes = []
     if not inv.nodes:
@@ -126,8 +136,8 @@ def build_model(inv: Inventory, progress: Progress = silent) -> AuditModel:
         pp = pair_placement(a, b, zone_key)
         verdicts = []
         for za, zb in pp.pairs:
-            src = _endpoint(inv, edge.source, za, cache)
-            dst = _endpoint(inv, edge.destination, zb, cache)
+            src = _endpoint(inv, edge.source, za, cache, a, nodes_by_name)
+            dst = _endpoint(inv, edge.destination, zb, cache, b, nodes_by_name)
             flow = engine.flow(src, dst)
             allowed_ports = flow.allowed_conns().ports(edge.protocol)
             ok = edge_allowed(edge, allowed_ports)

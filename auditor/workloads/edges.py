@@ -263,23 +263,33 @@ def _reference(name: str, ns: str, services: Sequence[Service]) -> Service | Non
     return next((s for s in services if s.name == svc_name and s.namespace == (svc_ns or ns)), None)
 
 
+# A DNS name (dot-separated labels) with an optional :port, not inside a longer word.
+_HOST = re.compile(
+    r"(?<![\w.-])([a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*)(?::(\d+))?(?![\w-])",
+    re.IGNORECASE,
+)
+
+
 def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterator[CommEdge]:
-    patterns = []
+    # Index every name a Service answers to, so each text is tokenised once instead of being
+    # matched against every Service (a repository has thousands of both).
+    by_name: dict[str, list[Service]] = {}
     for svc in services:
-        names = _dns_names(svc)
-        patterns.append(
-            (svc, re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, names)) + r")(?::(\d+))?(?![\w-])"))
-        )
+        for name in _dns_names(svc):
+            by_name.setdefault(name, []).append(svc)
+    roles_by_ns: dict[str, list[Role]] = {}
+    for r in roles:
+        roles_by_ns.setdefault(r.workload.namespace, []).append(r)
     for role in roles:
         ns = role.workload.namespace
         seen: set[tuple[Role, int]] = set()
         references: list[tuple[Service, int | None, str]] = []
-        texts = list(_texts(role))
-        for svc, pattern in patterns:
-            for text in texts:
-                for m in pattern.finditer(text):
+        for text in _texts(role):
+            for m in _HOST.finditer(text):
+                host = m.group(1).lower()
+                for svc in by_name.get(host, ()):
                     # A bare `svc` resolves only inside the pod's own namespace.
-                    if svc.namespace == ns or "." in m.group(1):
+                    if svc.namespace == ns or "." in host:
                         references.append(
                             (
                                 svc,
@@ -300,7 +310,7 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
                     )
                 )
         for svc, port, reason in references:
-            for target, tport in _service_targets(svc, port, roles):
+            for target, tport in _service_targets(svc, port, roles_by_ns.get(svc.namespace, [])):
                 if (target is not role or role.replicas > 1) and (target, tport) not in seen:
                     seen.add((target, tport))
                     yield CommEdge(role, target, tport, "TCP", reason)
