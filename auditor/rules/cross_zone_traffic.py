@@ -52,7 +52,8 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
         analyses.sort(key=lambda a: (RANK[a.placement.split or "possible"], a.edge.port is not None))
         top = analyses[0]
         edge, split = top.edge, top.placement.split or "possible"
-        workload = next(w for w in model.workloads() if w.ref == edge.source.workload)
+        ref = edge.source.workload
+        workload = next(w for w in model.inventory.workload(ref.namespace, ref.name) if w.ref == ref)
         ring_roles = {a.edge.source for a in analyses if a.edge.port is None} | {
             a.edge.destination for a in analyses if a.edge.port is None
         }

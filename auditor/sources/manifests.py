@@ -123,13 +123,13 @@ def collect(paths: Sequence[Path], tools: Tools, progress: Progress = silent) ->
     files, errors = yamlio.discover_files(list(paths))
     out.errors.extend(errors)
     resolved = [(p.resolve(), p, display) for p, display in files]
+    displays = {real: display for real, _, display in resolved}
     kroots = {p.parent for p, _, _ in resolved if p.name in KUSTOMIZATION_FILES}
     charts = {p.parent for p, _, _ in resolved if p.name == "Chart.yaml"}
     included: set[Path] = set()
     for root in kroots:
         included |= _included(root)
     raw_by_root: dict[Path, list[yamlio.Document]] = {r: [] for r in kroots | charts}
-    displays = {p.resolve(): d for p, d in files}
     for n, (real, path, display) in enumerate(resolved, 1):
         progress("reading manifests", n, len(resolved))
         chart = _under(real.parent, charts)
