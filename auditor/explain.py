@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from auditor.inventory import Inventory, role_claim_zones
 from auditor.model.objects import Role
 from auditor.placement.filters import feasible_zones
-from auditor.placement.pods import pod_endpoint, representative_node
+from auditor.placement.pods import representative_node
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import FlowVerdict
 from auditor.reachability.policy import DirectionalVerdict, Segment
@@ -91,17 +91,8 @@ def _zones(inv: Inventory, role: Role, wanted: str | None) -> list[str | None]:
 
 
 def endpoint_for(inv: Inventory, role: Role, zone: str | None) -> PodEndpoint:
-    topo = inv.settings.topology
-    node = representative_node(role, inv.nodes, zone, topo.zone_key)
-    return pod_endpoint(
-        role,
-        inv.namespace_labels(role.workload.namespace),
-        zone,
-        node,
-        topo.effective_pod_zone_labels(inv.settings.kubernetes),
-        topo.zone_key,
-        name=str(role),
-    )
+    node = representative_node(role, inv.nodes, zone, inv.settings.topology.zone_key)
+    return inv.pod_endpoint(role, zone, node)
 
 
 def resolve_port(port: str, destination: PodEndpoint, protocol: str) -> int:

@@ -25,7 +25,9 @@ from auditor.model.objects import (
     freeze_labels,
 )
 from auditor.model.source import LoadError, SourceRef
+from auditor.placement.pods import pod_endpoint
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
+from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import NAMESPACE_TIER, PolicyEngine, standard_tiers
 from auditor.reachability.policy import CompiledPolicy
 from auditor.workloads.adapters import ADAPTERS, CONTEXT_KINDS, adapt
@@ -126,6 +128,19 @@ class Inventory:
         labels = dict(self.namespaces.get(namespace, ()))
         labels.setdefault("kubernetes.io/metadata.name", namespace)
         return freeze_labels(labels)
+
+    def pod_endpoint(self, role: Role, zone: str | None, node: Node | None) -> PodEndpoint:
+        """A replica of `role` on `node` (or somewhere in `zone`), with the labels copied at binding."""
+        topo = self.settings.topology
+        return pod_endpoint(
+            role,
+            self.namespace_labels(role.workload.namespace),
+            zone,
+            node,
+            topo.effective_pod_zone_labels(self.settings.kubernetes),
+            topo.zone_key,
+            name=str(role),
+        )
 
     def engine(self) -> PolicyEngine:
         return PolicyEngine(self.policies, self.network, standard_tiers(self.network, self.calico_tiers))

@@ -107,7 +107,9 @@ def parse_label_selector(obj: Any, field: str) -> LabelSelector:
     if obj is None:
         return _EVERYTHING
     if not isinstance(obj, Mapping):
-        raise SelectorError(field, f"must be a mapping with matchLabels/matchExpressions, got {_kind(obj)}")
+        raise SelectorError(
+            field, f"must be a mapping with matchLabels/matchExpressions, got {type_name(obj)}"
+        )
     unknown = set(obj) - {"matchLabels", "matchExpressions"}
     if unknown:
         raise SelectorError(field, f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
@@ -115,7 +117,7 @@ def parse_label_selector(obj: Any, field: str) -> LabelSelector:
     match_labels = obj.get("matchLabels")
     if match_labels is not None:
         if not isinstance(match_labels, Mapping):
-            raise SelectorError(f"{field}.matchLabels", f"must be a mapping, got {_kind(match_labels)}")
+            raise SelectorError(f"{field}.matchLabels", f"must be a mapping, got {type_name(match_labels)}")
         for key, value in match_labels.items():
             reqs.add(
                 Requirement(
@@ -127,7 +129,7 @@ def parse_label_selector(obj: Any, field: str) -> LabelSelector:
     exprs = obj.get("matchExpressions")
     if exprs is not None:
         if not isinstance(exprs, list):
-            raise SelectorError(f"{field}.matchExpressions", f"must be a list, got {_kind(exprs)}")
+            raise SelectorError(f"{field}.matchExpressions", f"must be a list, got {type_name(exprs)}")
         for i, expr in enumerate(exprs):
             reqs.add(parse_requirement(expr, f"{field}.matchExpressions[{i}]"))
     return LabelSelector(tuple(sorted(reqs)))
@@ -135,7 +137,7 @@ def parse_label_selector(obj: Any, field: str) -> LabelSelector:
 
 def parse_requirement(expr: Any, field: str, operators: tuple[str, ...] = OPERATORS) -> Requirement:
     if not isinstance(expr, Mapping):
-        raise SelectorError(field, f"must be a mapping with key/operator/values, got {_kind(expr)}")
+        raise SelectorError(field, f"must be a mapping with key/operator/values, got {type_name(expr)}")
     unknown = set(expr) - {"key", "operator", "values"}
     if unknown:
         raise SelectorError(field, f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
@@ -147,7 +149,7 @@ def parse_requirement(expr: Any, field: str, operators: tuple[str, ...] = OPERAT
     if raw_values is None:
         raw_values = []
     if not isinstance(raw_values, list):
-        raise SelectorError(f"{field}.values", f"must be a list of strings, got {_kind(raw_values)}")
+        raise SelectorError(f"{field}.values", f"must be a list of strings, got {type_name(raw_values)}")
     values = tuple(sorted({_label_value(v, f"{field}.values") for v in raw_values}))
     if op in ("In", "NotIn") and not values:
         raise SelectorError(f"{field}.values", f"must be non-empty for operator {op}")
@@ -165,11 +167,12 @@ def _label_key(key: Any, field: str) -> str:
 def _label_value(value: Any, field: str) -> str:
     # YAML turns `true`, `1.0` or `null` into non-strings; the API server would reject them.
     if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
-        raise SelectorError(field, f"label value must be a string, got {_kind(value)} {value!r}")
+        raise SelectorError(field, f"label value must be a string, got {type_name(value)} {value!r}")
     return str(value)
 
 
-def _kind(obj: object) -> str:
+def type_name(obj: object) -> str:
+    """What a YAML value is, in words, for error messages."""
     if obj is None:
         return "null"
     if isinstance(obj, bool):

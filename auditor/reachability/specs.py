@@ -6,7 +6,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from auditor.model.labels import SelectorError, _kind
+from auditor.model.labels import SelectorError, type_name
 from auditor.reachability.policy import IPNetwork
 
 
@@ -22,7 +22,7 @@ def mapping(
             return {}
         raise PolicyError(field, "is required")
     if not isinstance(obj, Mapping):
-        raise PolicyError(field, f"must be a mapping, got {_kind(obj)}")
+        raise PolicyError(field, f"must be a mapping, got {type_name(obj)}")
     if allowed is not None:
         unknown = sorted(str(k) for k in obj if k not in set(allowed))
         if unknown:
@@ -37,7 +37,7 @@ def seq(obj: Any, field: str) -> list[Any]:
     if obj is None:
         return []
     if not isinstance(obj, list):
-        raise PolicyError(field, f"must be a list, got {_kind(obj)}")
+        raise PolicyError(field, f"must be a list, got {type_name(obj)}")
     return obj
 
 
@@ -45,7 +45,7 @@ def string(obj: Any, field: str, *, optional: bool = False) -> str:
     if obj is None and optional:
         return ""
     if not isinstance(obj, str):
-        raise PolicyError(field, f"must be a string, got {_kind(obj)}")
+        raise PolicyError(field, f"must be a string, got {type_name(obj)}")
     return obj
 
 
@@ -54,7 +54,7 @@ def integer(obj: Any, field: str, lo: int, hi: int) -> int:
         if isinstance(obj, str) and obj.strip().isdigit():
             obj = int(obj.strip())
         else:
-            raise PolicyError(field, f"must be an integer, got {_kind(obj)} {obj!r}")
+            raise PolicyError(field, f"must be an integer, got {type_name(obj)} {obj!r}")
     if not lo <= obj <= hi:
         raise PolicyError(field, f"must be between {lo} and {hi}, got {obj}")
     return int(obj)

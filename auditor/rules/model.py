@@ -11,7 +11,6 @@ from auditor.inventory import Inventory, role_claim_zones
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.model.objects import Node, Role, Workload
 from auditor.placement.coupling import PairPlacement, RolePlacement, pair_placement, place_roles
-from auditor.placement.pods import pod_endpoint
 from auditor.progress import Progress, silent
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import PolicyEngine
@@ -97,15 +96,7 @@ def _endpoint(
         node = next(
             (nodes[n] for n in placement.nodes if nodes[n].label_map.get(topo.zone_key) == zone), None
         )
-        found = cache[(role, zone)] = pod_endpoint(
-            role,
-            inv.namespace_labels(role.workload.namespace),
-            zone,
-            node,
-            topo.effective_pod_zone_labels(inv.settings.kubernetes),
-            topo.zone_key,
-            name=str(role),
-        )
+        found = cache[(role, zone)] = inv.pod_endpoint(role, zone, node)
     return found
 
 

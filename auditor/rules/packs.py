@@ -99,7 +99,7 @@ from typing import Any
 from auditor import yamlio
 from auditor.config import ConfigError
 from auditor.model.findings import SEVERITIES, Finding, ObjectRef
-from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector
+from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector, type_name
 from auditor.model.objects import Workload
 from auditor.model.source import LoadError, SourceRef
 from auditor.resources import policies_dir
@@ -396,17 +396,7 @@ class _Doc:
 
 
 def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return f"a {type(value).__name__}"
+    return "null" if value is None else f"a {type_name(value)}"
 
 
 def _join(path: str, key: str) -> str:
