@@ -15,6 +15,7 @@ constraints allow, and how certain a split across zones is:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -89,14 +90,63 @@ def place_roles(
     (on a large repository most jobs come from a few templates)."""
     done: dict[str, RolePlacement] = {}
     out: dict[Role, RolePlacement] = {}
+    groups = _node_groups(nodes)
+    position = {n.name: i for i, n in enumerate(nodes)}
     for role in roles:
         claims = (volume_zones or {}).get(role) or {}
-        key = _filter_signature(role) + json.dumps(sorted((k, sorted(v)) for k, v in claims.items()))
+        signature = _filter_signature(role)
+        key = signature + json.dumps(sorted((k, sorted(v)) for k, v in claims.items()))
         found = done.get(key)
         if found is None:
-            found = done[key] = place_role(role, nodes, zone_key, claims)
+            if role.template.node_name or any(k in signature for k in _NAMES_A_NODE):
+                found = place_role(role, nodes, zone_key, claims)
+            else:
+                found = _place_by_groups(role, groups, zone_key, claims, position)
+            done[key] = found
         out[role] = RolePlacement(role, found.zones, found.nodes, found.rejected)
     return out
+
+
+# Node-filter inputs that single out one node: a template using them is filtered node by node.
+_NAMES_A_NODE = (HOSTNAME_KEY, "metadata.name")
+
+
+def _node_groups(nodes: Sequence[Node]) -> list[list[Node]]:
+    """Nodes the filters cannot tell apart unless a template names a host: same labels apart from
+    the hostname, same taints, cordon state and allocatable (a pool of 500 nodes is a few groups)."""
+    groups: dict[tuple[object, ...], list[Node]] = {}
+    for n in nodes:
+        key = (
+            tuple(kv for kv in n.labels if kv[0] != HOSTNAME_KEY),
+            n.taints,
+            n.unschedulable,
+            n.allocatable,
+        )
+        groups.setdefault(key, []).append(n)
+    return list(groups.values())
+
+
+def _place_by_groups(
+    role: Role,
+    groups: Sequence[Sequence[Node]],
+    zone_key: str,
+    claims: Mapping[str, frozenset[str]],
+    position: Mapping[str, int],
+) -> RolePlacement:
+    ok: list[Node] = []
+    rejected: list[FilterResult] = []
+    for group in groups:
+        result = filter_node(role.template, group[0], claims)
+        if result.ok:
+            ok.extend(group)
+        else:
+            rejected.extend(
+                result if n is group[0] else dataclasses.replace(result, node=n.name) for n in group
+            )
+    ok.sort(key=lambda n: position[n.name])  # node order, as filtering one by one gives
+    rejected.sort(key=lambda r: position[r.node])
+    zones = sorted({z for n in ok if (z := n.label_map.get(zone_key))})
+    return RolePlacement(role, tuple(zones), tuple(n.name for n in ok), tuple(rejected))
 
 
 @dataclass(frozen=True, slots=True)

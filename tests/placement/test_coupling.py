@@ -117,3 +117,38 @@ def test_jobset_exclusive_topology() -> None:
     assert two_jobs == "always"
     pairs, across = placement(JOBSET.replace("JOBS", "1"), "workers", "ps")
     assert across == "always" and all(a != b for a, b in pairs)
+
+
+def test_grouped_placement_equals_node_by_node() -> None:
+    """place_roles filters one node per group of indistinguishable nodes; it must agree with
+    filtering every node, including for templates that name a host."""
+    from support import DATA
+
+    from auditor.placement.coupling import place_roles
+
+    nodes = "apiVersion: v1\nkind: NodeList\nitems:\n" + "".join(
+        f"- {{apiVersion: v1, kind: Node, metadata: {{name: n{i}, labels: {{kubernetes.io/hostname: n{i}, "
+        f"topology.kubernetes.io/zone: z{i % 3}, gpu: '{'true' if i % 4 == 0 else 'false'}'}}}}, "
+        f"spec: {{taints: [{{key: gpu, value: present, effect: NoSchedule}}]}}, "
+        f"status: {{allocatable: {{cpu: '8', nvidia.com/gpu: '{8 if i % 4 == 0 else 0}'}}}}}}\n"
+        if i % 4 == 0
+        else f"- {{apiVersion: v1, kind: Node, metadata: {{name: n{i}, labels: {{kubernetes.io/hostname: n{i}, "
+        f"topology.kubernetes.io/zone: z{i % 3}}}}}, spec: {{unschedulable: {str(i % 7 == 0).lower()}}}, "
+        f"status: {{allocatable: {{cpu: '8'}}}}}}\n"
+        for i in range(24)
+    )
+    host_pinned = """---
+apiVersion: v1
+kind: Pod
+metadata: {name: pinned, namespace: ml}
+spec:
+  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms:
+    [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [n3, n8]}]}]}}}
+  containers: [{name: c, image: x}]
+"""
+    inv = inventory([*sorted((DATA / "workloads").glob("*.yaml"))], text=nodes + host_pinned)
+    roles = [r for w in inv.workloads for r in w.roles]
+    grouped = place_roles(roles, inv.nodes, ZONE)
+    for role in roles:
+        one_by_one = place_role(role, inv.nodes, ZONE)
+        assert grouped[role] == one_by_one, role
