@@ -109,6 +109,9 @@ class LabelFilter:
         return LabelFilter(_DEFAULT_FILTER.patterns + extra, whitelist, f"cilium default + {text.strip()!r}")
 
     def keeps(self, key: str, source: str = "k8s") -> bool:
+        return _keeps(self, key, source)
+
+    def _decide(self, key: str, source: str) -> bool:
         included = ignored = 0
         for p in self.patterns:
             n = p.match_length(source, key)
@@ -121,6 +124,12 @@ class LabelFilter:
             elif n > included:
                 included = n
         return (not self.whitelist and ignored == 0) or included > ignored
+
+
+@lru_cache(maxsize=65536)
+def _keeps(label_filter: LabelFilter, key: str, source: str) -> bool:
+    # Every label of every identity goes through the filter; the answer depends on the key only.
+    return label_filter._decide(key, source)
 
 
 _DEFAULT_FILTER = LabelFilter(tuple(parse_label_pattern(p) for p in _DEFAULT_CILIUM_PATTERNS))

@@ -110,6 +110,7 @@ class IdentityProjection:
         self.label_keys = frozenset(keys)
         self.port_names = frozenset(names)
         self._sorted = {v: sorted(b) for v, b in self._boundaries.items()}
+        self._projected: dict[int, tuple[PodEndpoint, PodEndpoint]] = {}
 
     def _add_cidr(self, net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> None:
         self.reads_ips = True
@@ -124,6 +125,16 @@ class IdentityProjection:
     def project(self, ep: Endpoint) -> Endpoint:
         if not isinstance(ep, PodEndpoint):
             return ep
+        # The same endpoint objects come back for every edge and zone placement: project once.
+        # Keyed by identity, holding the endpoint so its id cannot be reused while cached.
+        found = self._projected.get(id(ep))
+        if found is not None and found[0] is ep:
+            return found[1]
+        projected = self._project(ep)
+        self._projected[id(ep)] = (ep, projected)
+        return projected
+
+    def _project(self, ep: PodEndpoint) -> PodEndpoint:
         host = ep.host_network and not self.settings.host_network_pods_are_pods()
         return dataclasses.replace(
             ep,
