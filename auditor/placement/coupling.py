@@ -15,7 +15,6 @@ constraints allow, and how certain a split across zones is:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -141,7 +140,10 @@ def _place_by_groups(
             ok.extend(group)
         else:
             rejected.extend(
-                result if n is group[0] else dataclasses.replace(result, node=n.name) for n in group
+                result
+                if n is group[0]
+                else FilterResult(n.name, False, result.plugin, result.reason, result.code)
+                for n in group
             )
     ok.sort(key=lambda n: position[n.name])  # node order, as filtering one by one gives
     rejected.sort(key=lambda r: position[r.node])

@@ -34,6 +34,31 @@ class PodEndpoint:
     zone: str | None = None
     host_network: bool = False
     node_labels: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    # Endpoints key every verdict cache: hash the fields once, not on every look-up.
+    _hash: int = field(default=0, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "_hash",
+            hash(
+                (
+                    self.namespace,
+                    self.name,
+                    self.labels,
+                    self.namespace_labels,
+                    self.service_account,
+                    self.named_ports,
+                    self.ips,
+                    self.node,
+                    self.zone,
+                    self.host_network,
+                )
+            ),
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def label_map(self) -> dict[str, str]:
