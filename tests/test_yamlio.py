@@ -599,3 +599,21 @@ def test_fast_constructor_reports_duplicates_and_merges_like_the_full_one() -> N
     assert not errors and docs[0].data["m"] == {"x": 1, "y": 2}
     docs, errors = yamlio.load_text("m:\n  <<: {x: 1}\n  y: 2\n", "f.yaml")
     assert not errors and docs[0].data["m"] == {"x": 1, "y": 2}
+
+
+def test_memoised_scalar_tags_match_a_fresh_resolution() -> None:
+    # The second document meets every value again, now from the tag memo: same types both times,
+    # quoted values stay strings, and the Kubernetes exceptions (dates, `=`) stay strings too.
+    text = (
+        "a: true\nb: 'true'\nc: 1\nd: \"1\"\ne: 1.5\nf: ~\ng: null\nh: 2024-01-01\ni: =\n"
+        "j: 0x1F\nk: yes\nl: ''\nm: .inf\n"
+    )
+    first, errors = yamlio.load_text(text + "---\n" + text, "t.yaml")
+    assert not errors
+    expected = {
+        "a": True, "b": "true", "c": 1, "d": "1", "e": 1.5, "f": None, "g": None,
+        "h": "2024-01-01", "i": "=", "j": 31, "k": True, "l": "", "m": float("inf"),
+    }  # fmt: skip
+    for doc in first:
+        assert dict(doc.data) == expected
+        assert {k: type(v) for k, v in doc.data.items()} == {k: type(v) for k, v in expected.items()}

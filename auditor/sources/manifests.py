@@ -46,6 +46,8 @@ class Collected:
 
 
 def _under(path: Path, roots: set[Path]) -> Path | None:
+    if not roots:
+        return None
     for parent in (path, *path.parents):
         if parent in roots:
             return parent
@@ -122,7 +124,7 @@ def collect(paths: Sequence[Path], tools: Tools, progress: Progress = silent) ->
     out = Collected()
     files, errors = yamlio.discover_files(list(paths))
     out.errors.extend(errors)
-    resolved = [(p.resolve(), p, display) for p, display in files]
+    resolved = [(p, p, display) for p, display in files]  # discover_files resolves them
     displays = {real: display for real, _, display in resolved}
     kroots = {p.parent for p, _, _ in resolved if p.name in KUSTOMIZATION_FILES}
     charts = {p.parent for p, _, _ in resolved if p.name == "Chart.yaml"}
@@ -130,13 +132,16 @@ def collect(paths: Sequence[Path], tools: Tools, progress: Progress = silent) ->
     for root in kroots:
         included |= _included(root)
     raw_by_root: dict[Path, list[yamlio.Document]] = {r: [] for r in kroots | charts}
+    owners: dict[Path, tuple[Path | None, Path | None]] = {}  # directory -> (chart, kustomization)
     for n, (real, path, display) in enumerate(resolved, 1):
         progress("reading manifests", n, len(resolved))
-        chart = _under(real.parent, charts)
+        owner = owners.get(real.parent)
+        if owner is None:
+            owner = owners[real.parent] = (_under(real.parent, charts), _under(real.parent, kroots))
+        chart, kroot = owner
         if chart is not None:
             continue  # chart templates are Go templates, not YAML
         docs, errs = yamlio.load_file(path, display)
-        kroot = _under(real.parent, kroots)
         if kroot is not None:
             raw_by_root[kroot].extend(docs)
             out.errors.extend(errs)
