@@ -11,11 +11,14 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from auditor import TOOL_NAME, __version__, progress
-from auditor.config import ConfigError, load_settings
+from auditor.config import ConfigError, Settings, load_settings
 from auditor.explain import ExplainError, explain, to_json, to_text
 from auditor.reports import csv_report, json_report, junit, sarif, table
 from auditor.resources import examples_dir
@@ -112,6 +115,132 @@ def cmd_scan(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if result.at_or_above(args.fail_on) else EXIT_OK
 
 
+def _service_settings(args: argparse.Namespace) -> Settings:
+    """The config for the service commands: --config, else the bundled example."""
+    if args.config:
+        return load_settings(Path(args.config))
+    bundled = examples_dir() / "service.yaml"
+    print(f"note: no --config given; using the bundled example {bundled}", file=sys.stderr)
+    return load_settings(bundled)
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from auditor.store import database
+
+    settings = load_settings(Path(args.config)) if args.config else Settings()
+    url = database.resolve_url(settings.database.url)
+    engine = database.make_engine(url)
+    try:
+        database.upgrade(engine)
+        print(f"database {database.redacted(url)} is at revision {database.current_revision(engine)}")
+    except SQLAlchemyError as exc:
+        print(f"error: database {database.redacted(url)}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        engine.dispose()
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from auditor import bootstrap
+
+    settings = _service_settings(args)
+    settings.target(args.target)
+    try:
+        store = bootstrap.build_store(settings)
+    except SQLAlchemyError as exc:
+        print(f"error: the findings store is not available: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    runner = bootstrap.build_runner(settings, store)
+    runner.recover()
+    result = runner.run(args.target, None, "cli")
+    store.engine.dispose()
+    if result is None:  # a manual run has no slot, so this cannot happen; kept for the type
+        return EXIT_FAILED
+    if result.summary is None:
+        print(f"run {result.run_id} of {args.target}: failed: {result.error}", file=sys.stderr)
+        return EXIT_FAILED
+    s = result.summary
+    cost = f", estimated ${s.estimated_monthly_cost_usd:,.2f}/month" if s.estimated_monthly_cost_usd else ""
+    print(
+        f"run {s.run_id} of {args.target}: {s.status}: {s.findings} finding(s) "
+        f"({s.new} new, {s.reopened} reopened, {s.resolved} resolved, {s.waived} waived){cost}"
+    )
+    if s.status != "succeeded":
+        return EXIT_FAILED
+    return EXIT_FINDINGS if _active_at_or_above(store, args.target, args.fail_on) else EXIT_OK
+
+
+def _active_at_or_above(store: Any, target: str, fail_on: str) -> bool:
+    from auditor.model.findings import SEVERITY_RANK
+    from auditor.store.repository import FindingFilter
+
+    if fail_on == "none":
+        return False
+    for status in ("new", "open", "reopened"):
+        for severity, rank in SEVERITY_RANK.items():
+            if (
+                rank <= SEVERITY_RANK[fail_on]
+                and store.findings(FindingFilter(target=target, severity=severity, status=status), 1).items
+            ):
+                return True
+    return False
+
+
+def cmd_findings(args: argparse.Namespace) -> int:
+    from auditor import bootstrap
+    from auditor.store.repository import BadCursor, FindingFilter
+
+    settings = _service_settings(args)
+    since = None
+    if args.since:
+        try:
+            since = datetime.fromisoformat(args.since)
+        except ValueError:
+            raise ConfigError(
+                "(arguments)", 0, "--since", f"not an ISO date or time: {args.since!r}"
+            ) from None
+        if since.tzinfo is None:
+            since = since.replace(tzinfo=UTC)
+    try:
+        store = bootstrap.build_store(settings)
+        flt = FindingFilter(args.target, args.rule, args.severity, args.status, args.namespace, since)
+        page = store.findings(flt, args.limit, args.cursor)
+    except BadCursor as exc:
+        raise ConfigError("(arguments)", 0, "--cursor", str(exc)) from None
+    except SQLAlchemyError as exc:
+        print(f"error: the findings store is not available: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.format == "json":
+        print(json.dumps({"items": page.items, "next_cursor": page.next_cursor}, indent=2))
+        return EXIT_OK
+    if not page.items:
+        print("no findings match")
+    for f in page.items:
+        w = f["workload"]
+        print(
+            f"{f['id']:>7}  {f['status']:<9} {f['severity']:<8} {f['rule']:<28} "
+            f"{f['target']}: {w['kind']} {w['namespace']}/{w['name']}"
+        )
+    if page.next_cursor:
+        print(f"more: --cursor {page.next_cursor}")
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from auditor import bootstrap
+
+    settings = _service_settings(args)
+    host = args.host or settings.service.host
+    port = args.port if args.port is not None else settings.service.port
+    try:
+        bootstrap.serve(settings, host, port)
+    except SQLAlchemyError as exc:
+        print(f"error: the findings store is not available: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="auditor",
@@ -165,6 +294,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 when a finding is at or above this severity (default high)",
     )
     sc.set_defaults(func=cmd_scan)
+
+    rn = sub.add_parser("run", help="audit one configured target now and store the results")
+    rn.add_argument("--target", required=True, metavar="NAME")
+    rn.add_argument("--config", help="config file (default: the bundled example)")
+    rn.add_argument(
+        "--fail-on",
+        choices=("critical", "high", "medium", "low", "none"),
+        default="high",
+        help="exit 1 when an active finding of the target is at or above this severity",
+    )
+    rn.set_defaults(func=cmd_run)
+
+    fd = sub.add_parser("findings", help="list stored findings")
+    fd.add_argument("--config", help="config file (default: the bundled example)")
+    fd.add_argument("--target", metavar="NAME")
+    fd.add_argument("--rule")
+    fd.add_argument("--severity", choices=("critical", "high", "medium", "low"))
+    fd.add_argument("--status", choices=("new", "open", "resolved", "reopened", "waived"))
+    fd.add_argument("--namespace")
+    fd.add_argument("--since", metavar="ISO-TIME", help="seen or resolved at or after this time")
+    fd.add_argument("--limit", type=int, default=50, choices=range(1, 501), metavar="N (1-500)")
+    fd.add_argument("--cursor", help="continue after a previous page")
+    fd.add_argument("--format", choices=("table", "json"), default="table")
+    fd.set_defaults(func=cmd_findings)
+
+    sv = sub.add_parser("serve", help="the scheduler, the HTTP API and metrics")
+    sv.add_argument("--config", help="config file (default: the bundled example)")
+    sv.add_argument("--host", help="listen address (default: service.host, 127.0.0.1)")
+    sv.add_argument("--port", type=int, help="listen port (default: service.port, 8080)")
+    sv.set_defaults(func=cmd_serve)
+
+    db = sub.add_parser("db", help="database maintenance")
+    dbsub = db.add_subparsers(dest="db_command", required=True)
+    up = dbsub.add_parser("upgrade", help="apply the schema migrations")
+    up.add_argument("--config", help="config file (database.url); AUDITOR_DATABASE_URL wins")
+    up.set_defaults(func=cmd_db)
     return parser
 
 

@@ -19,6 +19,10 @@ Every setting says its unit, default and why. The config file is YAML:
         policy_cidr_match_mode: ""
         enable_node_selector_labels: false
         cluster_name: default
+    cost: …                      # see CostSettings
+    database: …                  # the service's sections: see service_config.py
+    service: …
+    targets: […]
 """
 
 from __future__ import annotations
@@ -28,10 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from auditor import yamlio
+from auditor import service_config, yamlio
 from auditor.cost import DEFAULT_PRICES, NetworkModel, Price
 from auditor.model.objects import REGION_KEY, ZONE_KEY
 from auditor.reachability import cni as cni_settings
+from auditor.service_config import DatabaseSettings, ServiceSettings, TargetSettings
+
+SECTIONS = ("kubernetes", "topology", "network", "cost", "database", "service", "targets")
 
 # The newest stable Kubernetes minor release when this version of the tool was written.
 NEWEST_KUBERNETES = "1.37"
@@ -136,6 +143,16 @@ class Settings:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     cost: CostSettings = field(default_factory=CostSettings)
     source: str = "defaults"
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    service: ServiceSettings = field(default_factory=ServiceSettings)
+    targets: tuple[TargetSettings, ...] = ()
+
+    def target(self, name: str) -> TargetSettings:
+        for t in self.targets:
+            if t.name == name:
+                return t
+        known = ", ".join(t.name for t in self.targets) or "none configured"
+        raise ConfigError(self.source, 0, "--target", f"no target named {name!r} (known: {known})")
 
 
 _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
@@ -188,13 +205,20 @@ def parse_settings(data: Any, file: str) -> Settings:
     if not isinstance(data, Mapping):
         raise ConfigError(file, 1, "(top)", "the config file must be a mapping")
     for key in data:
-        if key not in ("kubernetes", "topology", "network", "cost"):
+        if key not in SECTIONS:
             raise ConfigError(
                 file,
                 yamlio.key_line(data, str(key)),
                 str(key),
-                "unknown section (known: cost, kubernetes, network, topology)",
+                f"unknown section (known: {', '.join(sorted(SECTIONS))})",
             )
+    base = Path(file).resolve().parent if file not in ("", "defaults") else Path.cwd()
+    try:
+        database = service_config.parse_database(data.get("database"), file)
+        service = service_config.parse_service(data.get("service"), file, base)
+        targets = service_config.parse_targets(data.get("targets"), file, base)
+    except service_config.ServiceConfigError as exc:
+        raise ConfigError(exc.file, exc.line, exc.key, exc.message) from None
     k8s = _section(data.get("kubernetes"), "kubernetes", file)
     topo = _section(data.get("topology"), "topology", file)
     net = _section(data.get("network"), "network", file)
@@ -242,6 +266,9 @@ def parse_settings(data: Any, file: str) -> Settings:
         NetworkConfig(**net, cilium=CiliumConfig(**cil)),
         _cost(data.get("cost"), file),
         source=file,
+        database=database,
+        service=service,
+        targets=targets,
     )
 
 

@@ -29,3 +29,7 @@ def templates_dir() -> Path:
 
 def examples_dir() -> Path:
     return _ROOT / "examples"
+
+
+def migrations_dir() -> Path:
+    return _shipped("auditor._migrations", "migrations")

@@ -1,0 +1,68 @@
+"""The composition root: engines, the store, the runner, the scheduler and the web app are built
+here from one Settings object, and nowhere else. Nothing connects at import time."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+
+from auditor.config import Settings
+from auditor.service.api import create_app
+from auditor.service.runner import AuditRunner
+from auditor.service.scheduler import Scheduler
+from auditor.sources.manifests import Tools
+from auditor.store import database
+from auditor.store.repository import Store, TargetSpec
+
+
+def database_url(settings: Settings) -> str:
+    return database.resolve_url(settings.database.url)
+
+
+def build_store(settings: Settings, migrate: bool = True) -> Store:
+    engine = database.make_engine(database_url(settings))
+    if migrate:
+        database.upgrade(engine)
+    store = Store(engine)
+    store.sync_targets(
+        TargetSpec(t.name, t.kind, t.location, t.git.branch if t.git else None, t.paths, t.nodes, t.schedule)
+        for t in settings.targets
+    )
+    return store
+
+
+def build_runner(settings: Settings, store: Store) -> AuditRunner:
+    return AuditRunner(settings, store, Tools.detect())
+
+
+@dataclass
+class Service:
+    store: Store
+    runner: AuditRunner
+    scheduler: Scheduler
+    app: FastAPI
+
+
+def build_service(settings: Settings) -> Service:
+    store = build_store(settings)
+    runner = build_runner(settings, store)
+    scheduler = Scheduler(settings, runner)
+    token = settings.service.api_token or os.environ.get(settings.service.api_token_env, "")
+    app = create_app(store, runner, scheduler, token)
+    return Service(store, runner, scheduler, app)
+
+
+def serve(settings: Settings, host: str, port: int) -> None:
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    service = build_service(settings)
+    service.scheduler.start()
+    try:
+        uvicorn.run(service.app, host=host, port=port, log_level="info", access_log=False)
+    finally:
+        service.scheduler.shutdown()
+        service.store.engine.dispose()

@@ -1,0 +1,1 @@
+"""Git operations (fetching audit targets; later, fix branches and pull requests)."""

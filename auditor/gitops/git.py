@@ -1,0 +1,169 @@
+"""Git targets: fetch a branch into a cache with the real `git` CLI, audited at a recorded commit.
+
+- Shallow (`--depth 1`) fetches into one cache directory per URL, reused between runs.
+- Credentials for HTTPS come from the config or the environment and reach git through
+  `GIT_CONFIG_*` environment variables (an `Authorization` header), never through the command
+  line or the URL, so they do not show in `ps`, in git's messages, or in ours.
+- Git never prompts (`GIT_TERMINAL_PROMPT=0`, SSH in batch mode): a remote that asks for
+  credentials fails the run with a clear error instead of hanging the service.
+- Errors are `GitError` with git's own message, with any secret redacted.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class GitError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Checkout:
+    path: Path
+    commit: str
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    username: str = "x-access-token"
+    token: str = field(default="", repr=False)
+
+    def header(self) -> str:
+        raw = f"{self.username}:{self.token}".encode()
+        return "Authorization: Basic " + base64.b64encode(raw).decode()
+
+
+def _environment(credentials: Credentials | None, base: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if not k.startswith("GIT_CONFIG_")}
+    env.update(
+        GIT_TERMINAL_PROMPT="0",
+        GIT_ASKPASS="",
+        SSH_ASKPASS="",
+        GIT_SSH_COMMAND="ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new",
+        # Keep user and system config (proxies, CA bundles) but never run a credential helper
+        # that could prompt or leak.
+        GIT_CONFIG_COUNT="2",
+        GIT_CONFIG_KEY_0="credential.helper",
+        GIT_CONFIG_VALUE_0="",
+        GIT_CONFIG_KEY_1="protocol.ext.allow",
+        GIT_CONFIG_VALUE_1="never",
+        LC_ALL="C",
+    )
+    if credentials is not None and credentials.token:
+        env["GIT_CONFIG_COUNT"] = "3"
+        env["GIT_CONFIG_KEY_2"] = "http.extraHeader"
+        env["GIT_CONFIG_VALUE_2"] = credentials.header()
+    return env
+
+
+def _redact(text: str, credentials: Credentials | None) -> str:
+    if credentials is not None and credentials.token:
+        text = text.replace(credentials.token, "***").replace(credentials.header(), "Authorization: ***")
+    return text
+
+
+def _explain(stderr: str) -> str:
+    lowered = stderr.lower()
+    if (
+        "could not read username" in lowered
+        or "authentication failed" in lowered
+        or "terminal prompts disabled" in lowered
+    ):
+        return "the remote asks for credentials (set token_env for the target, or check the token)"
+    if "permission denied (publickey" in lowered:
+        return "the SSH key was refused"
+    if (
+        "could not resolve host" in lowered
+        or "connection refused" in lowered
+        or "failed to connect" in lowered
+    ):
+        return "the remote cannot be reached"
+    if ("remote branch" in lowered and "not found" in lowered) or "couldn't find remote ref" in lowered:
+        return "the branch does not exist on the remote"
+    if "does not appear to be a git repository" in lowered or "not found" in lowered:
+        return "no repository at that URL"
+    return "git failed"
+
+
+def _git(
+    args: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float,
+    credentials: Credentials | None,
+) -> str:
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise GitError(f"git {args[0]} took longer than {timeout:.0f} s and was stopped") from None
+    except FileNotFoundError:
+        raise GitError("git is not installed") from None
+    if done.returncode != 0:
+        detail = _redact(" ".join(done.stderr.split())[:800], credentials)
+        raise GitError(f"{_explain(done.stderr)}: git {args[0]} exited {done.returncode}: {detail}")
+    return done.stdout
+
+
+def cache_dir_for(cache_root: Path, url: str) -> Path:
+    return cache_root / hashlib.sha256(url.encode()).hexdigest()[:20]
+
+
+def fetch(
+    url: str,
+    branch: str | None,
+    cache_root: Path,
+    credentials: Credentials | None = None,
+    timeout: float = 300.0,
+    environ: Mapping[str, str] = os.environ,
+) -> Checkout:
+    """Bring `branch` (default: the remote's HEAD) of `url` into the cache; return its commit.
+
+    The work tree is reset to exactly that commit (local changes and stray files removed).
+    """
+    if url.startswith("-") or "::" in url or (branch is not None and branch.startswith("-")):
+        raise GitError(f"refusing to fetch {url!r} {branch or ''}: not a plain URL and branch")
+    directory = cache_dir_for(cache_root, url)
+    env = _environment(credentials, environ)
+    if not (directory / ".git").is_dir():
+        if directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+        _git(["init", "--quiet"], directory, env, timeout, credentials)
+        _git(["remote", "add", "origin", url], directory, env, timeout, credentials)
+    else:
+        _git(["remote", "set-url", "origin", url], directory, env, timeout, credentials)
+    ref = branch or "HEAD"
+    try:
+        _git(
+            ["fetch", "--quiet", "--depth", "1", "--no-tags", "origin", ref],
+            directory,
+            env,
+            timeout,
+            credentials,
+        )
+    except GitError as exc:
+        if "shallow" not in str(exc).lower():
+            raise
+        # Some servers (dumb HTTP) cannot serve shallow fetches: fetch the branch whole.
+        _git(["fetch", "--quiet", "--no-tags", "origin", ref], directory, env, timeout, credentials)
+    _git(["checkout", "--quiet", "--force", "--detach", "FETCH_HEAD"], directory, env, timeout, credentials)
+    _git(["clean", "--quiet", "-ffdx"], directory, env, timeout, credentials)
+    commit = _git(["rev-parse", "HEAD"], directory, env, timeout, credentials).strip()
+    return Checkout(directory, commit)

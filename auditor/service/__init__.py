@@ -1,0 +1,1 @@
+"""The audit service: stored runs, the scheduler, the HTTP API and metrics."""

@@ -1,0 +1,205 @@
+"""The HTTP API (FastAPI; its OpenAPI document is served at /api/v1/openapi.json), health,
+readiness and Prometheus metrics.
+
+Every filter is validated (enumerations, lengths, page size) before a query is built, and every
+value reaches SQL as a bound parameter: hostile input gets a 4xx, never a 500 or an injection.
+Write endpoints need `Authorization: Bearer <token>` with the configured token; without a
+configured token they are refused (403), never open.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Protocol
+
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from auditor import __version__
+from auditor.config import ConfigError
+from auditor.service.metrics import registry_for
+from auditor.service.runner import AuditRunner, TargetBusy
+from auditor.store import database
+from auditor.store.repository import BadCursor, FindingFilter, SlotTaken, Store, UnknownTarget
+
+log = logging.getLogger("auditor.api")
+
+MAX_PAGE = 500
+Text = Annotated[str | None, Query(max_length=253, pattern=r"^[\w./:@-]+$")]
+
+
+class Severity(StrEnum):
+    critical = "critical"
+    high = "high"
+    medium = "medium"
+    low = "low"
+
+
+class Status(StrEnum):
+    new = "new"
+    open = "open"
+    resolved = "resolved"
+    reopened = "reopened"
+    waived = "waived"
+
+
+class Submitter(Protocol):
+    def submit(self, run_id: int, target: str) -> None: ...
+
+    @property
+    def running(self) -> bool: ...
+
+
+def create_app(store: Store, runner: AuditRunner, scheduler: Submitter, api_token: str) -> FastAPI:
+    app = FastAPI(
+        title="Placement Auditor",
+        version=__version__,
+        description="Findings, runs and targets of the placement audit service.",
+        openapi_url="/api/v1/openapi.json",
+        docs_url=None,  # Swagger UI loads from a CDN; the OpenAPI document is enough
+        redoc_url=None,
+    )
+    registry = registry_for(store)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"where": ".".join(str(p) for p in e.get("loc", ())), "problem": e.get("msg", "")}
+            for e in exc.errors()
+        ]
+        return JSONResponse({"error": "invalid request", "details": problems}, status_code=422)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def database_error(_request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        log.error("database error: %s", exc)
+        return JSONResponse({"error": "the database is not available"}, status_code=503)
+
+    def require_token(request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if not api_token:
+            raise HTTPException(403, "no API token is configured; write endpoints are disabled")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), api_token.encode()):
+            raise HTTPException(
+                401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+            )
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        """The process is alive."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    def readyz() -> JSONResponse:
+        """The database answers, its schema is current and the scheduler runs."""
+        checks: dict[str, str] = {}
+        try:
+            with store.engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+            checks["database"] = "ok"
+            checks["schema"] = (
+                "ok" if database.is_current(store.engine) else "not migrated (auditor db upgrade)"
+            )
+        except SQLAlchemyError as exc:
+            checks["database"] = f"unavailable: {type(exc).__name__}"
+        checks["scheduler"] = "ok" if scheduler.running else "stopped"
+        ok = all(v == "ok" for v in checks.values())
+        return JSONResponse(
+            {"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503
+        )
+
+    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    def metrics() -> Response:
+        """Prometheus text format."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/api/v1/findings", tags=["findings"])
+    def findings(
+        target: Text = None,
+        rule: Text = None,
+        severity: Severity | None = None,
+        status: Status | None = None,
+        namespace: Text = None,
+        since: datetime | None = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+        cursor: Annotated[str | None, Query(max_length=64)] = None,
+    ) -> dict[str, Any]:
+        """Findings, newest first, filtered; `next_cursor` fetches the next page."""
+        flt = FindingFilter(
+            target,
+            rule,
+            severity.value if severity else None,
+            status.value if status else None,
+            namespace,
+            since,
+        )
+        try:
+            page = store.findings(flt, limit, cursor)
+        except BadCursor as exc:
+            raise HTTPException(400, str(exc)) from None
+        return {"items": page.items, "next_cursor": page.next_cursor}
+
+    @app.get("/api/v1/findings/{finding_id}", tags=["findings"])
+    def finding(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> dict[str, Any]:
+        """One finding with its history (one entry per run that saw or resolved it)."""
+        found = store.finding(finding_id)
+        if found is None:
+            raise HTTPException(404, "no such finding")
+        return found
+
+    @app.get("/api/v1/runs", tags=["runs"])
+    def runs(
+        target: Text = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+        cursor: Annotated[str | None, Query(max_length=64)] = None,
+    ) -> dict[str, Any]:
+        """Runs, newest first."""
+        try:
+            page = store.runs(target, limit, cursor)
+        except BadCursor as exc:
+            raise HTTPException(400, str(exc)) from None
+        return {"items": page.items, "next_cursor": page.next_cursor}
+
+    @app.get("/api/v1/runs/{run_id}", tags=["runs"])
+    def run(run_id: Annotated[int, Path(ge=1, le=2**62)]) -> dict[str, Any]:
+        found = store.run(run_id)
+        if found is None:
+            raise HTTPException(404, "no such run")
+        return found
+
+    @app.get("/api/v1/targets", tags=["targets"])
+    def targets() -> dict[str, Any]:
+        """The targets, with their schedule and last successful run."""
+        return {"items": store.targets()}
+
+    @app.post(
+        "/api/v1/targets/{name}/runs",
+        tags=["targets"],
+        status_code=202,
+        dependencies=[Depends(require_token)],
+    )
+    def trigger(
+        name: Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")],
+    ) -> JSONResponse:
+        """Start an audit of the target now (bearer token required)."""
+        try:
+            run_id = runner.start(name, None, "api")
+        except (UnknownTarget, ConfigError):
+            raise HTTPException(404, "no such target") from None
+        except (TargetBusy, SlotTaken):
+            raise HTTPException(409, "an audit of this target is already running") from None
+        scheduler.submit(run_id, name)
+        return JSONResponse(
+            {"run_id": run_id, "status": "running", "url": f"/api/v1/runs/{run_id}"},
+            status_code=202,
+            headers={"Location": f"/api/v1/runs/{run_id}"},
+        )
+
+    return app

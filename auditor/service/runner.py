@@ -1,0 +1,233 @@
+"""One stored audit of one target: claim the slot, fetch, scan, store (the `run` use case).
+
+Used by `auditor run`, by the scheduler and by the API's trigger. A run that cannot fetch or
+scan ends `failed` with the reason; one whose files could only partly be read ends `partial`
+(it records what it saw and resolves nothing); a process killed mid-run leaves a `running` row
+that `recover` marks `interrupted` on the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from auditor.config import Settings
+from auditor.gitops import git
+from auditor.rules.packs import load_packs
+from auditor.scan import ScanResult, scan
+from auditor.service_config import TargetSettings
+from auditor.sources.manifests import Tools, load_inventory
+from auditor.store.repository import RunOutcome, RunSummary, SlotTaken, Store, WaiverSeen
+
+log = logging.getLogger("auditor.runner")
+
+
+def process_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True when `owner` (host:pid) is a process on this host that no longer exists."""
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    if int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    run_id: int
+    status: str
+    summary: RunSummary | None = None
+    error: str | None = None
+
+
+class TargetBusy(RuntimeError):
+    """This process is already auditing that target."""
+
+
+class AuditRunner:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        tools: Tools | None = None,
+        owner: str | None = None,
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.tools = tools or Tools.detect()
+        self.owner = owner or process_owner()
+        self.environ = environ if environ is not None else dict(os.environ)
+        self._busy: set[str] = set()
+        self._lock = threading.Lock()
+
+    # -- entry points -------------------------------------------------------------------------
+
+    def start(self, target: str, slot: str | None, trigger: str) -> int:
+        """Claim a run (raises SlotTaken, TargetBusy, UnknownTarget); `execute` does the work."""
+        self.settings.target(target)  # a configured target
+        with self._lock:
+            if target in self._busy:
+                raise TargetBusy(target)
+            self._busy.add(target)
+        try:
+            return self.store.claim_run(target, slot, trigger, self.owner)
+        except BaseException:
+            with self._lock:
+                self._busy.discard(target)
+            raise
+
+    def run(self, target: str, slot: str | None = None, trigger: str = "cli") -> RunResult | None:
+        """Claim and execute; None when another process has this slot."""
+        try:
+            run_id = self.start(target, slot, trigger)
+        except SlotTaken:
+            log.info("target %s slot %s: already claimed by another process", target, slot)
+            return None
+        return self.execute(run_id, target)
+
+    def execute(self, run_id: int, target_name: str) -> RunResult:
+        target = self.settings.target(target_name)
+        stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(run_id, stop), daemon=True)
+        beat.start()
+        revision: str | None = None
+        try:
+            try:
+                root, revision = self._materialise(target)
+                result = self._audit(target, root)
+            except git.GitError as exc:
+                return self._fail(run_id, f"fetching {target.location}: {exc}", revision)
+            except Exception as exc:
+                log.exception("run %s of %s failed", run_id, target_name)
+                return self._fail(run_id, f"{type(exc).__name__}: {exc}", revision)
+            outcome = self._outcome(result, revision)
+            if outcome is None:
+                first = result.errors[0] if result.errors else None
+                return self._fail(
+                    run_id, f"nothing could be audited: {first}" if first else "nothing to audit", revision
+                )
+            try:
+                summary = self.store.complete_run(run_id, outcome)
+            except SQLAlchemyError as exc:
+                return self._fail(
+                    run_id, f"storing the results failed: {type(exc).__name__}: {exc}", revision
+                )
+            return RunResult(run_id, summary.status, summary)
+        finally:
+            stop.set()
+            beat.join(timeout=5)
+            with self._lock:
+                self._busy.discard(target_name)
+
+    def recover(self, now: datetime | None = None) -> list[int]:
+        """Mark the runs of dead processes (and stale ones) `interrupted`."""
+        now = now or self.store.clock()
+        stale = now - timedelta(seconds=self.settings.service.stale_after_seconds)
+        return self.store.recover_interrupted(owner_is_dead, stale)
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def _heartbeat(self, run_id: int, stop: threading.Event) -> None:
+        while not stop.wait(self.settings.service.heartbeat_seconds):
+            try:
+                self.store.heartbeat(run_id)
+            except SQLAlchemyError as exc:
+                log.warning("heartbeat of run %s failed: %s", run_id, exc)
+
+    def _fail(self, run_id: int, error: str, revision: str | None) -> RunResult:
+        log.error("run %s failed: %s", run_id, error)
+        try:
+            self.store.fail_run(run_id, error, revision=revision)
+        except SQLAlchemyError as exc:
+            # The database is away too: the row stays `running` and is marked interrupted later.
+            log.error("could not record the failure of run %s: %s", run_id, exc)
+        return RunResult(run_id, "failed", error=error)
+
+    def _materialise(self, target: TargetSettings) -> tuple[Path, str | None]:
+        if target.git is None:
+            root = Path(target.directory)
+            if not root.is_dir():
+                raise FileNotFoundError(f"directory {target.directory} does not exist")
+            return root, None
+        token = target.git.token or (
+            self.environ.get(target.git.token_env, "") if target.git.token_env else ""
+        )
+        credentials = git.Credentials(target.git.username, token) if token else None
+        checkout = git.fetch(
+            target.git.url,
+            target.git.branch,
+            Path(self.settings.service.git_cache_dir),
+            credentials,
+            self.settings.service.git_timeout_seconds,
+            self.environ,
+        )
+        return checkout.path, checkout.commit
+
+    def _inside(self, root: Path, relative: str, what: str) -> Path:
+        path = (root / relative).resolve()
+        if not path.is_relative_to(root.resolve()):
+            raise ValueError(f"{what} {relative!r} leads outside the target")
+        return path
+
+    def _audit(self, target: TargetSettings, root: Path) -> ScanResult:
+        paths = [self._inside(root, p, "path") for p in target.paths] or [root]
+        nodes = [self._inside(root, n, "node file") for n in target.nodes]
+        packs = [self._inside(root, p, "policy pack") for p in target.policies]
+        pack = load_packs(packs)
+        inv = load_inventory([*paths, *nodes], self.settings, self.tools)
+        return scan(inv, pack, self.store.clock().date())
+
+    @staticmethod
+    def _outcome(result: ScanResult, revision: str | None) -> RunOutcome | None:
+        if result.audited_objects == 0 and result.errors:
+            return None
+        waived = [
+            (
+                w.finding,
+                WaiverSeen(
+                    w.finding.fingerprint,
+                    f"{w.waiver.origin}:{w.waiver.source.file}:{w.waiver.name}"[:255],
+                    w.waiver.reason,
+                    w.waiver.expires,
+                    False,
+                ),
+            )
+            for w in result.waived
+        ]
+        expired = [
+            WaiverSeen(
+                e.finding.fingerprint,
+                f"{e.waiver.origin}:{e.waiver.source.file}:{e.waiver.name}"[:255],
+                e.waiver.reason,
+                e.waiver.expires,
+                True,
+            )
+            for e in result.expired_waivers
+        ]
+        return RunOutcome(
+            "partial" if result.errors else "succeeded",
+            revision,
+            result.findings,
+            waived,
+            expired,
+            [e.to_json() for e in result.errors],
+            result.audited_objects,
+        )

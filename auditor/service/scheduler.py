@@ -1,0 +1,123 @@
+"""Cron schedules for the targets (APScheduler 3.x).
+
+Each target is one job on its cron trigger, with `coalesce` (runs missed during a restart collapse
+into one), `misfire_grace_time` (a daily run that fires while the service restarts still runs
+when it comes back within the grace) and `max_instances=1`. The run belongs to a *slot*: the
+scheduled time, computed from the trigger, the same in every process; the store's unique
+(target, slot) means that two `serve` processes on one database never run a slot twice.
+A second job marks the runs of dead processes `interrupted`.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from auditor.config import Settings
+from auditor.service.runner import AuditRunner
+
+log = logging.getLogger("auditor.scheduler")
+
+
+def slot_of(trigger: Any, now: datetime, grace_seconds: int) -> datetime | None:
+    """The latest fire time of `trigger` at or before `now` (within the grace window)."""
+    start = now - timedelta(seconds=grace_seconds)
+    fire = trigger.get_next_fire_time(None, start)
+    last: datetime | None = None
+    while fire is not None and fire <= now:
+        last = fire
+        fire = trigger.get_next_fire_time(fire, fire + timedelta(microseconds=1))
+    return last
+
+
+def slot_text(slot: datetime) -> str:
+    return slot.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Scheduler:
+    def __init__(self, settings: Settings, runner: AuditRunner) -> None:
+        self.settings = settings
+        self.runner = runner
+        service = settings.service
+        self.scheduler = BackgroundScheduler(
+            timezone=service.timezone,
+            job_defaults={
+                "coalesce": True,
+                "max_instances": 1,
+                "misfire_grace_time": service.misfire_grace_seconds,
+            },
+        )
+        self.triggers: dict[str, CronTrigger] = {}
+        for target in settings.targets:
+            trigger = CronTrigger.from_crontab(target.schedule, timezone=service.timezone)
+            self.triggers[target.name] = trigger
+            self.scheduler.add_job(
+                self.run_scheduled,
+                trigger,
+                args=[target.name],
+                id=f"target:{target.name}",
+                name=f"audit {target.name}",
+            )
+        self.scheduler.add_job(
+            self.recover,
+            IntervalTrigger(seconds=max(30, service.heartbeat_seconds * 2)),
+            id="recover",
+            name="mark interrupted runs",
+        )
+
+    def start(self) -> None:
+        self.recover()
+        self.scheduler.start()
+
+    def shutdown(self) -> None:
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+
+    @property
+    def running(self) -> bool:
+        return bool(self.scheduler.running)
+
+    def recover(self) -> None:
+        try:
+            ids = self.runner.recover()
+            if ids:
+                log.warning("marked runs %s interrupted (their process stopped)", ids)
+        except Exception as exc:  # the database may be away; try again next time
+            log.warning("could not check for interrupted runs: %s", exc)
+
+    def run_scheduled(self, target: str, now: datetime | None = None) -> None:
+        now = now or datetime.now(UTC)
+        slot = slot_of(self.triggers[target], now, self.settings.service.misfire_grace_seconds)
+        if slot is None:
+            log.warning("target %s fired outside any slot at %s; skipped", target, now)
+            return
+        try:
+            result = self.runner.run(target, slot_text(slot), "schedule")
+        except Exception as exc:  # claiming failed (database away): the next slot tries again
+            log.error("target %s slot %s could not start: %s", target, slot_text(slot), exc)
+            return
+        if result is not None:
+            log.info("target %s slot %s: run %s %s", target, slot_text(slot), result.run_id, result.status)
+
+    def submit(self, run_id: int, target: str) -> None:
+        """Execute an already claimed run (API trigger) on the scheduler's thread pool."""
+        self.scheduler.add_job(
+            self.runner.execute,
+            args=[run_id, target],
+            id=f"manual:{run_id}",
+            name=f"audit {target} (run {run_id})",
+            misfire_grace_time=None,
+        )
+
+    def next_runs(self) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for job in self.scheduler.get_jobs():
+            if job.id.startswith("target:"):
+                nxt = getattr(job, "next_run_time", None)
+                out[job.id.removeprefix("target:")] = slot_text(nxt) if nxt else None
+        return out

@@ -1,0 +1,279 @@
+"""The service's part of the config file: `database`, `service` and `targets`.
+
+    database:
+      url: postgresql://auditor@db/auditor   # or sqlite:///auditor.db; AUDITOR_DATABASE_URL wins
+    service:
+      host: 127.0.0.1             # where `auditor serve` listens
+      port: 8080
+      api_token_env: AUDITOR_API_TOKEN  # environment variable holding the bearer token for writes
+      timezone: UTC               # cron schedules are read in this zone
+      misfire_grace_seconds: 3600 # a daily run missed during a restart still runs within this time
+      heartbeat_seconds: 15       # a running audit proves it is alive this often
+      stale_after_seconds: 300    # a `running` run without a heartbeat this long is `interrupted`
+      git_cache_dir: .auditor-cache/git
+      git_timeout_seconds: 300
+    targets:
+      - name: infra
+        schedule: "0 6 * * *"     # cron, five fields
+        git:
+          url: https://github.com/acme/infra.git   # https, ssh, git@host:path, file:// or a path
+          branch: main            # default: the remote's default branch
+          token_env: INFRA_GIT_TOKEN   # HTTPS token from the environment (never printed)
+          username: x-access-token
+        paths: [clusters/prod]    # inside the checkout; default: all of it
+        nodes: [nodes/prod.yaml]  # `kubectl get nodes -o yaml` dumps inside the checkout
+        policies: []              # extra policy packs inside the checkout
+      - name: lab
+        directory: ./manifests    # a plain directory, audited in place (no commit recorded)
+
+Relative paths are read from the config file's directory. Unknown keys, bad cron expressions and
+bad URLs are rejected with the key's path (`targets[1].schedule`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from auditor import yamlio
+
+DEFAULT_SCHEDULE = "0 6 * * *"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# Transports git may use for a target. Not `ext::` (runs a command) nor `fd::`.
+_GIT_URL_RE = re.compile(r"^(https?|ssh|git|file)://[^\s]+$|^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+$")
+
+
+class ServiceConfigError(ValueError):
+    def __init__(self, file: str, line: int, key: str, message: str) -> None:
+        super().__init__(message)
+        self.file, self.line, self.key, self.message = file, line, key, message
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseSettings:
+    url: str = field(default="", repr=False)  # may carry a password
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_token: str = field(default="", repr=False)
+    api_token_env: str = "AUDITOR_API_TOKEN"
+    timezone: str = "UTC"
+    misfire_grace_seconds: int = 3600
+    heartbeat_seconds: int = 15
+    stale_after_seconds: int = 300
+    git_cache_dir: str = ".auditor-cache/git"
+    git_timeout_seconds: int = 300
+
+
+@dataclass(frozen=True, slots=True)
+class GitSource:
+    url: str
+    branch: str | None = None
+    username: str = "x-access-token"
+    token: str = field(default="", repr=False)
+    token_env: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSettings:
+    name: str
+    schedule: str = DEFAULT_SCHEDULE
+    git: GitSource | None = None
+    directory: str = ""
+    paths: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+    policies: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "git" if self.git is not None else "directory"
+
+    @property
+    def location(self) -> str:
+        return self.git.url if self.git is not None else self.directory
+
+
+_SERVICE_KEYS: dict[str, type | tuple[type, ...]] = {
+    "host": str,
+    "port": int,
+    "api_token": str,
+    "api_token_env": str,
+    "timezone": str,
+    "misfire_grace_seconds": int,
+    "heartbeat_seconds": int,
+    "stale_after_seconds": int,
+    "git_cache_dir": str,
+    "git_timeout_seconds": int,
+}
+_TARGET_KEYS: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "schedule": str,
+    "git": dict,
+    "directory": str,
+    "paths": list,
+    "nodes": list,
+    "policies": list,
+}
+_GIT_KEYS: dict[str, type | tuple[type, ...]] = {
+    "url": str,
+    "branch": str,
+    "username": str,
+    "token": str,
+    "token_env": str,
+}
+
+
+def _mapping(raw: Any, key: str, schema: Mapping[str, type | tuple[type, ...]], file: str) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ServiceConfigError(file, yamlio.line_of(raw), key, "must be a mapping")
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        line = yamlio.key_line(raw, str(name))
+        path = f"{key}.{name}"
+        if name not in schema:
+            raise ServiceConfigError(file, line, path, f"unknown key (known: {', '.join(sorted(schema))})")
+        expected = schema[name]
+        if not isinstance(value, expected) or (isinstance(value, bool) and expected in (int, str)):
+            raise ServiceConfigError(file, line, path, f"has the wrong type ({type(value).__name__})")
+        out[str(name)] = value
+    return out
+
+
+def parse_database(raw: Any, file: str) -> DatabaseSettings:
+    from auditor.store.database import DatabaseURLError, parse_url
+
+    section = _mapping(raw, "database", {"url": str}, file)
+    url = section.get("url", "")
+    if url:
+        try:
+            parse_url(url)
+        except DatabaseURLError as exc:
+            raise ServiceConfigError(file, yamlio.key_line(raw, "url"), "database.url", str(exc)) from None
+    return DatabaseSettings(url)
+
+
+def parse_service(raw: Any, file: str, base: Path) -> ServiceSettings:
+    section = _mapping(raw, "service", _SERVICE_KEYS, file)
+    for key in ("port",):
+        if key in section and not 0 <= section[key] <= 65535:
+            raise ServiceConfigError(file, yamlio.key_line(raw, key), f"service.{key}", "must be 0–65535")
+    for key in ("misfire_grace_seconds", "heartbeat_seconds", "stale_after_seconds", "git_timeout_seconds"):
+        if key in section and section[key] <= 0:
+            raise ServiceConfigError(file, yamlio.key_line(raw, key), f"service.{key}", "must be positive")
+    if "timezone" in section:
+        try:
+            from zoneinfo import ZoneInfo
+
+            ZoneInfo(section["timezone"])
+        except (KeyError, ValueError):
+            raise ServiceConfigError(
+                file, yamlio.key_line(raw, "timezone"), "service.timezone", "unknown time zone"
+            ) from None
+    settings = ServiceSettings(**section)
+    return replace(settings, git_cache_dir=str(base / settings.git_cache_dir))
+
+
+def validate_cron(expr: str) -> str | None:
+    """None when `expr` is a valid five-field cron expression, else the reason."""
+    from apscheduler.triggers.cron import CronTrigger
+
+    if len(expr.split()) != 5:
+        return f"must have five fields (minute hour day month weekday), got {expr!r}"
+    try:
+        CronTrigger.from_crontab(expr, timezone="UTC")
+    except ValueError as exc:
+        return f"not a valid cron expression ({exc})"
+    return None
+
+
+def _strings(raw: Any, value: Any, key: str, path: str, file: str) -> tuple[str, ...]:
+    if not all(isinstance(v, str) and v for v in value):
+        raise ServiceConfigError(file, yamlio.key_line(raw, key), path, "must be a list of non-empty strings")
+    for v in value:
+        if Path(v).is_absolute() or ".." in Path(v).parts:
+            raise ServiceConfigError(
+                file, yamlio.key_line(raw, key), path, f"{v!r} must be a relative path inside the target"
+            )
+    return tuple(value)
+
+
+def parse_targets(raw: Any, file: str, base: Path) -> tuple[TargetSettings, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ServiceConfigError(file, yamlio.line_of(raw), "targets", "must be a list")
+    out: list[TargetSettings] = []
+    names: set[str] = set()
+    for index, item in enumerate(raw):
+        key = f"targets[{index}]"
+        line = yamlio.line_of(item) or (raw.item_lines[index] if isinstance(raw, yamlio.YamlSeq) else 0)
+        section = _mapping(item, key, _TARGET_KEYS, file)
+        if not isinstance(item, Mapping):
+            raise ServiceConfigError(file, line, key, "must be a mapping")
+        name = section.get("name")
+        if not name or not NAME_RE.match(name):
+            raise ServiceConfigError(
+                file, line, f"{key}.name", "required: letters, digits, '.', '_' or '-' (at most 100)"
+            )
+        if name in names:
+            raise ServiceConfigError(file, line, f"{key}.name", f"duplicate target name {name!r}")
+        names.add(name)
+        schedule = section.get("schedule", DEFAULT_SCHEDULE)
+        problem = validate_cron(schedule)
+        if problem:
+            raise ServiceConfigError(file, yamlio.key_line(item, "schedule"), f"{key}.schedule", problem)
+        if ("git" in section) == ("directory" in section):
+            raise ServiceConfigError(file, line, key, "give exactly one of git or directory")
+        git = None
+        directory = ""
+        if "git" in section:
+            g = _mapping(section["git"], f"{key}.git", _GIT_KEYS, file)
+            url = g.get("url", "")
+            gline = yamlio.key_line(section["git"], "url") or line
+            if not url:
+                raise ServiceConfigError(file, gline, f"{key}.git.url", "required")
+            if not _GIT_URL_RE.match(url):
+                local = (base / url) if not Path(url).is_absolute() else Path(url)
+                if url.startswith("-") or "::" in url or not url.strip():
+                    raise ServiceConfigError(
+                        file, gline, f"{key}.git.url", f"not a git URL this tool fetches: {url!r}"
+                    )
+                url = str(local)
+            if "://" in url and urlsplit(url).password:
+                raise ServiceConfigError(
+                    file, gline, f"{key}.git.url", "do not put a password in the URL; use token_env"
+                )
+            branch = g.get("branch")
+            if branch is not None and (branch.startswith("-") or not re.match(r"^[\w./-]+$", branch)):
+                raise ServiceConfigError(file, gline, f"{key}.git.branch", f"not a branch name: {branch!r}")
+            git = GitSource(
+                url,
+                branch,
+                g.get("username", "x-access-token"),
+                g.get("token", ""),
+                g.get("token_env", ""),
+            )
+        else:
+            given = section["directory"]
+            directory = str(Path(given) if Path(given).is_absolute() else base / given)
+        out.append(
+            TargetSettings(
+                name,
+                schedule,
+                git,
+                directory,
+                _strings(item, section.get("paths", []), "paths", f"{key}.paths", file),
+                _strings(item, section.get("nodes", []), "nodes", f"{key}.nodes", file),
+                _strings(item, section.get("policies", []), "policies", f"{key}.policies", file),
+            )
+        )
+    return tuple(out)

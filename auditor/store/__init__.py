@@ -1,0 +1,1 @@
+"""The findings store: schema, lifecycle, unit of work and queries (SQLAlchemy 2.x, Alembic)."""

@@ -1,0 +1,667 @@
+"""The findings store: one unit of work per run, and the queries the API and CLI need.
+
+A run is claimed (a `running` row, committed at once so other processes see the slot is taken),
+audited outside any transaction, then completed in one transaction that writes every finding,
+observation, cost estimate and waiver together with the run's final status. A process killed in
+between leaves only the `running` row, which `recover_interrupted` marks `interrupted`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any
+
+from sqlalchemy import Engine, Select, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from auditor.model.findings import Finding
+from auditor.store import lifecycle
+from auditor.store.schema import (
+    ACTIVE_STATUSES,
+    CostEstimate,
+    Observation,
+    Run,
+    Target,
+    Waiver,
+)
+from auditor.store.schema import Finding as FindingRow
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSpec:
+    """What the config says about a target (see config.TargetSettings)."""
+
+    name: str
+    kind: str
+    location: str
+    branch: str | None = None
+    paths: tuple[str, ...] = ()
+    node_files: tuple[str, ...] = ()
+    schedule: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaiverSeen:
+    fingerprint: str
+    source: str
+    reason: str
+    expires: date
+    expired: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What an audit found, to be stored: status `succeeded` or `partial`."""
+
+    status: str
+    revision: str | None
+    findings: Sequence[Finding]
+    waived: Sequence[tuple[Finding, WaiverSeen]] = ()
+    expired_waivers: Sequence[WaiverSeen] = ()
+    errors: Sequence[dict[str, Any]] = ()
+    audited_objects: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    run_id: int
+    status: str
+    findings: int
+    new: int
+    reopened: int
+    resolved: int
+    waived: int
+    estimated_monthly_cost_usd: float | None
+
+
+class SlotTaken(Exception):
+    """Another process already runs (or ran) this target's slot."""
+
+
+class UnknownTarget(KeyError):
+    pass
+
+
+class BadCursor(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class FindingFilter:
+    target: str | None = None
+    rule: str | None = None
+    severity: str | None = None
+    status: str | None = None
+    namespace: str | None = None
+    since: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+@dataclass
+class _Counts:
+    new: int = 0
+    reopened: int = 0
+    resolved: int = 0
+    waived: int = 0
+    by_rule_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    by_rule_count: Counter[str] = field(default_factory=Counter)
+
+
+def encode_cursor(last_id: int) -> str:
+    return base64.urlsafe_b64encode(f"v1:{last_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise BadCursor("cursor is not one this API returned") from None
+    version, _, number = raw.partition(":")
+    if version != "v1" or not number.isdigit() or len(number) > 18:
+        raise BadCursor("cursor is not one this API returned")
+    return int(number)
+
+
+def _as_utc(value: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes for timezone-aware columns; they were stored as UTC."""
+    if value is None:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _iso(value: datetime | None) -> str | None:
+    value = _as_utc(value)
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+class Store:
+    def __init__(self, engine: Engine, clock: Clock = utc_now) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.sessions = sessionmaker(engine, expire_on_commit=False)
+
+    # -- targets ------------------------------------------------------------------------------
+
+    def sync_targets(self, specs: Iterable[TargetSpec]) -> None:
+        """Insert or update the configured targets (targets removed from the config stay, with
+        their history)."""
+        now = self.clock()
+        with self.sessions.begin() as session:
+            existing = {t.name: t for t in session.scalars(select(Target))}
+            for spec in specs:
+                row = existing.get(spec.name)
+                values = {
+                    "kind": spec.kind,
+                    "location": spec.location,
+                    "branch": spec.branch,
+                    "paths": list(spec.paths),
+                    "node_files": list(spec.node_files),
+                    "schedule": spec.schedule,
+                }
+                if row is None:
+                    session.add(Target(name=spec.name, created_at=now, updated_at=now, **values))
+                elif any(getattr(row, k) != v for k, v in values.items()):
+                    for k, v in values.items():
+                        setattr(row, k, v)
+                    row.updated_at = now
+
+    def targets(self) -> list[dict[str, Any]]:
+        with self.sessions() as session:
+            last_ok = dict(
+                session.execute(
+                    select(Run.target_id, func.max(Run.finished_at))
+                    .where(Run.status == "succeeded")
+                    .group_by(Run.target_id)
+                ).all()
+            )
+            return [
+                {
+                    "name": t.name,
+                    "kind": t.kind,
+                    "location": t.location,
+                    "branch": t.branch,
+                    "paths": t.paths,
+                    "node_files": t.node_files,
+                    "schedule": t.schedule,
+                    "last_successful_run_at": _iso(last_ok.get(t.id)),
+                }
+                for t in session.scalars(select(Target).order_by(Target.name))
+            ]
+
+    def _target_id(self, session: Session, name: str) -> int:
+        found = session.scalar(select(Target.id).where(Target.name == name))
+        if found is None:
+            raise UnknownTarget(name)
+        return found
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def claim_run(self, target: str, slot: str | None, trigger: str, owner: str) -> int:
+        """Start a run: a committed `running` row. Raises SlotTaken when (target, slot) exists."""
+        now = self.clock()
+        try:
+            with self.sessions.begin() as session:
+                run = Run(
+                    target_id=self._target_id(session, target),
+                    slot=slot,
+                    trigger=trigger,
+                    status="running",
+                    owner=owner,
+                    started_at=now,
+                    heartbeat_at=now,
+                    errors=[],
+                )
+                session.add(run)
+                session.flush()
+                return run.id
+        except IntegrityError:
+            raise SlotTaken(f"{target} slot {slot}") from None
+
+    def heartbeat(self, run_id: int) -> None:
+        with self.sessions.begin() as session:
+            session.execute(
+                update(Run).where(Run.id == run_id, Run.status == "running").values(heartbeat_at=self.clock())
+            )
+
+    def fail_run(self, run_id: int, error: str, status: str = "failed", revision: str | None = None) -> None:
+        """End a run without results: nothing about its findings changes."""
+        with self.sessions.begin() as session:
+            session.execute(
+                update(Run)
+                .where(Run.id == run_id, Run.status == "running")
+                .values(status=status, error=error[:4000], finished_at=self.clock(), revision=revision)
+            )
+
+    def recover_interrupted(self, is_dead: Callable[[str], bool], stale_before: datetime) -> list[int]:
+        """Mark `running` runs whose process is gone (same host, pid dead) or whose heartbeat
+        stopped before `stale_before` as `interrupted`."""
+        with self.sessions.begin() as session:
+            rows = session.execute(select(Run.id, Run.owner, Run.heartbeat_at).where(Run.status == "running"))
+            dead = [
+                run_id
+                for run_id, owner, beat in rows
+                if is_dead(owner) or (_as_utc(beat) or stale_before) < stale_before
+            ]
+            if dead:
+                session.execute(
+                    update(Run)
+                    .where(Run.id.in_(dead), Run.status == "running")
+                    .values(
+                        status="interrupted",
+                        finished_at=self.clock(),
+                        error="the process running this audit stopped before it finished",
+                    )
+                )
+            return dead
+
+    def complete_run(self, run_id: int, outcome: RunOutcome) -> RunSummary:
+        """Store a run's results and apply the lifecycle, all in one transaction."""
+        if outcome.status not in ("succeeded", "partial"):
+            raise ValueError(f"complete_run takes succeeded or partial, not {outcome.status}")
+        now = self.clock()
+        counts = _Counts()
+        with self.sessions.begin() as session:
+            run = session.get_one(Run, run_id, with_for_update=True)
+            if run.status != "running":
+                raise SlotTaken(f"run {run_id} is {run.status}, not running")
+            target_id = run.target_id
+            previous: dict[str, tuple[int, str]] = {
+                fp: (fid, st)
+                for fid, fp, st in session.execute(
+                    select(FindingRow.id, FindingRow.fingerprint, FindingRow.status).where(
+                        FindingRow.target_id == target_id
+                    )
+                )
+            }
+            seen: dict[str, tuple[Finding, lifecycle.Seen, WaiverSeen | None]] = {}
+            for f in outcome.findings:
+                seen.setdefault(f.fingerprint, (f, lifecycle.Seen.REPORTED, None))
+            for f, hidden_by in outcome.waived:
+                seen.setdefault(f.fingerprint, (f, lifecycle.Seen.WAIVED, hidden_by))
+
+            inserts: list[dict[str, Any]] = []
+            updates: list[dict[str, Any]] = []
+            statuses: dict[str, str] = {}
+            for fp, (f, how, waiver) in seen.items():
+                before = previous.get(fp)
+                change = lifecycle.after_run(before[1] if before else None, how, outcome.status)
+                assert change is not None  # a seen finding always changes in a completed run
+                statuses[fp] = change.status
+                counts.new += change.status == "new"
+                counts.reopened += change.reopened
+                counts.waived += change.status == "waived"
+                if change.status != "waived" and f.estimated_monthly_cost_usd is not None:
+                    counts.by_rule_cost[f.rule] += f.estimated_monthly_cost_usd
+                if change.status != "waived":
+                    counts.by_rule_count[f.rule] += 1
+                values = _finding_values(f)
+                values.update(
+                    status=change.status,
+                    last_seen_at=now,
+                    last_run_id=run_id,
+                    waiver_reason=waiver.reason if waiver else None,
+                    waiver_expires=waiver.expires if waiver else None,
+                )
+                if change.reopened:
+                    values["resolved_at"] = None
+                if before is None:
+                    values.update(target_id=target_id, fingerprint=fp, first_seen_at=now, first_run_id=run_id)
+                    inserts.append(values)
+                else:
+                    values["id"] = before[0]
+                    updates.append(values)
+
+            ids = {fp: prev[0] for fp, prev in previous.items()}
+            if inserts:
+                for chunk in _chunks(inserts, 5000):
+                    for fid, fp in session.execute(
+                        insert(FindingRow).returning(FindingRow.id, FindingRow.fingerprint), chunk
+                    ):
+                        ids[fp] = fid
+            if updates:
+                session.execute(update(FindingRow), updates)
+
+            resolved_ids: list[int] = []
+            for fp, (fid, status) in previous.items():
+                if fp not in seen:
+                    change = lifecycle.after_run(status, None, outcome.status)
+                    if change is not None and change.resolved:
+                        resolved_ids.append(fid)
+            for chunk in _chunks(resolved_ids, 5000):
+                session.execute(
+                    update(FindingRow)
+                    .where(FindingRow.id.in_(chunk))
+                    .values(status="resolved", resolved_at=now)
+                    .execution_options(synchronize_session=False)
+                )
+            counts.resolved = len(resolved_ids)
+
+            observations = [
+                {
+                    "finding_id": ids[fp],
+                    "run_id": run_id,
+                    "status": statuses[fp],
+                    "severity": f.severity,
+                    "certainty": f.certainty,
+                    "estimated_monthly_cost_usd": f.estimated_monthly_cost_usd,
+                    "estimated_slowdown_pct": f.estimated_slowdown_pct,
+                }
+                for fp, (f, _, _) in seen.items()
+            ]
+            for chunk in _chunks(resolved_ids, 5000):
+                rows = session.execute(
+                    select(FindingRow.id, FindingRow.severity, FindingRow.certainty).where(
+                        FindingRow.id.in_(chunk)
+                    )
+                )
+                observations.extend(
+                    {
+                        "finding_id": fid,
+                        "run_id": run_id,
+                        "status": "resolved",
+                        "severity": sev,
+                        "certainty": cert,
+                        "estimated_monthly_cost_usd": None,
+                        "estimated_slowdown_pct": None,
+                    }
+                    for fid, sev, cert in rows
+                )
+            for chunk in _chunks(observations, 10000):
+                session.execute(insert(Observation), chunk)
+
+            for rule in sorted(counts.by_rule_count):
+                session.add(
+                    CostEstimate(
+                        run_id=run_id,
+                        target_id=target_id,
+                        rule=rule,
+                        findings=counts.by_rule_count[rule],
+                        monthly_usd=round(counts.by_rule_cost.get(rule, 0.0), 2),
+                        at=now,
+                    )
+                )
+            self._store_waivers(session, target_id, run_id, outcome)
+
+            total_cost = round(sum(counts.by_rule_cost.values()), 2) if counts.by_rule_cost else None
+            reported = sum(counts.by_rule_count.values())
+            run.status = outcome.status
+            run.revision = outcome.revision
+            run.finished_at = now
+            run.heartbeat_at = now
+            run.findings_count = reported
+            run.new_count = counts.new
+            run.reopened_count = counts.reopened
+            run.resolved_count = counts.resolved
+            run.waived_count = counts.waived
+            run.errors_count = len(outcome.errors)
+            run.errors = list(outcome.errors)[:100]
+            run.audited_objects = outcome.audited_objects
+            run.estimated_monthly_cost_usd = total_cost
+            if outcome.status == "partial":
+                run.error = (
+                    f"{len(outcome.errors)} file(s) or object(s) could not be read; nothing was resolved"
+                )
+        return RunSummary(
+            run_id,
+            outcome.status,
+            reported,
+            counts.new,
+            counts.reopened,
+            counts.resolved,
+            counts.waived,
+            total_cost,
+        )
+
+    def _store_waivers(self, session: Session, target_id: int, run_id: int, outcome: RunOutcome) -> None:
+        waivers = [w for _, w in outcome.waived] + list(outcome.expired_waivers)
+        if not waivers:
+            return
+        existing = {
+            (w.fingerprint, w.source): w
+            for w in session.scalars(select(Waiver).where(Waiver.target_id == target_id))
+        }
+        for w in waivers:
+            row = existing.get((w.fingerprint, w.source))
+            if row is None:
+                row = Waiver(target_id=target_id, fingerprint=w.fingerprint, source=w.source)
+                session.add(row)
+                existing[(w.fingerprint, w.source)] = row
+            row.reason, row.expires, row.expired, row.last_run_id = w.reason, w.expires, w.expired, run_id
+
+    def runs(self, target: str | None = None, limit: int = 50, cursor: str | None = None) -> Page:
+        query = select(Run, Target.name).join(Target, Run.target_id == Target.id)
+        if target is not None:
+            query = query.where(Target.name == target)
+        if cursor is not None:
+            query = query.where(Run.id < decode_cursor(cursor))
+        query = query.order_by(Run.id.desc()).limit(limit + 1)
+        with self.sessions() as session:
+            rows = session.execute(query).all()
+        items = [_run_json(run, name) for run, name in rows[:limit]]
+        more = len(rows) > limit
+        return Page(items, encode_cursor(rows[limit - 1][0].id) if more else None)
+
+    def run(self, run_id: int) -> dict[str, Any] | None:
+        with self.sessions() as session:
+            row = session.execute(
+                select(Run, Target.name).join(Target, Run.target_id == Target.id).where(Run.id == run_id)
+            ).first()
+            if row is None:
+                return None
+            out = _run_json(row[0], row[1])
+            out["errors"] = row[0].errors
+            out["cost_by_rule"] = {
+                c.rule: {"findings": c.findings, "monthly_usd": c.monthly_usd}
+                for c in session.scalars(select(CostEstimate).where(CostEstimate.run_id == run_id))
+            }
+            return out
+
+    # -- findings -----------------------------------------------------------------------------
+
+    def _finding_query(self, flt: FindingFilter) -> Select[FindingRow, str]:
+        query = select(FindingRow, Target.name).join(Target, FindingRow.target_id == Target.id)
+        if flt.target is not None:
+            query = query.where(Target.name == flt.target)
+        if flt.rule is not None:
+            query = query.where(FindingRow.rule == flt.rule)
+        if flt.severity is not None:
+            query = query.where(FindingRow.severity == flt.severity)
+        if flt.status is not None:
+            query = query.where(FindingRow.status == flt.status)
+        if flt.namespace is not None:
+            query = query.where(FindingRow.namespace == flt.namespace)
+        if flt.since is not None:
+            query = query.where(
+                (FindingRow.last_seen_at >= flt.since) | (FindingRow.resolved_at >= flt.since)
+            )
+        return query
+
+    def findings(self, flt: FindingFilter, limit: int = 50, cursor: str | None = None) -> Page:
+        """A page of findings, newest first (keyset pagination on the id)."""
+        query = self._finding_query(flt)
+        if cursor is not None:
+            query = query.where(FindingRow.id < decode_cursor(cursor))
+        query = query.order_by(FindingRow.id.desc()).limit(limit + 1)
+        with self.sessions() as session:
+            rows = session.execute(query).all()
+        items = [_finding_json(f, name) for f, name in rows[:limit]]
+        more = len(rows) > limit
+        return Page(items, encode_cursor(rows[limit - 1][0].id) if more else None)
+
+    def finding(self, finding_id: int) -> dict[str, Any] | None:
+        """A finding with its history: one entry per run that saw or resolved it."""
+        with self.sessions() as session:
+            row = session.execute(
+                select(FindingRow, Target.name)
+                .join(Target, FindingRow.target_id == Target.id)
+                .where(FindingRow.id == finding_id)
+            ).first()
+            if row is None:
+                return None
+            out = _finding_json(row[0], row[1])
+            out["detail"] = row[0].detail
+            history = session.execute(
+                select(Observation, Run)
+                .join(Run, Observation.run_id == Run.id)
+                .where(Observation.finding_id == finding_id)
+                .order_by(Run.started_at, Run.id)
+            ).all()
+            out["history"] = [
+                {
+                    "run_id": run.id,
+                    "at": _iso(run.finished_at or run.started_at),
+                    "revision": run.revision,
+                    "status": obs.status,
+                    "severity": obs.severity,
+                    "certainty": obs.certainty,
+                    "estimated_monthly_cost_usd": obs.estimated_monthly_cost_usd,
+                    "estimated_slowdown_pct": obs.estimated_slowdown_pct,
+                }
+                for obs, run in history
+            ]
+            return out
+
+    # -- aggregates for metrics ---------------------------------------------------------------
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        with self.sessions() as session:
+            names = dict(session.execute(select(Target.id, Target.name)).all())
+            runs = [
+                (names[t], s, n)
+                for t, s, n in session.execute(
+                    select(Run.target_id, Run.status, func.count()).group_by(Run.target_id, Run.status)
+                )
+            ]
+            last_ok = {
+                names[t]: _as_utc(at)
+                for t, at in session.execute(
+                    select(Run.target_id, func.max(Run.finished_at))
+                    .where(Run.status == "succeeded")
+                    .group_by(Run.target_id)
+                )
+            }
+            open_findings = list(
+                session.execute(
+                    select(FindingRow.severity, FindingRow.rule, func.count())
+                    .where(FindingRow.status.in_(ACTIVE_STATUSES))
+                    .group_by(FindingRow.severity, FindingRow.rule)
+                ).all()
+            )
+            cost = {
+                names[t]: c or 0.0
+                for t, c in session.execute(
+                    select(FindingRow.target_id, func.sum(FindingRow.estimated_monthly_cost_usd))
+                    .where(FindingRow.status.in_(ACTIVE_STATUSES))
+                    .group_by(FindingRow.target_id)
+                )
+            }
+            blocked = {
+                names[t]: n
+                for t, n in session.execute(
+                    select(FindingRow.target_id, func.count())
+                    .where(
+                        FindingRow.status.in_(ACTIVE_STATUSES),
+                        FindingRow.rule.in_(("cross-zone-blocked", "traffic-blocked")),
+                    )
+                    .group_by(FindingRow.target_id)
+                )
+            }
+        return {
+            "targets": sorted(names.values()),
+            "runs": runs,
+            "last_success": last_ok,
+            "open_findings": open_findings,
+            "cost": cost,
+            "blocked": blocked,
+        }
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _finding_values(f: Finding) -> dict[str, Any]:
+    return {
+        "rule": f.rule,
+        "severity": f.severity,
+        "certainty": f.certainty,
+        "namespace": f.workload.namespace[:253],
+        "kind": f.workload.kind[:120],
+        "workload": f.workload.name[:253],
+        "file": f.workload.file,
+        "line": f.workload.line,
+        "message": f.message,
+        "detail": f.to_json(),
+        "estimated_monthly_cost_usd": f.estimated_monthly_cost_usd,
+        "estimated_slowdown_pct": f.estimated_slowdown_pct,
+    }
+
+
+def _finding_json(f: FindingRow, target: str) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "target": target,
+        "fingerprint": f.fingerprint,
+        "rule": f.rule,
+        "severity": f.severity,
+        "certainty": f.certainty,
+        "status": f.status,
+        "workload": {
+            "kind": f.kind,
+            "namespace": f.namespace,
+            "name": f.workload,
+            "file": f.file,
+            "line": f.line,
+        },
+        "message": f.message,
+        "estimated_monthly_cost_usd": f.estimated_monthly_cost_usd,
+        "estimated_slowdown_pct": f.estimated_slowdown_pct,
+        "first_seen_at": _iso(f.first_seen_at),
+        "last_seen_at": _iso(f.last_seen_at),
+        "resolved_at": _iso(f.resolved_at),
+        "waiver": (
+            {"reason": f.waiver_reason, "expires": f.waiver_expires.isoformat() if f.waiver_expires else None}
+            if f.status == "waived"
+            else None
+        ),
+    }
+
+
+def _run_json(r: Run, target: str) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "target": target,
+        "slot": r.slot,
+        "trigger": r.trigger,
+        "status": r.status,
+        "revision": r.revision,
+        "started_at": _iso(r.started_at),
+        "finished_at": _iso(r.finished_at),
+        "findings": r.findings_count,
+        "new": r.new_count,
+        "reopened": r.reopened_count,
+        "resolved": r.resolved_count,
+        "waived": r.waived_count,
+        "errors": r.errors_count,
+        "audited_objects": r.audited_objects,
+        "estimated_monthly_cost_usd": r.estimated_monthly_cost_usd,
+        "error": r.error,
+    }

@@ -1,0 +1,178 @@
+"""The findings store's tables (SQLAlchemy 2.x declarative, typed `Mapped[...]`).
+
+- `targets`: what is audited (a Git repository or a plain directory; clusters later) and when.
+- `runs`: one audit of one target. `slot` is the scheduled time a run belongs to; the unique
+  (target, slot) pair is how two `serve` processes on one database agree that only one of them runs
+  a slot. A run is written as `running` when it starts and completed in one transaction at the end,
+  so a killed process leaves a `running` row (later marked `interrupted`), never half a result.
+- `findings`: one row per (target, fingerprint) with its lifecycle (lifecycle.py).
+- `observations`: one row per finding per run that saw it: history and cost trends.
+- `cost_estimates`: the estimated monthly inter-AZ cost of a run, per rule.
+- `waivers`: waivers seen in force (or expired) by a run.
+
+Times are timezone-aware UTC. Migrations (migrations/) must match these models; a test compares them.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Date,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Stable constraint names, so migrations and models compare equal on every backend.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+RUN_STATUSES = ("running", "succeeded", "failed", "partial", "interrupted")
+FINDING_STATUSES = ("new", "open", "resolved", "reopened", "waived")
+# Statuses under which a finding counts as present (metrics, digests).
+ACTIVE_STATUSES = ("new", "open", "reopened")
+
+# SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets 64-bit ids.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Target(Base):
+    __tablename__ = "targets"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    kind: Mapped[str] = mapped_column(String(20))  # git | directory | cluster
+    location: Mapped[str] = mapped_column(Text)  # URL or path (credentials never stored)
+    branch: Mapped[str | None] = mapped_column(String(255))
+    paths: Mapped[list[str]] = mapped_column(JSON, default=list)
+    node_files: Mapped[list[str]] = mapped_column(JSON, default=list)
+    schedule: Mapped[str | None] = mapped_column(String(120))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("target_id", "slot"),
+        Index(None, "target_id", "started_at"),
+        Index(None, "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
+    slot: Mapped[str | None] = mapped_column(String(40))  # scheduled time (UTC ISO); NULL when manual
+    trigger: Mapped[str] = mapped_column(String(20))  # schedule | api | cli
+    status: Mapped[str] = mapped_column(String(20))
+    revision: Mapped[str | None] = mapped_column(String(64))  # commit SHA (or cluster version)
+    owner: Mapped[str] = mapped_column(String(255))  # host:pid of the process running it
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    findings_count: Mapped[int] = mapped_column(Integer, default=0)
+    new_count: Mapped[int] = mapped_column(Integer, default=0)
+    reopened_count: Mapped[int] = mapped_column(Integer, default=0)
+    resolved_count: Mapped[int] = mapped_column(Integer, default=0)
+    waived_count: Mapped[int] = mapped_column(Integer, default=0)
+    errors_count: Mapped[int] = mapped_column(Integer, default=0)
+    audited_objects: Mapped[int] = mapped_column(Integer, default=0)
+    estimated_monthly_cost_usd: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+    errors: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)  # first load errors
+
+
+class Finding(Base):
+    __tablename__ = "findings"
+    __table_args__ = (
+        UniqueConstraint("target_id", "fingerprint"),
+        Index(None, "target_id", "status", "id"),
+        Index(None, "status", "id"),
+        Index(None, "rule", "id"),
+        Index(None, "severity", "id"),
+        Index(None, "namespace", "id"),
+        Index(None, "last_seen_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    rule: Mapped[str] = mapped_column(String(120))
+    severity: Mapped[str] = mapped_column(String(20))
+    certainty: Mapped[str] = mapped_column(String(20))
+    namespace: Mapped[str] = mapped_column(String(253))
+    kind: Mapped[str] = mapped_column(String(120))
+    workload: Mapped[str] = mapped_column(String(253))
+    file: Mapped[str] = mapped_column(Text)
+    line: Mapped[int] = mapped_column(Integer)
+    message: Mapped[str] = mapped_column(Text)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON)  # the finding as in the JSON report
+    status: Mapped[str] = mapped_column(String(20))
+    first_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    first_run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    last_run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    estimated_monthly_cost_usd: Mapped[float | None] = mapped_column(Float)
+    estimated_slowdown_pct: Mapped[float | None] = mapped_column(Float)
+    waiver_reason: Mapped[str | None] = mapped_column(Text)
+    waiver_expires: Mapped[date | None] = mapped_column(Date)
+
+
+class Observation(Base):
+    __tablename__ = "observations"
+    __table_args__ = (UniqueConstraint("finding_id", "run_id"), Index(None, "run_id"))
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    finding_id: Mapped[int] = mapped_column(ForeignKey("findings.id", ondelete="CASCADE"))
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(20))  # the finding's status after this run
+    severity: Mapped[str] = mapped_column(String(20))
+    certainty: Mapped[str] = mapped_column(String(20))
+    estimated_monthly_cost_usd: Mapped[float | None] = mapped_column(Float)
+    estimated_slowdown_pct: Mapped[float | None] = mapped_column(Float)
+
+
+class CostEstimate(Base):
+    __tablename__ = "cost_estimates"
+    __table_args__ = (UniqueConstraint("run_id", "rule"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
+    rule: Mapped[str] = mapped_column(String(120))
+    findings: Mapped[int] = mapped_column(Integer)
+    monthly_usd: Mapped[float] = mapped_column(Float)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Waiver(Base):
+    __tablename__ = "waivers"
+    __table_args__ = (UniqueConstraint("target_id", "fingerprint", "source"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
+    fingerprint: Mapped[str] = mapped_column(String(64))  # the finding it hides (or hid)
+    source: Mapped[str] = mapped_column(String(255))  # annotation or pack file + name
+    reason: Mapped[str] = mapped_column(Text)
+    expires: Mapped[date] = mapped_column(Date)
+    expired: Mapped[bool] = mapped_column(default=False)
+    last_run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
