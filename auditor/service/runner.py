@@ -77,6 +77,8 @@ class AuditRunner:
         self.environ = environ if environ is not None else dict(os.environ)
         self._busy: set[str] = set()
         self._lock = threading.Lock()
+        # Failures that could not be written (the database was away), written by `recover`.
+        self._unrecorded: dict[int, tuple[str, str | None]] = {}
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -139,6 +141,12 @@ class AuditRunner:
 
     def recover(self, now: datetime | None = None) -> list[int]:
         """Mark the runs of dead processes (and stale ones) `interrupted`."""
+        with self._lock:
+            pending = dict(self._unrecorded)
+        for run_id, (error, revision) in pending.items():
+            self.store.fail_run(run_id, error, revision=revision)
+            with self._lock:
+                self._unrecorded.pop(run_id, None)
         now = now or self.store.clock()
         stale = now - timedelta(seconds=self.settings.service.stale_after_seconds)
         return self.store.recover_interrupted(owner_is_dead, stale)
@@ -157,8 +165,11 @@ class AuditRunner:
         try:
             self.store.fail_run(run_id, error, revision=revision)
         except SQLAlchemyError as exc:
-            # The database is away too: the row stays `running` and is marked interrupted later.
+            # The database is away too: written by the next `recover` once it is back (or, if
+            # this process dies first, the row is marked interrupted).
             log.error("could not record the failure of run %s: %s", run_id, exc)
+            with self._lock:
+                self._unrecorded[run_id] = (error, revision)
         return RunResult(run_id, "failed", error=error)
 
     def _materialise(self, target: TargetSettings) -> tuple[Path, str | None]:

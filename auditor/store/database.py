@@ -75,7 +75,7 @@ def make_engine(url: URL | str, **options: Any) -> Engine:
         return engine
     # pre_ping: a server that went away and came back costs one failed run, not a dead pool.
     options.setdefault("pool_pre_ping", True)
-    options.setdefault("connect_args", {"connect_timeout": 10})
+    options["connect_args"] = {"connect_timeout": 10, **options.get("connect_args", {})}
     return create_engine(url, **options)
 
 

@@ -1,0 +1,72 @@
+"""Databases for store tests: every test runs on SQLite (a file in tmp_path) and on PostgreSQL
+(127.0.0.1:5432, database `test`, one fresh schema per test, dropped afterwards)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, text
+
+from auditor.store import database
+
+PG_URL = os.environ.get("AUDITOR_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+@contextmanager
+def pg_schema() -> Iterator[str]:
+    """A fresh PostgreSQL schema; yields its name."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as c:
+            c.execute(text(f'CREATE SCHEMA "{name}"'))
+        yield name
+    finally:
+        with admin.connect() as c:
+            c.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+        admin.dispose()
+
+
+def pg_url(schema: str) -> str:
+    """A URL whose connections use `schema` (libpq `options`)."""
+    return f"{PG_URL}?options=-csearch_path%3D{schema}"
+
+
+@contextmanager
+def engine_for(backend: str, tmp_path: Path, migrate: bool = True) -> Iterator[Engine]:
+    if backend == "sqlite":
+        engine = database.make_engine(f"sqlite:///{tmp_path / 'store.db'}")
+        if migrate:
+            database.upgrade(engine)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
+        return
+    with pg_schema() as schema:
+        engine = database.make_engine(pg_url(schema))
+        if migrate:
+            database.upgrade(engine)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
+
+
+class Clock:
+    """A settable clock for the store (the core reads no clock; the store is told the time)."""
+
+    def __init__(self, start: datetime = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> datetime:
+        self.now += timedelta(**delta)
+        return self.now

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dbsupport import Clock, engine_for
+from sqlalchemy import Engine
+
+from auditor.store.repository import Store
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    with engine_for(request.param, tmp_path) as e:
+        yield e
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(engine: Engine, clock: Clock) -> Store:
+    return Store(engine, clock)

@@ -1,0 +1,196 @@
+"""The store on SQLite and PostgreSQL: runs, lifecycle across runs, slots, recovery, queries."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import pytest
+from dbsupport import Clock
+from factory import finding
+from sqlalchemy import func, select
+
+from auditor.store.repository import (
+    BadCursor,
+    FindingFilter,
+    RunOutcome,
+    SlotTaken,
+    Store,
+    TargetSpec,
+    WaiverSeen,
+    decode_cursor,
+    encode_cursor,
+)
+from auditor.store.schema import CostEstimate, Observation, Run
+
+TARGET = TargetSpec("infra", "git", "https://example.com/infra.git", "main", ("clusters",), (), "0 6 * * *")
+
+
+def _run(store: Store, clock: Clock, findings: list, status: str = "succeeded", **kw: object) -> int:
+    clock.advance(days=1)
+    run_id = store.claim_run("infra", None, "cli", "host:1")
+    store.complete_run(run_id, RunOutcome(status, "abc123", findings, **kw))  # type: ignore[arg-type]
+    return run_id
+
+
+def _statuses(store: Store) -> dict[str, str]:
+    page = store.findings(FindingFilter(target="infra"), 500)
+    return {f["workload"]["name"]: f["status"] for f in page.items}
+
+
+def test_lifecycle_across_runs(store: Store, clock: Clock) -> None:
+    store.sync_targets([TARGET])
+    a, b, c = (
+        finding("a", cost=100.0),
+        finding("b", cost=50.5),
+        finding("c", rule="cross-zone-blocked", severity="critical"),
+    )
+    first = _run(store, clock, [a, b])
+    assert _statuses(store) == {"a": "new", "b": "new"}
+    _run(store, clock, [a, b, c])
+    assert _statuses(store) == {"a": "open", "b": "open", "c": "new"}
+    third = _run(store, clock, [a])
+    assert _statuses(store) == {"a": "open", "b": "resolved", "c": "resolved"}
+    _run(store, clock, [a, b])
+    assert _statuses(store) == {"a": "open", "b": "reopened", "c": "resolved"}
+    summary = store.run(third)
+    assert summary is not None and summary["resolved"] == 2 and summary["findings"] == 1
+    # History: one entry per run that saw or resolved it.
+    fid = next(f["id"] for f in store.findings(FindingFilter(), 50).items if f["workload"]["name"] == "b")
+    detail = store.finding(fid)
+    assert detail is not None
+    assert [h["status"] for h in detail["history"]] == ["new", "open", "resolved", "reopened"]
+    assert detail["resolved_at"] is None  # reopened clears it
+    assert detail["detail"]["fingerprint"] == b.fingerprint
+    first_run = store.run(first)
+    assert first_run is not None and first_run["estimated_monthly_cost_usd"] == 150.5
+    assert first_run["cost_by_rule"] == {"cross-zone-traffic": {"findings": 2, "monthly_usd": 150.5}}
+
+
+def test_partial_and_failed_runs_resolve_nothing(store: Store, clock: Clock) -> None:
+    store.sync_targets([TARGET])
+    a, b = finding("a"), finding("b")
+    _run(store, clock, [a, b])
+    _run(store, clock, [a], status="partial", errors=[{"file": "x.yaml", "line": 1, "message": "bad"}])
+    assert _statuses(store) == {"a": "open", "b": "new"}  # b untouched
+    run_id = store.claim_run("infra", None, "cli", "host:1")
+    store.fail_run(run_id, "fetching: the remote cannot be reached")
+    assert _statuses(store) == {"a": "open", "b": "new"}
+    failed = store.run(run_id)
+    assert failed is not None and failed["status"] == "failed" and "cannot be reached" in failed["error"]
+    with pytest.raises(ValueError):
+        store.complete_run(store.claim_run("infra", None, "cli", "h:1"), RunOutcome("failed", None, []))
+
+
+def test_waived_findings_are_kept_and_marked(store: Store, clock: Clock) -> None:
+    store.sync_targets([TARGET])
+    a = finding("a", cost=10.0)
+    waiver = WaiverSeen(
+        a.fingerprint, "document:waivers.yaml:accept-a", "accepted until the move", date(2027, 1, 1), False
+    )
+    run_id = _run(store, clock, [], waived=[(a, waiver)])
+    [row] = store.findings(FindingFilter(status="waived"), 10).items
+    assert row["waiver"] == {"reason": "accepted until the move", "expires": "2027-01-01"}
+    summary = store.run(run_id)
+    assert summary is not None and summary["waived"] == 1 and summary["findings"] == 0
+    assert summary["estimated_monthly_cost_usd"] is None  # waived cost is not counted
+    _run(store, clock, [a])  # the waiver expired
+    assert _statuses(store) == {"a": "open"}
+
+
+def test_one_slot_runs_once(store: Store) -> None:
+    store.sync_targets([TARGET])
+    store.claim_run("infra", "2026-12-02T06:00:00Z", "schedule", "host-a:1")
+    with pytest.raises(SlotTaken):
+        store.claim_run("infra", "2026-12-02T06:00:00Z", "schedule", "host-b:2")
+    # Manual runs have no slot and never collide.
+    store.claim_run("infra", None, "api", "host-a:1")
+    store.claim_run("infra", None, "api", "host-a:1")
+
+
+def test_recover_marks_dead_and_stale_runs_interrupted(store: Store, clock: Clock) -> None:
+    store.sync_targets([TARGET])
+    _run(store, clock, [finding("a")])
+    dead = store.claim_run("infra", None, "cli", "host:dead")
+    alive = store.claim_run("infra", None, "cli", "host:alive")
+    stale = store.claim_run("infra", None, "cli", "other-host:7")
+    clock.advance(minutes=10)
+    store.heartbeat(alive)
+    recovered = store.recover_interrupted(
+        lambda owner: owner == "host:dead", clock.now - timedelta(minutes=5)
+    )
+    assert sorted(recovered) == sorted([dead, stale])
+    states = {r["id"]: r["status"] for r in store.runs("infra", 10).items}
+    assert states[dead] == states[stale] == "interrupted" and states[alive] == "running"
+    assert _statuses(store) == {"a": "new"}  # nothing lost, nothing resolved
+
+
+def test_one_transaction_per_run(store: Store, clock: Clock) -> None:
+    """A failure while completing leaves no observation, cost row or status change behind."""
+    store.sync_targets([TARGET])
+    _run(store, clock, [finding("a")])
+    run_id = store.claim_run("infra", None, "cli", "h:1")
+    bad = finding("b")
+    object.__setattr__(bad, "rule", "x" * 500)  # longer than the column: PostgreSQL refuses it
+    with store.sessions() as s:
+        before = (
+            s.scalar(select(func.count()).select_from(Observation)),
+            s.scalar(select(func.count()).select_from(CostEstimate)),
+        )
+    try:
+        store.complete_run(run_id, RunOutcome("succeeded", "x", [finding("c"), bad]))
+    except Exception:
+        with store.sessions() as s:
+            after = (
+                s.scalar(select(func.count()).select_from(Observation)),
+                s.scalar(select(func.count()).select_from(CostEstimate)),
+            )
+            assert after == before
+            assert s.get_one(Run, run_id).status == "running"
+        assert _statuses(store) == {"a": "new"}
+    else:  # SQLite does not enforce VARCHAR lengths: then the run is simply complete
+        assert store.engine.dialect.name == "sqlite"
+
+
+def test_filters_and_cursor_pagination(store: Store, clock: Clock) -> None:
+    store.sync_targets([TARGET, TargetSpec("lab", "directory", "/srv/lab")])
+    many = [
+        finding(f"job-{i:03}", severity="high" if i % 3 == 0 else "medium", namespace=f"ns{i % 4}")
+        for i in range(120)
+    ]
+    _run(store, clock, many)
+    seen: list[int] = []
+    cursor = None
+    while True:
+        page = store.findings(FindingFilter(target="infra", severity="high"), 7, cursor)
+        seen.extend(f["id"] for f in page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert len(seen) == len(set(seen)) == 40 and seen == sorted(seen, reverse=True)
+    assert len(store.findings(FindingFilter(namespace="ns1"), 500).items) == 30
+    assert store.findings(FindingFilter(target="lab"), 500).items == []
+    # Hostile values are just values.
+    assert store.findings(FindingFilter(rule="x' OR '1'='1"), 500).items == []
+    assert store.findings(FindingFilter(namespace="ns1; DROP TABLE findings; --"), 500).items == []
+    assert len(store.findings(FindingFilter(), 500).items) == 120
+    assert store.findings(FindingFilter(since=clock.now + timedelta(hours=1)), 5).items == []
+    assert len(store.findings(FindingFilter(since=clock.now - timedelta(hours=1)), 500).items) == 120
+
+
+def test_cursor_round_trip_and_garbage() -> None:
+    assert decode_cursor(encode_cursor(123456)) == 123456
+    for bad in ("", "!!!", "djE6LTE", encode_cursor(1)[:-1] + "A" * 40, "v1:5"):
+        with pytest.raises(BadCursor):
+            decode_cursor(bad)
+
+
+def test_targets_sync_updates_and_reports_last_success(store: Store, clock: Clock) -> None:
+    store.sync_targets([TARGET])
+    store.sync_targets(
+        [TargetSpec("infra", "git", "https://example.com/infra.git", "release", (), (), "0 7 * * *")]
+    )
+    [t] = store.targets()
+    assert t["branch"] == "release" and t["schedule"] == "0 7 * * *" and t["last_successful_run_at"] is None
+    _run(store, clock, [])
+    [t] = store.targets()
+    assert t["last_successful_run_at"] == clock.now.isoformat().replace("+00:00", "Z")
