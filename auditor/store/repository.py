@@ -466,7 +466,7 @@ class Store:
             if row is None:
                 return None
             out = _run_json(row[0], row[1])
-            out["errors"] = row[0].errors
+            out["load_errors"] = row[0].errors
             out["cost_by_rule"] = {
                 c.rule: {"findings": c.findings, "monthly_usd": c.monthly_usd}
                 for c in session.scalars(select(CostEstimate).where(CostEstimate.run_id == run_id))
