@@ -62,6 +62,9 @@ class Scheduler:
                 args=[target.name],
                 id=f"target:{target.name}",
                 name=f"audit {target.name}",
+                coalesce=True,
+                max_instances=1,
+                misfire_grace_time=service.misfire_grace_seconds,
             )
         self.scheduler.add_job(
             self.recover,

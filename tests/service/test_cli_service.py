@@ -1,0 +1,52 @@
+"""`auditor db upgrade`, `auditor run` and `auditor findings` on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import seed_files
+from dbsupport import pg_schema, pg_url
+
+from auditor import cli
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_db_upgrade_run_and_findings(
+    tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = tmp_path / "repo"
+    for name, src in seed_files().items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes(Path(src).read_bytes())
+    config = tmp_path / "auditor.yaml"
+    config.write_text(f"targets:\n  - name: lab\n    directory: '{repo}'\n")
+    with pg_schema() as schema:
+        url = f"sqlite:///{tmp_path / 'x.db'}" if backend == "sqlite" else pg_url(schema)
+        monkeypatch.setenv("AUDITOR_DATABASE_URL", url)
+        assert cli.main(["db", "upgrade"]) == 0
+        assert "is at revision 0001" in capsys.readouterr().out
+        assert cli.main(["run", "--target", "lab", "--config", str(config)]) == 1  # a critical finding
+        out = capsys.readouterr().out
+        assert "succeeded: 1 finding(s) (1 new" in out
+        assert cli.main(["run", "--target", "lab", "--config", str(config), "--fail-on", "none"]) == 0
+        capsys.readouterr()
+        assert cli.main(["findings", "--config", str(config), "--format", "json", "--status", "open"]) == 0
+        page = json.loads(capsys.readouterr().out)
+        assert [f["rule"] for f in page["items"]] == ["cross-zone-blocked"]
+        assert cli.main(["findings", "--config", str(config), "--severity", "low"]) == 0
+        assert "no findings match" in capsys.readouterr().out
+        assert cli.main(["findings", "--config", str(config), "--cursor", "garbage"]) == 2
+        assert cli.main(["findings", "--config", str(config), "--since", "last week"]) == 2
+        assert cli.main(["run", "--target", "nope", "--config", str(config)]) == 2
+        assert "no target named 'nope'" in capsys.readouterr().err
+
+
+def test_password_never_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AUDITOR_DATABASE_URL", "postgresql://auditor:hunter2@127.0.0.1:1/none")
+    assert cli.main(["db", "upgrade"]) == 3
+    err = capsys.readouterr().err
+    assert "hunter2" not in err and "***" in err

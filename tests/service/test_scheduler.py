@@ -1,0 +1,92 @@
+"""Schedules: slots from cron triggers, misfire and coalescing settings, and one run per slot
+when two services share a PostgreSQL database."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+from apscheduler.triggers.cron import CronTrigger
+from conftest import seed_files
+from dbsupport import engine_for
+from sqlalchemy import create_engine
+
+from auditor.config import load_settings
+from auditor.service.runner import AuditRunner
+from auditor.service.scheduler import Scheduler, slot_of, slot_text
+from auditor.sources.manifests import Tools
+from auditor.store.repository import Store, TargetSpec
+
+
+def test_slot_is_the_latest_fire_time_within_the_grace() -> None:
+    daily = CronTrigger.from_crontab("0 6 * * *", timezone="UTC")
+    assert slot_of(daily, datetime(2026, 12, 2, 6, 0, tzinfo=UTC), 3600) == datetime(
+        2026, 12, 2, 6, 0, tzinfo=UTC
+    )
+    # Fired late (the service was restarting): still the 06:00 slot.
+    assert slot_of(daily, datetime(2026, 12, 2, 6, 40, 12, tzinfo=UTC), 3600) == datetime(
+        2026, 12, 2, 6, 0, tzinfo=UTC
+    )
+    assert slot_of(daily, datetime(2026, 12, 2, 8, 0, tzinfo=UTC), 3600) is None  # past the grace
+    every5 = CronTrigger.from_crontab("*/5 * * * *", timezone="UTC")
+    assert (
+        slot_text(slot_of(every5, datetime(2026, 12, 2, 6, 7, 59, tzinfo=UTC), 3600))
+        == "2026-12-02T06:05:00Z"
+    )  # type: ignore[arg-type]
+    berlin = CronTrigger.from_crontab("0 6 * * *", timezone="Europe/Berlin")
+    assert (
+        slot_text(slot_of(berlin, datetime(2026, 12, 2, 5, 30, tzinfo=UTC), 3600)) == "2026-12-02T05:00:00Z"
+    )  # type: ignore[arg-type]
+
+
+def _settings(tmp_path: Path) -> tuple[Path, object]:
+    repo = tmp_path / "repo"
+    for name, src in seed_files().items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes(Path(src).read_bytes())
+    config = tmp_path / "auditor.yaml"
+    config.write_text(
+        "service: {misfire_grace_seconds: 7200, timezone: UTC}\n"
+        f"targets:\n  - name: lab\n    schedule: '30 5 * * 1-5'\n    directory: '{repo}'\n"
+    )
+    return repo, load_settings(config)
+
+
+def test_jobs_coalesce_and_tolerate_misfires(tmp_path: Path) -> None:
+    _, settings = _settings(tmp_path)
+    with engine_for("sqlite", tmp_path) as engine:
+        runner = AuditRunner(settings, Store(engine), Tools(None, None))  # type: ignore[arg-type]
+        scheduler = Scheduler(settings, runner)  # type: ignore[arg-type]
+        job = scheduler.scheduler.get_job("target:lab")
+        assert job.coalesce is True and job.max_instances == 1 and job.misfire_grace_time == 7200
+        assert str(job.trigger) == "cron[month='*', day='*', day_of_week='1-5', hour='5', minute='30']"
+
+
+def test_two_services_on_one_postgresql_run_a_slot_once(tmp_path: Path) -> None:
+    _, settings = _settings(tmp_path)
+    with engine_for("postgresql", tmp_path) as engine_a:
+        engine_b = create_engine(engine_a.url)  # same database, another pool (another service)
+        stores = [Store(engine_a), Store(engine_b)]
+        stores[0].sync_targets([TargetSpec("lab", "directory", "x")])
+        services = [
+            Scheduler(settings, AuditRunner(settings, s, Tools(None, None), owner=f"host-{i}:1"))  # type: ignore[arg-type]
+            for i, s in enumerate(stores)
+        ]
+        fire = datetime(2026, 12, 2, 5, 30, 3, tzinfo=UTC)
+        barrier = threading.Barrier(2)
+
+        def go(service: Scheduler) -> None:
+            barrier.wait()
+            service.run_scheduled("lab", fire)
+
+        threads = [threading.Thread(target=go, args=(s,)) for s in services]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # And once more, late, from the first service: still the same slot.
+        services[0].run_scheduled("lab", datetime(2026, 12, 2, 6, 10, tzinfo=UTC))
+        runs = stores[0].runs("lab", 10).items
+        assert [(r["slot"], r["status"]) for r in runs] == [("2026-12-02T05:30:00Z", "succeeded")]
+        engine_b.dispose()
