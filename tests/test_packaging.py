@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from auditor.resources import examples_dir, policies_dir, templates_dir
+from auditor.resources import examples_dir, migrations_dir, policies_dir, templates_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,6 +16,7 @@ def test_installed_package_exposes_policies_templates_and_examples() -> None:
     assert (policies_dir() / "README.md").is_file()
     assert (templates_dir() / "README.md").is_file()
     assert (examples_dir() / "seed-lab" / "policies.yaml").is_file()
+    assert (migrations_dir() / "env.py").is_file()
 
 
 def test_wheel_contents(tmp_path: Path) -> None:
@@ -43,6 +44,11 @@ def test_wheel_contents(tmp_path: Path) -> None:
         "auditor/py.typed",
         "auditor/examples/seed-lab/before/workload.yaml",
         "auditor/reachability/engine.py",
+        "auditor/examples/service.yaml",
+        "auditor/_migrations/env.py",
+        "auditor/_migrations/script.py.mako",
+        "auditor/_migrations/versions/0001_initial.py",
+        "auditor/store/schema.py",
     ):
         assert expected in names
     assert not any(n.startswith(("tests/", "benchmarks/")) for n in names)
