@@ -12,11 +12,14 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,6 +126,26 @@ def _git(
 
 def cache_dir_for(cache_root: Path, url: str) -> Path:
     return cache_root / hashlib.sha256(url.encode()).hexdigest()[:20]
+
+
+@contextmanager
+def checkout_lock(cache_root: Path, url: str) -> Iterator[None]:
+    """Hold the cache directory of `url` (across threads and processes) while it is fetched and
+    read: two targets on one repository must not check out under each other's audit."""
+    cache_root.mkdir(parents=True, exist_ok=True)
+    lock_path = cache_root / (cache_dir_for(cache_root, url).name + ".lock")
+    with _THREAD_LOCKS_GUARD:
+        thread_lock = _THREAD_LOCKS.setdefault(str(lock_path), threading.Lock())
+    with thread_lock, lock_path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
 
 
 def fetch(

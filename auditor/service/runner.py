@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -113,8 +114,9 @@ class AuditRunner:
         revision: str | None = None
         try:
             try:
-                root, revision = self._materialise(target)
-                result = self._audit(target, root)
+                with self._holding(target):
+                    root, revision = self._materialise(target)
+                    result = self._audit(target, root)
             except git.GitError as exc:
                 return self._fail(run_id, f"fetching {target.location}: {exc}", revision)
             except Exception as exc:
@@ -171,6 +173,11 @@ class AuditRunner:
             with self._lock:
                 self._unrecorded[run_id] = (error, revision)
         return RunResult(run_id, "failed", error=error)
+
+    def _holding(self, target: TargetSettings) -> AbstractContextManager[None]:
+        if target.git is None:
+            return nullcontext()
+        return git.checkout_lock(Path(self.settings.service.git_cache_dir), target.git.url)
 
     def _materialise(self, target: TargetSettings) -> tuple[Path, str | None]:
         if target.git is None:

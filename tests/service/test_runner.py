@@ -102,3 +102,28 @@ def test_a_failing_target_does_not_stop_the_others(tmp_path: Path, engine: Engin
     )
     statuses = {r["target"]: r["status"] for r in store.runs(None, 10).items}
     assert statuses == {"away": "failed", "here": "succeeded", "escapes": "failed"}
+
+
+def test_two_targets_on_one_repository_run_side_by_side(tmp_path: Path, engine: Engine, clock: Clock) -> None:
+    import threading
+
+    origin = Origin(tmp_path)
+    head = origin.commit(seed_files("before"))
+    settings = _settings(
+        tmp_path,
+        f"  - name: one\n    git: {{url: '{origin.bare}'}}\n    paths: [training, policies]\n    nodes: [nodes/nodes.yaml]\n"
+        f"  - name: two\n    git: {{url: '{origin.bare}'}}\n    paths: [training]\n",
+    )
+    runner, store = _runner(settings, engine, clock)
+    results: dict[str, object] = {}
+    threads = [
+        threading.Thread(target=lambda n=n: results.__setitem__(n, runner.run(n))) for n in ("one", "two")
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {n: r.status for n, r in results.items()} == {"one": "succeeded", "two": "succeeded"}  # type: ignore[attr-defined]
+    assert {r["revision"] for r in store.runs(None, 10).items} == {head}
+    assert _findings(store, "one") == [("cross-zone-blocked", "new")]
+    assert _findings(store, "two") == []  # no nodes, no policies: nothing to say
