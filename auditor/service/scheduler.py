@@ -1,16 +1,18 @@
 """Cron schedules for the targets (APScheduler 3.x).
 
-Each target is one job on its cron trigger, with `coalesce` (runs missed during a restart collapse
-into one), `misfire_grace_time` (a daily run that fires while the service restarts still runs
-when it comes back within the grace) and `max_instances=1`. The run belongs to a *slot*: the
-scheduled time, computed from the trigger, the same in every process; the store's unique
-(target, slot) means that two `serve` processes on one database never run a slot twice.
-A second job marks the runs of dead processes `interrupted`.
+Each target is one job on its cron trigger, with `coalesce` (runs missed while the scheduler was
+busy collapse into one), `misfire_grace_time` (a run that fires late still runs within the grace)
+and `max_instances=1`. A slot that fired while no service was up at all is caught up on start,
+within the same grace (`catch_up`). Each run belongs to a *slot*: the scheduled time, computed from
+the trigger, the same in every process; the store's unique (target, slot) means that two `serve`
+processes on one database never run a slot twice. A second job marks the runs of dead processes
+`interrupted`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,9 +42,15 @@ def slot_text(slot: datetime) -> str:
 
 
 class Scheduler:
-    def __init__(self, settings: Settings, runner: AuditRunner) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        runner: AuditRunner,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         self.settings = settings
         self.runner = runner
+        self.clock = clock
         service = settings.service
         self.scheduler = BackgroundScheduler(
             timezone=service.timezone,
@@ -76,6 +84,21 @@ class Scheduler:
     def start(self) -> None:
         self.recover()
         self.scheduler.start()
+        self.catch_up()
+
+    def catch_up(self) -> None:
+        """Run now the slots that fired while no service was up, if still within the grace.
+
+        APScheduler's misfire handling needs a persistent job store, and its 3.x stores are not
+        safe for two processes; the slot table is. A slot that some process already ran is
+        skipped by the claim.
+        """
+        now = self.clock()
+        for name, trigger in self.triggers.items():
+            if slot_of(trigger, now, self.settings.service.misfire_grace_seconds) is not None:
+                self.scheduler.add_job(
+                    self.run_scheduled, args=[name, now], id=f"catch-up:{name}", name=f"catch up {name}"
+                )
 
     def shutdown(self) -> None:
         if self.scheduler.running:
@@ -94,7 +117,7 @@ class Scheduler:
             log.warning("could not check for interrupted runs: %s", exc)
 
     def run_scheduled(self, target: str, now: datetime | None = None) -> None:
-        now = now or datetime.now(UTC)
+        now = now or self.clock()
         slot = slot_of(self.triggers[target], now, self.settings.service.misfire_grace_seconds)
         if slot is None:
             log.warning("target %s fired outside any slot at %s; skipped", target, now)

@@ -4,6 +4,7 @@ when two services share a PostgreSQL database."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -90,3 +91,33 @@ def test_two_services_on_one_postgresql_run_a_slot_once(tmp_path: Path) -> None:
         runs = stores[0].runs("lab", 10).items
         assert [(r["slot"], r["status"]) for r in runs] == [("2026-12-02T05:30:00Z", "succeeded")]
         engine_b.dispose()
+
+
+def test_a_slot_missed_while_down_is_caught_up_once_on_start(tmp_path: Path) -> None:
+    _, settings = _settings(tmp_path)  # weekdays 05:30, grace 2 h
+    with engine_for("sqlite", tmp_path) as engine:
+        store = Store(engine)
+        store.sync_targets([TargetSpec("lab", "directory", "x")])
+        runner = AuditRunner(settings, store, Tools(None, None))  # type: ignore[arg-type]
+        restarted_at = datetime(2026, 12, 2, 6, 45, tzinfo=UTC)  # a Wednesday, 75 min late
+        for _ in range(2):  # restarted twice: the slot still runs once
+            scheduler = Scheduler(settings, runner, clock=lambda: restarted_at)  # type: ignore[arg-type]
+            scheduler.start()
+            deadline = time.monotonic() + 30
+            while (
+                scheduler.scheduler.get_job("catch-up:lab") is not None
+                or runner._busy
+                or not [r for r in store.runs("lab", 10).items if r["status"] == "succeeded"]
+            ):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(0.2)  # a second (wrong) run would have been claimed by now
+            scheduler.shutdown()
+        assert [(r["slot"], r["status"]) for r in store.runs("lab", 10).items] == [
+            ("2026-12-02T05:30:00Z", "succeeded")
+        ]
+        # Past the grace nothing is caught up.
+        late = Scheduler(settings, runner, clock=lambda: datetime(2026, 12, 3, 8, 0, tzinfo=UTC))  # type: ignore[arg-type]
+        late.start()
+        assert late.scheduler.get_job("catch-up:lab") is None
+        late.shutdown()
