@@ -15,6 +15,7 @@ from auditor import yamlio
 from auditor.config import Settings
 from auditor.model.labels import SelectorError
 from auditor.model.objects import (
+    LivePod,
     Node,
     Role,
     Service,
@@ -121,6 +122,8 @@ class Inventory:
     claim_zones: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     # StorageClass name → zones (for StatefulSet volumeClaimTemplates).
     class_zones: dict[str, frozenset[str]] = field(default_factory=dict)
+    # Pods a cluster or snapshot reported with their node: where groups actually run.
+    live_pods: list[LivePod] = field(default_factory=list)
     _by_name: dict[tuple[str, str], list[Workload]] = field(default_factory=dict, repr=False)
     _by_name_for: list[int] = field(default_factory=list, repr=False)
 
@@ -295,7 +298,10 @@ def build_inventory(
         if raw.kind in RUNTIME_KINDS and raw.api_version in SUPPORTED_VERSIONS[raw.kind]
     }
     _storage(objects, inv, default_ns)
+    owned = _live_state(objects, inv, default_ns)
     for raw in objects:
+        if id(raw) in owned:
+            continue  # created by a controller we also read: audited through its owner
         try:
             _load_object(raw, inv, default_ns, np_tier)
         except SelectorError as exc:
@@ -307,6 +313,81 @@ def build_inventory(
             )
             inv.errors.append(_error(raw, exc, None if cluster_scoped else raw.namespace(default_ns)))
     return inv
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    refs = _meta(obj).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid"):
+            return ref
+    return None
+
+
+def _live_state(objects: Sequence[RawObject], inv: Inventory, default_ns: str) -> set[int]:
+    """Live pods (with their top-level owner) and the controller-created objects to skip.
+
+    Objects read from a cluster carry uids and ownerReferences: a ReplicaSet created by a
+    Deployment, a Job created by a CronJob or a JobSet, a Pod created by any of them is audited
+    through its owner, not again on its own. Returns the ids of the skipped objects.
+    """
+    by_uid = {
+        str(_meta(raw.obj).get("uid")): raw
+        for raw in objects
+        if _meta(raw.obj).get("uid") and (raw.kind in ADAPTERS or raw.kind in CONTEXT_KINDS)
+    }
+    if not by_uid and not any(raw.kind == "Pod" for raw in objects):
+        return set()
+    skipped: set[int] = set()
+    for raw in objects:
+        if not (raw.kind in ADAPTERS or raw.kind in CONTEXT_KINDS):
+            continue
+        owner = _controller(raw.obj)
+        if owner is not None and str(owner.get("uid")) in by_uid:
+            skipped.add(id(raw))
+        if raw.kind != "Pod" or raw.api_version != "v1":
+            continue
+        spec = raw.obj.get("spec") if isinstance(raw.obj.get("spec"), Mapping) else {}
+        status = raw.obj.get("status") if isinstance(raw.obj.get("status"), Mapping) else {}
+        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+        phase = status.get("phase") if isinstance(status, Mapping) else None
+        if not node and not phase:
+            continue  # a manifest, not a pod a cluster reported
+        top: tuple[str, str] | None = None
+        current, hops = owner, 0
+        while current is not None and hops < 8:
+            top = (str(current.get("kind", "")), str(current.get("name", "")))
+            parent = by_uid.get(str(current.get("uid")))
+            current = _controller(parent.obj) if parent is not None else None
+            hops += 1
+        if owner is not None and str(owner.get("uid")) not in by_uid:
+            top = None  # an owner we do not read: the pod is audited on its own
+        message = ""
+        for cond in status.get("conditions") or [] if isinstance(status, Mapping) else []:
+            if (
+                isinstance(cond, Mapping)
+                and cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False"
+            ):
+                message = str(cond.get("message") or cond.get("reason") or "not scheduled")
+        labels = _meta(raw.obj).get("labels")
+        inv.live_pods.append(
+            LivePod(
+                raw.namespace(default_ns),
+                raw.name,
+                freeze_labels(labels if isinstance(labels, Mapping) else None),
+                str(node) if node else None,
+                str(phase or ""),
+                top,
+                message,
+                raw.source,
+            )
+        )
+    return skipped
 
 
 def _zone_values(expressions: Any) -> set[str] | None:

@@ -9,9 +9,10 @@ from datetime import date
 from auditor.inventory import Inventory
 from auditor.model.findings import SEVERITY_RANK, Finding
 from auditor.model.source import LoadError
+from auditor.placement.observed import observe
 from auditor.progress import Progress, silent
-from auditor.rules import run_rules
-from auditor.rules.model import build_model
+from auditor.rules import live, run_rules
+from auditor.rules.model import build_model, object_ref
 from auditor.rules.packs import (
     ExpiredWaiver,
     PolicyPack,
@@ -66,6 +67,21 @@ def scan(
     model = build_model(inv, progress)
     pack = pack if pack is not None else load_packs([])
     raw = run_rules(model, pack.rule_options())
+    notes: list[str] = []
+    if inv.live_pods:
+        observation = observe(inv.workloads, inv.live_pods, inv.nodes, inv.settings.topology.zone_key)
+        now = build_model(inv, silent, observation.roles, model.engine)
+        observed = [
+            *live.observed_edge_findings(run_rules(now, pack.rule_options())),
+            *live.pending_findings(observation, model.placements),
+        ]
+        running = {object_ref(r).identity for r, o in observation.roles.items() if o.pods}
+        raw = live.join(raw, observed, running)
+        if observation.unmatched:
+            notes.append(
+                f"{len(observation.unmatched)} running pod(s) matched no audited workload role "
+                f"(e.g. {observation.unmatched[0].namespace}/{observation.unmatched[0].name})"
+            )
     custom, custom_errors = evaluate_custom_rules(pack, model)
     applied = apply_pack([*raw, *custom], model, pack, today or date.max)
     findings = sorted(applied.findings)
@@ -73,7 +89,7 @@ def scan(
     return ScanResult(
         findings,
         [*inv.errors, *custom_errors, *applied.errors],
-        [*inv.notes, *model.notes, *applied.notes],
+        [*inv.notes, *model.notes, *notes, *applied.notes],
         audited,
         inv.network.describe(),
         dict(inv.skipped_kinds),

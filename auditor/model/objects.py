@@ -142,3 +142,25 @@ class Service:
     selector: Labels
     ports: tuple[ServicePort, ...]
     source: SourceRef
+
+
+@dataclass(frozen=True, slots=True)
+class LivePod:
+    """A pod as a cluster (or a snapshot of one) reports it: where it actually runs.
+
+    `owner` is its top-level controller among the objects read (kind, name), following
+    ownerReferences (Pod → ReplicaSet → Deployment, Pod → Job → JobSet); None for a bare pod.
+    """
+
+    namespace: str
+    name: str
+    labels: Labels
+    node: str | None  # spec.nodeName; None while Pending unscheduled
+    phase: str
+    owner: tuple[str, str] | None
+    unschedulable: str  # the scheduler's message when PodScheduled is False (Unschedulable)
+    source: SourceRef
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)

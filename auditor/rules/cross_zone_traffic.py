@@ -25,7 +25,7 @@ META = RuleMeta(
 )
 GRADIENT = "placement-auditor.io/gradient-bytes"
 STEPS = "placement-auditor.io/steps-per-second"
-RANK = {"always": 0, "likely": 1, "possible": 2}
+RANK = {"observed": -1, "always": 0, "likely": 1, "possible": 2}
 
 
 def _number(text: str | None) -> float | None:
@@ -76,7 +76,7 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
         )
         yield Finding(
             rule=META.id,
-            severity="high" if split == "always" else "medium",
+            severity="high" if split in ("always", "observed") else "medium",
             certainty=split,
             symptoms=META.symptoms,
             workload=object_ref(edge.source),

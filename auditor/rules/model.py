@@ -11,6 +11,7 @@ from auditor.inventory import Inventory, role_claim_zones
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.model.objects import Node, Role, Workload
 from auditor.placement.coupling import PairPlacement, RolePlacement, pair_placement, place_roles
+from auditor.placement.observed import ObservedRole, observed_pair
 from auditor.progress import Progress, silent
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import PolicyEngine
@@ -107,12 +108,27 @@ def edge_allowed(edge: CommEdge, conns_ports: PortSet) -> bool:
     return not (PortSet.of((lo, hi)) - conns_ports)
 
 
-def build_model(inv: Inventory, progress: Progress = silent) -> AuditModel:
-    engine = inv.engine()
+def build_model(
+    inv: Inventory,
+    progress: Progress = silent,
+    observed: Mapping[Role, ObservedRole] | None = None,
+    engine: PolicyEngine | None = None,
+) -> AuditModel:
+    """The model rules read. With `observed`, placements are where the pods actually run (only
+    edges between roles with running pods are analysed), instead of where they could land."""
+    engine = engine or inv.engine()
     zone_key = inv.settings.topology.zone_key
-    roles = [r for w in inv.workloads for r in w.roles]
-    placements = place_roles(roles, inv.nodes, zone_key, {r: role_claim_zones(inv, r) for r in roles})
-    edges = comm_edges(inv.workloads, inv.services)
+    if observed is None:
+        roles = [r for w in inv.workloads for r in w.roles]
+        placements = place_roles(roles, inv.nodes, zone_key, {r: role_claim_zones(inv, r) for r in roles})
+        edges = comm_edges(inv.workloads, inv.services)
+    else:
+        placements = {r: o.placement() for r, o in observed.items() if o.pods}
+        edges = [
+            e
+            for e in comm_edges(inv.workloads, inv.services)
+            if e.source in placements and e.destination in placements
+        ]
     cache: dict[tuple[Role, str], PodEndpoint] = {}
     nodes_by_name = {n.name: n for n in inv.nodes}
     analyses = []
@@ -124,7 +140,10 @@ def build_model(inv: Inventory, progress: Progress = silent) -> AuditModel:
         a, b = placements[edge.source], placements[edge.destination]
         if a.unschedulable or b.unschedulable:
             continue
-        pp = pair_placement(a, b, zone_key)
+        if observed is None:
+            pp = pair_placement(a, b, zone_key)
+        else:
+            pp = observed_pair(observed[edge.source], observed[edge.destination])
         verdicts = []
         for za, zb in pp.pairs:
             src = _endpoint(inv, edge.source, za, cache, a, nodes_by_name)
