@@ -110,6 +110,7 @@ class Finding(Base):
         Index(None, "severity", "id"),
         Index(None, "namespace", "id"),
         Index(None, "last_seen_at"),
+        Index(None, "resolved_at"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
