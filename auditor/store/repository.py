@@ -14,9 +14,9 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, Select, func, insert, select, update
+from sqlalchemy import Engine, Select, Table, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, defer, sessionmaker
 
@@ -33,6 +33,8 @@ from auditor.store.schema import (
 from auditor.store.schema import Finding as FindingRow
 
 Clock = Callable[[], datetime]
+_FINDINGS = cast(Table, FindingRow.__table__)
+_OBSERVATIONS = cast(Table, Observation.__table__)
 
 
 def utc_now() -> datetime:
@@ -334,7 +336,7 @@ class Store:
                 # which values are None and RETURNING parses every batch again; then one SELECT
                 # maps the new fingerprints to their ids (5x faster for 50,000 findings).
                 for chunk in _chunks(inserts, 5000):
-                    session.execute(insert(FindingRow.__table__), chunk)
+                    session.execute(insert(_FINDINGS), chunk)
                 wanted = {row["fingerprint"] for row in inserts}
                 for fid, fp in session.execute(
                     select(FindingRow.id, FindingRow.fingerprint).where(FindingRow.target_id == target_id)
@@ -390,7 +392,7 @@ class Store:
                     for fid, sev, cert in rows
                 )
             for chunk in _chunks(observations, 10000):
-                session.execute(insert(Observation.__table__), chunk)
+                session.execute(insert(_OBSERVATIONS), chunk)
 
             for rule in sorted(counts.by_rule_count):
                 session.add(
