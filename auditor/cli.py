@@ -23,7 +23,8 @@ from auditor.explain import ExplainError, explain, to_json, to_text
 from auditor.reports import csv_report, json_report, junit, sarif, table
 from auditor.resources import examples_dir
 from auditor.rules.packs import load_packs
-from auditor.scan import apply_baseline, scan
+from auditor.scan import ScanResult, apply_baseline, scan
+from auditor.sources.kubeapi import ClusterRead
 from auditor.sources.manifests import load_inventory
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
@@ -95,6 +96,13 @@ def cmd_scan(args: argparse.Namespace) -> int:
             bar.close()
     if args.baseline:
         result = apply_baseline(result, _baseline_fingerprints(Path(args.baseline)))
+    _emit(args, result)
+    if result.audited_objects == 0 and result.errors:
+        return EXIT_FAILED
+    return EXIT_FINDINGS if result.at_or_above(args.fail_on) else EXIT_OK
+
+
+def _emit(args: argparse.Namespace, result: ScanResult) -> None:
     renderers = {
         "json": json_report.render,
         "sarif": sarif.render,
@@ -110,9 +118,57 @@ def cmd_scan(args: argparse.Namespace) -> int:
         Path(args.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-    if result.audited_objects == 0 and result.errors:
+
+
+def _read_cluster(args: argparse.Namespace) -> ClusterRead | None:
+    from auditor.sources import cluster
+
+    if args.in_cluster and args.context:
+        raise ConfigError("(arguments)", 0, "--in-cluster", "give --context or --in-cluster, not both")
+    try:
+        read = cluster.read_cluster(args.context, args.kubeconfig, args.in_cluster)
+    except (ValueError, OSError) as exc:  # kubeconfig missing or broken, unknown context
+        raise ConfigError(args.kubeconfig or "kubeconfig", 0, "--context", str(exc)) from None
+    except Exception as exc:
+        if type(exc).__name__ == "ConfigException":  # the kubernetes client's own config errors
+            raise ConfigError(args.kubeconfig or "kubeconfig", 0, "--context", str(exc)) from None
+        raise
+    for problem in read.incomplete:
+        grant = f" — grant it with: {problem.rbac}" if problem.rbac else ""
+        print(f"error: {problem.what}: {problem.problem}: {problem.message}{grant}", file=sys.stderr)
+    if not read.objects:
+        print(f"error: nothing could be read from cluster {read.context}", file=sys.stderr)
+        return None
+    return read
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from auditor.sources import cluster
+
+    settings = load_settings(Path(args.config) if args.config else None)
+    pack = load_packs([Path(p) for p in args.policy or []])
+    read = _read_cluster(args)
+    if read is None:
+        return EXIT_FAILED
+    inv = cluster.inventory_from_read(read, settings)
+    result = scan(inv, pack, date.today())
+    _emit(args, result)
+    if read.incomplete:
+        print("error: the audit is partial: some objects could not be read (see above)", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_FINDINGS if result.at_or_above(args.fail_on) else EXIT_OK
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from auditor.sources import cluster
+
+    read = _read_cluster(args)
+    if read is None:
+        return EXIT_FAILED
+    cluster.write_snapshot(read, Path(args.output))
+    kept = sum(1 for o in read.objects if cluster.allowed(o))
+    print(f"wrote {kept} objects of cluster {read.context} to {args.output}", file=sys.stderr)
+    return EXIT_FAILED if read.incomplete else EXIT_OK
 
 
 def _service_settings(args: argparse.Namespace) -> Settings:
@@ -294,6 +350,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 when a finding is at or above this severity (default high)",
     )
     sc.set_defaults(func=cmd_scan)
+
+    def cluster_args(cmd: argparse.ArgumentParser) -> None:
+        where = cmd.add_mutually_exclusive_group()
+        where.add_argument("--context", help="kubeconfig context (default: the current one)")
+        where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+        cmd.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+
+    cl = sub.add_parser("cluster", help="audit a live cluster: where pods run now, and where they could land")
+    cluster_args(cl)
+    cl.add_argument("--config", help="config file (YAML)")
+    cl.add_argument("--policy", action="append", metavar="PACK", help="extra policy pack (repeatable)")
+    cl.add_argument("--format", choices=("table", "json", "sarif", "junit", "csv"), default="table")
+    cl.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
+    cl.add_argument("--fail-on", choices=("critical", "high", "medium", "low", "none"), default="high")
+    cl.set_defaults(func=cmd_cluster)
+
+    sn = sub.add_parser("snapshot", help="write what the cluster reader sees to one YAML file")
+    cluster_args(sn)
+    sn.add_argument("-o", "--output", required=True, metavar="FILE")
+    sn.set_defaults(func=cmd_snapshot)
 
     rn = sub.add_parser("run", help="audit one configured target now and store the results")
     rn.add_argument("--target", required=True, metavar="NAME")

@@ -72,6 +72,7 @@ SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
 }
 SUPPORTED_VERSIONS["Job"] = ("batch/v1", "batch.volcano.sh/v1alpha1")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+SNAPSHOT_KIND = "ClusterSnapshot"  # the header of `auditor snapshot` files
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,9 +484,33 @@ def role_claim_zones(inv: Inventory, role: Role) -> dict[str, frozenset[str]]:
     return out
 
 
+def _snapshot_header(raw: RawObject, inv: Inventory) -> None:
+    """The header `auditor snapshot` writes: which cluster, when, and what could not be read."""
+    spec_raw = raw.obj.get("spec")
+    spec: Mapping[str, Any] = spec_raw if isinstance(spec_raw, Mapping) else {}
+    inv.notes.append(
+        f"snapshot of cluster {spec.get('context', '?')} ({spec.get('serverVersion') or 'version unknown'}) "
+        f"read at {spec.get('readAt', '?')}"
+    )
+    for p in spec.get("problems") or []:
+        if not isinstance(p, Mapping):
+            continue
+        text = f"{p.get('what')}: {p.get('message')}"
+        if p.get("problem") == "absent":
+            inv.notes.append(text)
+        else:
+            grant = f"; grant it with: {p.get('rbac')}" if p.get("rbac") else ""
+            inv.errors.append(
+                LoadError(raw.source.file, raw.source.line, f"the snapshot is incomplete: {text}{grant}")
+            )
+
+
 def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) -> None:
     kind = raw.kind
     ns = raw.namespace(default_ns)
+    if kind == SNAPSHOT_KIND and raw.api_version.startswith("placement-auditor.io/"):
+        _snapshot_header(raw, inv)
+        return
     supported = SUPPORTED_VERSIONS.get(kind)
     if supported is None:
         if kind not in ("Tier", "ConfigMap") or (kind == "ConfigMap" and raw.name != "cilium-config"):

@@ -1,0 +1,346 @@
+"""The cluster reader: lists what the live audit needs from a Kubernetes API server through the
+official `kubernetes` client (kubeconfig context or in-cluster service account).
+
+- Every list is paginated (`limit` / `continue`); an expired continue token (410 Gone) restarts that
+  list from the beginning, a bounded number of times.
+- Timeouts, connection errors, 429 and 5xx are retried with exponential backoff (Retry-After is
+  honoured); what still fails is reported, and the read is *incomplete* — never silently clean.
+- An API that is not served (404: the CRD is not installed) is skipped and reported; a missing
+  permission (403) is reported with the exact RBAC rule that would grant it.
+- Secrets are never read; of the ConfigMaps only `cilium-config` (one GET in its namespace).
+- Responses are read raw and parsed with `json` (the client's model classes are far too slow for
+  150,000 pods); `metadata.managedFields` is dropped on arrival.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+log = logging.getLogger("auditor.cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    optional: bool = True  # a CRD that may not be installed (404 is "absent", not a failure)
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def path(self) -> str:
+        return f"/apis/{self.group}/{self.version}/{self.plural}" if self.group else f"/api/v1/{self.plural}"
+
+    def rbac_rule(self, verb: str = "list") -> str:
+        return f'apiGroups: ["{self.group}"], resources: ["{self.plural}"], verbs: ["{verb}"]'
+
+
+def _core(plural: str, kind: str, namespaced: bool = True) -> Resource:
+    return Resource("", "v1", plural, kind, namespaced, optional=False)
+
+
+# What the live audit reads (deploy/ grants exactly this; a test compares the two).
+RESOURCES: tuple[Resource, ...] = (
+    _core("nodes", "Node", namespaced=False),
+    _core("namespaces", "Namespace", namespaced=False),
+    _core("pods", "Pod"),
+    _core("services", "Service"),
+    _core("persistentvolumeclaims", "PersistentVolumeClaim"),
+    _core("persistentvolumes", "PersistentVolume", namespaced=False),
+    Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, optional=False),
+    Resource("apps", "v1", "deployments", "Deployment", True, optional=False),
+    Resource("apps", "v1", "statefulsets", "StatefulSet", True, optional=False),
+    Resource("apps", "v1", "replicasets", "ReplicaSet", True, optional=False),
+    Resource("apps", "v1", "daemonsets", "DaemonSet", True, optional=False),
+    Resource("batch", "v1", "jobs", "Job", True, optional=False),
+    Resource("batch", "v1", "cronjobs", "CronJob", True, optional=False),
+    Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, optional=False),
+    Resource("cilium.io", "v2", "ciliumnetworkpolicies", "CiliumNetworkPolicy", True),
+    Resource("cilium.io", "v2", "ciliumclusterwidenetworkpolicies", "CiliumClusterwideNetworkPolicy", False),
+    Resource("policy.networking.k8s.io", "v1alpha1", "adminnetworkpolicies", "AdminNetworkPolicy", False),
+    Resource(
+        "policy.networking.k8s.io",
+        "v1alpha1",
+        "baselineadminnetworkpolicies",
+        "BaselineAdminNetworkPolicy",
+        False,
+    ),
+    Resource("policy.networking.k8s.io", "v1alpha2", "clusternetworkpolicies", "ClusterNetworkPolicy", False),
+    Resource("crd.projectcalico.org", "v1", "networkpolicies", "NetworkPolicy", True),
+    Resource("crd.projectcalico.org", "v1", "globalnetworkpolicies", "GlobalNetworkPolicy", False),
+    Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", True),
+    Resource("kubeflow.org", "v1", "tfjobs", "TFJob", True),
+    Resource("kubeflow.org", "v1", "xgboostjobs", "XGBoostJob", True),
+    Resource("kubeflow.org", "v1", "paddlejobs", "PaddleJob", True),
+    Resource("kubeflow.org", "v1", "jaxjobs", "JAXJob", True),
+    Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", True),
+    Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", True),
+    Resource("trainer.kubeflow.org", "v1alpha1", "trainingruntimes", "TrainingRuntime", True),
+    Resource("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime", False),
+    Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True),
+    Resource("ray.io", "v1", "rayclusters", "RayCluster", True),
+    Resource("ray.io", "v1", "rayjobs", "RayJob", True),
+    Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", True),
+    Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job", True),
+)
+CILIUM_CONFIG = Resource("", "v1", "configmaps", "ConfigMap", True, optional=True)
+
+
+class Transport(Protocol):
+    """One GET against the API server: (status, headers, body). Raises OSError-like errors for
+    connection problems and timeouts."""
+
+    def get(self, path: str, query: Sequence[tuple[str, str]]) -> tuple[int, dict[str, str], bytes]: ...
+
+
+class TransportError(Exception):
+    """The request did not get an HTTP answer (connection refused, reset, timed out)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadProblem:
+    what: str  # kind and group, e.g. "CiliumNetworkPolicy (cilium.io/v2)"
+    problem: str  # absent | forbidden | failed
+    message: str
+    rbac: str = ""  # the rule that would grant the read (forbidden)
+
+    def to_json(self) -> dict[str, str]:
+        out = {"what": self.what, "problem": self.problem, "message": self.message}
+        if self.rbac:
+            out["rbac"] = self.rbac
+        return out
+
+
+@dataclass
+class ClusterRead:
+    context: str
+    server_version: str = ""
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[ReadProblem] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def absent(self) -> list[ReadProblem]:
+        return [p for p in self.problems if p.problem == "absent"]
+
+    @property
+    def incomplete(self) -> list[ReadProblem]:
+        """Reads that failed or were refused: the audit is partial."""
+        return [p for p in self.problems if p.problem != "absent"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    page_size: int = 500
+    attempts: int = 5  # per request, for timeouts, connection errors, 429 and 5xx
+    backoff_seconds: float = 0.5  # doubled after each failed attempt (capped at 30 s)
+    relists: int = 3  # restarts of one list after 410 Gone
+    cilium_config_namespaces: tuple[str, ...] = ("kube-system", "cilium")
+
+
+class _Failed(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _message(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body[:300].decode("utf-8", "replace")
+    return str(data.get("message", "")) if isinstance(data, dict) else ""
+
+
+class Reader:
+    def __init__(
+        self,
+        transport: Transport,
+        options: ReadOptions | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.transport = transport
+        self.options = options or ReadOptions()
+        self.sleep = sleep
+
+    def _get(self, path: str, query: Sequence[tuple[str, str]]) -> tuple[int, bytes]:
+        """GET with retries: returns (status, body) for 2xx, 403, 404 and 410; raises _Failed."""
+        delay = self.options.backoff_seconds
+        last = ""
+        for attempt in range(1, self.options.attempts + 1):
+            try:
+                status, headers, body = self.transport.get(path, query)
+            except TransportError as exc:
+                last = str(exc)
+                status, headers, body = 0, {}, b""
+            if 200 <= status < 300 or status in (403, 404, 410):
+                return status, body
+            if status and status not in (429,) and status < 500:
+                raise _Failed(status, f"HTTP {status}: {_message(body)}")
+            if status:
+                last = f"HTTP {status}: {_message(body)}"
+            if attempt == self.options.attempts:
+                break
+            wait = delay
+            retry_after = {k.lower(): v for k, v in headers.items()}.get("retry-after", "")
+            if retry_after.isdigit():
+                wait = max(wait, min(float(retry_after), 60.0))
+            log.warning("GET %s failed (%s); retry %d in %.1f s", path, last, attempt, wait)
+            self.sleep(wait)
+            delay = min(delay * 2, 30.0)
+        raise _Failed(0, f"gave up after {self.options.attempts} attempts: {last}")
+
+    def _list(self, resource: Resource) -> Iterator[dict[str, Any]]:
+        """Every item of one resource, page by page; restarts on 410 Gone."""
+        for _ in range(self.options.relists + 1):
+            items: list[dict[str, Any]] = []
+            token = ""
+            while True:
+                query = [("limit", str(self.options.page_size))]
+                if token:
+                    query.append(("continue", token))
+                status, body = self._get(resource.path, query)
+                if status == 410:
+                    log.warning("%s: continue token expired (410 Gone); listing again", resource.path)
+                    break
+                if status in (403, 404):
+                    raise _Failed(status, _message(body))
+                page = json.loads(body)
+                for item in page.get("items") or []:
+                    if not isinstance(item, dict):
+                        continue
+                    item.setdefault("apiVersion", resource.api_version)
+                    item.setdefault("kind", resource.kind)
+                    meta = item.get("metadata")
+                    if isinstance(meta, dict):
+                        meta.pop("managedFields", None)
+                    items.append(item)
+                token = str((page.get("metadata") or {}).get("continue") or "")
+                if not token:
+                    yield from items
+                    return
+        raise _Failed(410, f"the list kept expiring (410 Gone) after {self.options.relists} restarts")
+
+    def read(self, context: str, resources: Sequence[Resource] = RESOURCES) -> ClusterRead:
+        out = ClusterRead(context)
+        try:
+            status, body = self._get("/version", [])
+            if status == 200:
+                data = json.loads(body)
+                out.server_version = str(data.get("gitVersion", "")) if isinstance(data, dict) else ""
+        except _Failed as exc:
+            out.problems.append(ReadProblem("server version (/version)", "failed", exc.message))
+        for resource in resources:
+            what = f"{resource.kind} ({resource.api_version})"
+            try:
+                items = list(self._list(resource))
+            except _Failed as exc:
+                out.problems.append(self._problem(resource, what, exc))
+                continue
+            out.objects.extend(items)
+            out.counts[what] = len(items)
+        self._cilium_config(out)
+        return out
+
+    def _problem(self, resource: Resource, what: str, exc: _Failed, verb: str = "list") -> ReadProblem:
+        if exc.status == 404 and resource.optional:
+            return ReadProblem(what, "absent", "the API is not served (CRD not installed); skipped")
+        if exc.status == 403:
+            return ReadProblem(
+                what, "forbidden", f"permission denied: {exc.message}", resource.rbac_rule(verb)
+            )
+        return ReadProblem(what, "failed", exc.message)
+
+    def _cilium_config(self, out: ClusterRead) -> None:
+        for namespace in self.options.cilium_config_namespaces:
+            path = f"/api/v1/namespaces/{namespace}/configmaps/cilium-config"
+            try:
+                status, body = self._get(path, [])
+            except _Failed as exc:
+                out.problems.append(
+                    ReadProblem(f"ConfigMap {namespace}/cilium-config", "failed", exc.message)
+                )
+                continue
+            if status == 404:
+                continue
+            if status == 403:
+                out.problems.append(
+                    ReadProblem(
+                        f"ConfigMap {namespace}/cilium-config",
+                        "forbidden",
+                        "permission denied",
+                        f'namespace: {namespace}, apiGroups: [""], resources: ["configmaps"], '
+                        'resourceNames: ["cilium-config"], verbs: ["get"]',
+                    )
+                )
+                continue
+            item = json.loads(body)
+            if isinstance(item, dict):
+                item.setdefault("apiVersion", "v1")
+                item.setdefault("kind", "ConfigMap")
+                meta = item.get("metadata")
+                if isinstance(meta, dict):
+                    meta.pop("managedFields", None)
+                out.objects.append(item)
+                return
+
+
+class KubernetesTransport:
+    """The official client's ApiClient (auth, TLS, proxies from the kubeconfig) doing raw GETs."""
+
+    def __init__(self, api_client: Any, timeout: tuple[float, float] = (10.0, 60.0)) -> None:
+        self.api_client = api_client
+        self.timeout = timeout
+        # Our loop retries (with backoff and the full picture); urllib3 must not retry under it.
+        api_client.configuration.retries = False
+        api_client.rest_client.pool_manager.connection_pool_kw["retries"] = False
+
+    def get(self, path: str, query: Sequence[tuple[str, str]]) -> tuple[int, dict[str, str], bytes]:
+        import urllib3
+
+        method, url, headers, body, post = self.api_client.param_serialize(
+            "GET",
+            path,
+            query_params=list(query),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.api_client.call_api(
+                method, url, headers, body, post, _request_timeout=self.timeout
+            )
+            data = response.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # ApiException(status=0) for TLS problems
+            if type(exc).__name__ == "ApiException" and not getattr(exc, "status", 0):
+                raise TransportError(str(exc)) from None
+            raise
+        return int(response.status), dict(response.headers or {}), bytes(data or b"")
+
+
+def connect(context: str | None, kubeconfig: str | None, in_cluster: bool) -> tuple[Any, str]:
+    """An ApiClient for a kubeconfig context (or the current one), or in-cluster; and its name."""
+    from kubernetes import client, config
+
+    if in_cluster:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        return client.ApiClient(configuration), "in-cluster"
+    contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)
+    name = context or (current or {}).get("name", "")
+    if context and not any(c.get("name") == context for c in contexts):
+        known = ", ".join(sorted(str(c.get("name")) for c in contexts))
+        raise ValueError(f"no context {context!r} in the kubeconfig (have: {known})")
+    return config.new_client_from_config(config_file=kubeconfig, context=context), name

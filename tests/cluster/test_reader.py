@@ -1,0 +1,131 @@
+"""The reader's protocol handling through the real kubernetes client: pagination, 410 Gone,
+retries with backoff, timeouts, cut connections, 403 and 404."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fakeapi import FakeCluster, kubeconfig, serve
+from kubernetes import config
+from seedcluster import objects
+
+from auditor.sources.kubeapi import KubernetesTransport, Reader, ReadOptions
+
+PODS = "/api/v1/pods"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[FakeCluster, object]]:
+    fake = FakeCluster(objects("before") + _extra_pods(23), {"/apis/cilium.io/v2/ciliumnetworkpolicies"})
+    with serve(fake) as url:
+        api = config.new_client_from_config(config_file=str(kubeconfig(tmp_path / "k", url)))
+        yield fake, api
+        api.close()
+
+
+def _extra_pods(n: int) -> list[dict]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"web-{i}",
+                "namespace": "web",
+                "labels": {"app": "web"},
+                "managedFields": [{"manager": "kubectl"}],
+            },
+            "spec": {"nodeName": "lab-worker3", "containers": []},
+            "status": {"phase": "Running"},
+        }
+        for i in range(n)
+    ]
+
+
+def _reader(
+    api: object, sleeps: list[float], timeout: tuple[float, float] = (5.0, 10.0), **options: object
+) -> Reader:
+    return Reader(
+        KubernetesTransport(api, timeout), ReadOptions(**{"page_size": 4, **options}), sleeps.append
+    )  # type: ignore[arg-type]
+
+
+def _pods(read) -> list[str]:  # type: ignore[no-untyped-def]
+    return sorted(o["metadata"]["name"] for o in read.objects if o["kind"] == "Pod")
+
+
+def test_paginated_complete_read(cluster: tuple[FakeCluster, object]) -> None:
+    fake, api = cluster
+    sleeps: list[float] = []
+    read = _reader(api, sleeps).read("lab")
+    assert read.incomplete == [] and read.server_version == "v1.34.2"
+    assert len(_pods(read)) == 28 and read.counts["Pod (v1)"] == 28
+    assert sum(1 for r in fake.requests if r.startswith(PODS) and "continue=" in r) == 6  # 7 pages of 4
+    assert all("managedFields" not in o["metadata"] for o in read.objects)
+    assert all(o["kind"] and o["apiVersion"] for o in read.objects)  # list items get them back
+    assert {p.what for p in read.absent} >= {
+        "PyTorchJob (kubeflow.org/v1)",
+        "JobSet (jobset.x-k8s.io/v1alpha2)",
+    }
+    assert sleeps == []
+
+
+def test_expired_continue_token_restarts_the_list(cluster: tuple[FakeCluster, object]) -> None:
+    fake, api = cluster
+    fake.faults.gone[PODS] = 2
+    read = _reader(api, []).read("lab")
+    assert read.incomplete == [] and len(_pods(read)) == 28  # complete, no duplicates
+    assert sum(1 for r in fake.requests if r == f"{PODS}?limit=4") == 3
+
+
+def test_a_list_that_keeps_expiring_is_reported(cluster: tuple[FakeCluster, object]) -> None:
+    fake, api = cluster
+    fake.faults.gone[PODS] = 100
+    read = _reader(api, [], relists=2).read("lab")
+    [problem] = read.incomplete
+    assert problem.what == "Pod (v1)" and "410" in problem.message and _pods(read) == []
+
+
+def test_server_errors_and_throttling_are_retried_with_backoff(cluster: tuple[FakeCluster, object]) -> None:
+    fake, api = cluster
+    fake.faults.fail[PODS] = 3
+    fake.faults.throttle["/api/v1/nodes"] = 1
+    sleeps: list[float] = []
+    read = _reader(api, sleeps, backoff_seconds=0.5).read("lab")
+    assert read.incomplete == [] and len(_pods(read)) == 28
+    assert sleeps == [0.5, 0.5, 1.0, 2.0]  # nodes 429 once; pods 500 three times, doubling
+
+
+def test_persistent_failure_is_a_clear_partial_read(cluster: tuple[FakeCluster, object]) -> None:
+    fake, api = cluster
+    fake.faults.fail[PODS] = 1000
+    read = _reader(api, [], attempts=3).read("lab")
+    [problem] = read.incomplete
+    assert (
+        problem.problem == "failed"
+        and "gave up after 3 attempts" in problem.message
+        and "500" in problem.message
+    )
+
+
+def test_timeouts_and_cut_connections_are_retried(cluster: tuple[FakeCluster, object]) -> None:
+    fake, api = cluster
+    fake.faults.cut[PODS] = 2
+    read = _reader(api, []).read("lab")
+    assert read.incomplete == [] and len(_pods(read)) == 28
+    fake.faults.slow["/api/v1/services"] = 1.0
+    read = _reader(api, [], timeout=(2.0, 0.2), attempts=2).read("lab")
+    [problem] = read.incomplete
+    assert problem.what == "Service (v1)" and "timed out" in problem.message.lower()
+
+
+def test_forbidden_reads_carry_the_rbac_rule(cluster: tuple[FakeCluster, object]) -> None:
+    fake, api = cluster
+    fake.faults.forbidden |= {PODS, "/apis/cilium.io/v2/ciliumnetworkpolicies"}
+    read = _reader(api, []).read("lab")
+    rules = {p.what: p.rbac for p in read.incomplete}
+    assert rules == {
+        "Pod (v1)": 'apiGroups: [""], resources: ["pods"], verbs: ["list"]',
+        "CiliumNetworkPolicy (cilium.io/v2)": 'apiGroups: ["cilium.io"], resources: ["ciliumnetworkpolicies"], verbs: ["list"]',
+    }
