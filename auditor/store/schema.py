@@ -105,6 +105,7 @@ class Finding(Base):
     __table_args__ = (
         UniqueConstraint("target_id", "fingerprint"),
         Index(None, "target_id", "status", "id"),
+        Index(None, "target_id", "id"),
         Index(None, "status", "id"),
         Index(None, "rule", "id"),
         Index(None, "severity", "id"),

@@ -1,4 +1,4 @@
-"""index findings.resolved_at (the API's `since` filter on resolved findings)
+"""index findings.resolved_at (`since` on resolved findings) and (target_id, id) (a target's pages)
 
 Revision ID: 0002
 Revises: 0001
@@ -19,8 +19,10 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("findings", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_findings_resolved_at"), ["resolved_at"], unique=False)
+        batch_op.create_index(batch_op.f("ix_findings_target_id_id"), ["target_id", "id"], unique=False)
 
 
 def downgrade() -> None:
     with op.batch_alter_table("findings", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_findings_target_id_id"))
         batch_op.drop_index(batch_op.f("ix_findings_resolved_at"))

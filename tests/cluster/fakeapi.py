@@ -75,7 +75,7 @@ class FakeCluster:
         self.requests: list[str] = []
         self.resource_version = 1000
         for obj in objects:
-            path, namespaced = PLURALS[(obj["apiVersion"], obj["kind"])]
+            path, _namespaced = PLURALS[(obj["apiVersion"], obj["kind"])]
             self.by_path[path].append(obj)
             if obj["kind"] == "ConfigMap":
                 meta = obj["metadata"]
