@@ -25,6 +25,8 @@
         policies: []              # extra policy packs inside the checkout
       - name: lab
         directory: ./manifests    # a plain directory, audited in place (no commit recorded)
+      - name: prod
+        cluster: {context: prod}  # a live cluster (kubeconfig context, or in_cluster: true)
 
 Relative paths are read from the config file's directory. Unknown keys, bad cron expressions and
 bad URLs are rejected with the key's path (`targets[1].schedule`).
@@ -82,6 +84,13 @@ class GitSource:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterSource:
+    context: str = ""  # kubeconfig context; "" = the current one
+    kubeconfig: str = ""  # "" = $KUBECONFIG or ~/.kube/config
+    in_cluster: bool = False  # the service account of the pod the service runs in
+
+
+@dataclass(frozen=True, slots=True)
 class TargetSettings:
     name: str
     schedule: str = DEFAULT_SCHEDULE
@@ -90,13 +99,20 @@ class TargetSettings:
     paths: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()
     policies: tuple[str, ...] = ()
+    cluster: ClusterSource | None = None
 
     @property
     def kind(self) -> str:
+        if self.cluster is not None:
+            return "cluster"
         return "git" if self.git is not None else "directory"
 
     @property
     def location(self) -> str:
+        if self.cluster is not None:
+            return (
+                "in-cluster" if self.cluster.in_cluster else f"context {self.cluster.context or '(current)'}"
+            )
         return self.git.url if self.git is not None else self.directory
 
 
@@ -120,7 +136,9 @@ _TARGET_KEYS: dict[str, type | tuple[type, ...]] = {
     "paths": list,
     "nodes": list,
     "policies": list,
+    "cluster": dict,
 }
+_CLUSTER_KEYS: dict[str, type | tuple[type, ...]] = {"context": str, "kubeconfig": str, "in_cluster": bool}
 _GIT_KEYS: dict[str, type | tuple[type, ...]] = {
     "url": str,
     "branch": str,
@@ -231,11 +249,22 @@ def parse_targets(raw: Any, file: str, base: Path) -> tuple[TargetSettings, ...]
         problem = validate_cron(schedule)
         if problem:
             raise ServiceConfigError(file, yamlio.key_line(item, "schedule"), f"{key}.schedule", problem)
-        if ("git" in section) == ("directory" in section):
-            raise ServiceConfigError(file, line, key, "give exactly one of git or directory")
+        if sum(k in section for k in ("git", "directory", "cluster")) != 1:
+            raise ServiceConfigError(file, line, key, "give exactly one of git, directory or cluster")
         git = None
         directory = ""
-        if "git" in section:
+        cluster = None
+        if "cluster" in section:
+            c = _mapping(section["cluster"], f"{key}.cluster", _CLUSTER_KEYS, file)
+            if c.get("in_cluster") and (c.get("context") or c.get("kubeconfig")):
+                raise ServiceConfigError(
+                    file, line, f"{key}.cluster", "in_cluster: true takes no context or kubeconfig"
+                )
+            kubeconfig = c.get("kubeconfig", "")
+            if kubeconfig and not Path(kubeconfig).is_absolute():
+                kubeconfig = str(base / kubeconfig)
+            cluster = ClusterSource(c.get("context", ""), kubeconfig, bool(c.get("in_cluster", False)))
+        elif "git" in section:
             g = _mapping(section["git"], f"{key}.git", _GIT_KEYS, file)
             url = g.get("url", "")
             gline = yamlio.key_line(section["git"], "url") or line
@@ -262,7 +291,7 @@ def parse_targets(raw: Any, file: str, base: Path) -> tuple[TargetSettings, ...]
                 g.get("token", ""),
                 g.get("token_env", ""),
             )
-        else:
+        elif "directory" in section:
             given = section["directory"]
             directory = str(Path(given) if Path(given).is_absolute() else base / given)
         out.append(
@@ -274,6 +303,7 @@ def parse_targets(raw: Any, file: str, base: Path) -> tuple[TargetSettings, ...]
                 _strings(item, section.get("paths", []), "paths", f"{key}.paths", file),
                 _strings(item, section.get("nodes", []), "nodes", f"{key}.nodes", file),
                 _strings(item, section.get("policies", []), "policies", f"{key}.policies", file),
+                cluster,
             )
         )
     return tuple(out)

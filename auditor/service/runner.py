@@ -24,6 +24,7 @@ from auditor.gitops import git
 from auditor.rules.packs import load_packs
 from auditor.scan import ScanResult, scan
 from auditor.service_config import TargetSettings
+from auditor.sources.kubeapi import ReadOptions
 from auditor.sources.manifests import Tools, load_inventory
 from auditor.store.repository import RunOutcome, RunSummary, SlotTaken, Store, WaiverSeen
 
@@ -76,6 +77,7 @@ class AuditRunner:
         self.tools = tools or Tools.detect()
         self.owner = owner or process_owner()
         self.environ = environ if environ is not None else dict(os.environ)
+        self.read_options: ReadOptions | None = None  # cluster reads; None = the defaults
         self._busy: set[str] = set()
         self._lock = threading.Lock()
         # Failures that could not be written (the database was away), written by `recover`.
@@ -114,9 +116,12 @@ class AuditRunner:
         revision: str | None = None
         try:
             try:
-                with self._holding(target):
-                    root, revision = self._materialise(target)
-                    result = self._audit(target, root)
+                if target.cluster is not None:
+                    result, revision = self._audit_cluster(target)
+                else:
+                    with self._holding(target):
+                        root, revision = self._materialise(target)
+                        result = self._audit(target, root)
             except git.GitError as exc:
                 return self._fail(run_id, f"fetching {target.location}: {exc}", revision)
             except Exception as exc:
@@ -212,6 +217,18 @@ class AuditRunner:
         pack = load_packs(packs)
         inv = load_inventory([*paths, *nodes], self.settings, self.tools)
         return scan(inv, pack, self.store.clock().date())
+
+    def _audit_cluster(self, target: TargetSettings) -> tuple[ScanResult, str | None]:
+        from auditor.sources import cluster
+
+        assert target.cluster is not None
+        source = target.cluster
+        read = cluster.read_cluster(
+            source.context or None, source.kubeconfig or None, source.in_cluster, self.read_options
+        )
+        pack = load_packs([])
+        inv = cluster.inventory_from_read(read, self.settings)
+        return scan(inv, pack, self.store.clock().date()), read.server_version or None
 
     @staticmethod
     def _outcome(result: ScanResult, revision: str | None) -> RunOutcome | None:

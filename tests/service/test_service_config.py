@@ -80,6 +80,9 @@ def test_service_sections_are_read(tmp_path: Path) -> None:
         ("targets:\n  - name: 'a b'\n    directory: x\n", "targets[0].name", 2),
         ("targets:\n  - name: a\n    directory: x\n    paths: ['../../etc']\n", "targets[0].paths", 4),
         ("targets: {a: 1}\n", "targets", 1),
+        ("targets:\n  - name: a\n    cluster: {in_cluster: true, context: x}\n", "targets[0].cluster", 2),
+        ("targets:\n  - name: a\n    cluster: {namespace: x}\n", "targets[0].cluster.namespace", 3),
+        ("targets:\n  - name: a\n    cluster: {context: x}\n    directory: y\n", "targets[0]", 2),
     ],
 )
 def test_invalid_service_config_names_the_key(tmp_path: Path, text: str, key: str, line: int) -> None:
