@@ -143,7 +143,7 @@ def _read_cluster(args: argparse.Namespace) -> ClusterRead | None:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from auditor.sources import cluster
+    from auditor.sources import cluster, prometheus
 
     settings = load_settings(Path(args.config) if args.config else None)
     pack = load_packs([Path(p) for p in args.policy or []])
@@ -152,6 +152,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     inv = cluster.inventory_from_read(read, settings)
     result = scan(inv, pack, date.today())
+    result.findings = prometheus.enrich(result.findings, inv, settings, os.environ)
     _emit(args, result)
     if read.incomplete:
         print("error: the audit is partial: some objects could not be read (see above)", file=sys.stderr)

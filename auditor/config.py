@@ -27,6 +27,7 @@ Every setting says its unit, default and why. The config file is YAML:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from auditor.model.objects import REGION_KEY, ZONE_KEY
 from auditor.reachability import cni as cni_settings
 from auditor.service_config import DatabaseSettings, ServiceSettings, TargetSettings
 
-SECTIONS = ("kubernetes", "topology", "network", "cost", "database", "service", "targets")
+SECTIONS = ("kubernetes", "topology", "network", "cost", "database", "service", "targets", "prometheus")
 
 # The newest stable Kubernetes minor release when this version of the tool was written.
 NEWEST_KUBERNETES = "1.37"
@@ -137,6 +138,16 @@ class CostSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PrometheusSettings:
+    """Measured signals for live audits. Without a URL the model is used, and findings say so."""
+
+    url: str = ""  # e.g. http://prometheus.monitoring:9090
+    timeout_seconds: float = 10.0
+    window: str = "1h"  # rate() window for bytes sent and drops
+    bearer_token_env: str = ""  # variable holding a token for a protected Prometheus
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     topology: TopologySettings = field(default_factory=TopologySettings)
@@ -146,6 +157,7 @@ class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     service: ServiceSettings = field(default_factory=ServiceSettings)
     targets: tuple[TargetSettings, ...] = ()
+    prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
 
     def target(self, name: str) -> TargetSettings:
         for t in self.targets:
@@ -169,6 +181,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
         "intra_zone_latency_ms": (int, float),
         "inter_zone_latency_ms": (int, float),
     },
+    "prometheus": {"url": str, "timeout_seconds": (int, float), "window": str, "bearer_token_env": str},
     "cost.prices.*": {"usd_per_unit": (int, float), "unit": str, "charged": str, "as_of": str, "source": str},
     "network.cilium": {
         "enforcement_mode": str,
@@ -269,7 +282,20 @@ def parse_settings(data: Any, file: str) -> Settings:
         database=database,
         service=service,
         targets=targets,
+        prometheus=_prometheus(data.get("prometheus"), file),
     )
+
+
+def _prometheus(raw: Any, file: str) -> PrometheusSettings:
+    section = _section(raw, "prometheus", file)
+    url = section.get("url", "")
+    if url and not re.match(r"^https?://[^\s/]+", url):
+        raise ConfigError(file, yamlio.key_line(raw, "url"), "prometheus.url", f"not an http(s) URL: {url!r}")
+    if not re.fullmatch(r"[0-9]+[smhd]", section.get("window", "1h")):
+        raise ConfigError(
+            file, yamlio.key_line(raw, "window"), "prometheus.window", "a duration such as 5m, 1h or 1d"
+        )
+    return PrometheusSettings(**section)
 
 
 def _cost(raw: Any, file: str) -> CostSettings:

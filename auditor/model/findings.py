@@ -86,6 +86,8 @@ class Finding:
     estimated_slowdown_pct: float | None = None
     assumptions: tuple[str, ...] = ()
     target: str = ""
+    # Measurements that back the finding (Prometheus: bytes sent, GPU utilisation, policy drops).
+    evidence: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -116,4 +118,6 @@ class Finding:
         }
         if self.assumptions:
             out["assumptions"] = list(self.assumptions)
+        if self.evidence:
+            out["evidence"] = list(self.evidence)
         return out

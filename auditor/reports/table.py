@@ -41,6 +41,10 @@ def render(result: ScanResult, colour: bool = False) -> str:
             lines.extend(
                 textwrap.wrap(a, 100, initial_indent="      assumes: ", subsequent_indent="        ")
             )
+        for measured in f.evidence:
+            lines.extend(
+                textwrap.wrap(measured, 100, initial_indent="      measured: ", subsequent_indent="        ")
+            )
         lines.append(f"    fingerprint {f.fingerprint}")
     s = result.summary()
     by = ", ".join(f"{n} {k}" for k, n in s["by_severity"].items()) if s["by_severity"] else "none"  # type: ignore[attr-defined]

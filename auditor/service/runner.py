@@ -219,7 +219,7 @@ class AuditRunner:
         return scan(inv, pack, self.store.clock().date())
 
     def _audit_cluster(self, target: TargetSettings) -> tuple[ScanResult, str | None]:
-        from auditor.sources import cluster
+        from auditor.sources import cluster, prometheus
 
         assert target.cluster is not None
         source = target.cluster
@@ -228,7 +228,9 @@ class AuditRunner:
         )
         pack = load_packs([])
         inv = cluster.inventory_from_read(read, self.settings)
-        return scan(inv, pack, self.store.clock().date()), read.server_version or None
+        result = scan(inv, pack, self.store.clock().date())
+        result.findings = prometheus.enrich(result.findings, inv, self.settings, self.environ)
+        return result, read.server_version or None
 
     @staticmethod
     def _outcome(result: ScanResult, revision: str | None) -> RunOutcome | None:
