@@ -483,7 +483,7 @@ class Store:
 
     # -- findings -----------------------------------------------------------------------------
 
-    def _finding_query(self, flt: FindingFilter) -> Select[FindingRow, str]:
+    def _finding_query(self, flt: FindingFilter, target_id: int | None = None) -> Select[FindingRow, str]:
         query = (
             select(FindingRow, Target.name)
             .join(Target, FindingRow.target_id == Target.id)
@@ -491,7 +491,8 @@ class Store:
         )
         if flt.target is not None:
             # A scalar subquery, so the planner uses the (target_id, status, id) index.
-            target_id = select(Target.id).where(Target.name == flt.target).scalar_subquery()
+            # The id as a value (looked up first): the planner then knows how many rows the
+            # target has and walks the (target_id, id) index instead of the whole table.
             query = query.where(FindingRow.target_id == target_id)
         if flt.rule is not None:
             query = query.where(FindingRow.rule == flt.rule)
@@ -516,11 +517,17 @@ class Store:
 
     def findings(self, flt: FindingFilter, limit: int = 50, cursor: str | None = None) -> Page:
         """A page of findings, newest first (keyset pagination on the id)."""
-        query = self._finding_query(flt)
-        if cursor is not None:
-            query = query.where(FindingRow.id < decode_cursor(cursor))
-        query = query.order_by(FindingRow.id.desc()).limit(limit + 1)
+        before = decode_cursor(cursor) if cursor is not None else None
         with self.sessions() as session:
+            target_id = None
+            if flt.target is not None:
+                target_id = session.scalar(select(Target.id).where(Target.name == flt.target))
+                if target_id is None:
+                    return Page([], None)
+            query = self._finding_query(flt, target_id)
+            if before is not None:
+                query = query.where(FindingRow.id < before)
+            query = query.order_by(FindingRow.id.desc()).limit(limit + 1)
             rows = session.execute(query).all()
         items = [_finding_json(f, name) for f, name in rows[:limit]]
         more = len(rows) > limit
