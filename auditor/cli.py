@@ -25,7 +25,7 @@ from auditor.resources import examples_dir
 from auditor.rules.packs import load_packs
 from auditor.scan import ScanResult, apply_baseline, scan
 from auditor.sources.kubeapi import ClusterRead
-from auditor.sources.manifests import load_inventory
+from auditor.sources.manifests import Tools, load_inventory
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 
@@ -298,6 +298,53 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_fix(args: argparse.Namespace) -> int:
+    import difflib
+
+    from auditor.remediation.fix import propose
+
+    settings = load_settings(Path(args.config) if args.config else None)
+    paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    pack = load_packs([Path(p) for p in args.policy or []])
+    wanted = set(args.finding) if args.finding else None
+    result, proposals = propose(paths, settings, pack, date.today(), wanted, Tools.detect())
+    if wanted is not None:
+        unknown = wanted - {f.fingerprint for f in result.findings}
+        if unknown:
+            raise ConfigError("(arguments)", 0, "--finding", f"no such finding: {', '.join(sorted(unknown))}")
+    if not proposals:
+        print("nothing to fix", file=sys.stderr)
+        return EXIT_OK
+    final: dict[str, tuple[str, str]] = {}
+    for p in proposals:
+        f = p.finding
+        head = f"{f.rule} {f.workload.kind} {f.workload.namespace}/{f.workload.name} ({f.fingerprint[:12]})"
+        if p.plan is None:
+            print(f"no fix: {head}: {p.reason}", file=sys.stderr)
+            continue
+        print(f"fix: {head}: {p.plan.describe()}; {p.reaudit}", file=sys.stderr)
+        for file, (before, after) in p.files.items():
+            final[file] = (final.get(file, (before, after))[0], after)
+    for file, (before, after) in sorted(final.items()):
+        if args.write:
+            Path(file).write_text(after, encoding="utf-8", newline="")
+            print(f"wrote {file}", file=sys.stderr)
+        else:
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    before.splitlines(keepends=True),
+                    after.splitlines(keepends=True),
+                    f"a/{file}",
+                    f"b/{file}",
+                )
+            )
+    return (
+        EXIT_OK
+        if all(p.plan is not None or p.reason.startswith("already fixed") for p in proposals)
+        else EXIT_FINDINGS
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="auditor",
@@ -371,6 +418,22 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_args(sn)
     sn.add_argument("-o", "--output", required=True, metavar="FILE")
     sn.set_defaults(func=cmd_snapshot)
+
+    fx = sub.add_parser("fix", help="propose verified placement fixes as a diff (or write them)")
+    fx.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories")
+    fx.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
+    fx.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
+    fx.add_argument("--config", help="config file (YAML)")
+    fx.add_argument("--policy", action="append", metavar="PACK", help="extra policy pack (repeatable)")
+    which = fx.add_mutually_exclusive_group()
+    which.add_argument(
+        "--finding", action="append", metavar="FINGERPRINT", help="fix this finding (repeatable)"
+    )
+    which.add_argument("--all", action="store_true", help="every fixable finding (the default)")
+    how = fx.add_mutually_exclusive_group()
+    how.add_argument("--dry-run", action="store_true", help="print a unified diff (the default)")
+    how.add_argument("--write", action="store_true", help="write the changed files")
+    fx.set_defaults(func=cmd_fix)
 
     rn = sub.add_parser("run", help="audit one configured target now and store the results")
     rn.add_argument("--target", required=True, metavar="NAME")

@@ -18,7 +18,12 @@ from auditor.rules.blocked import classify
 from auditor.rules.model import AuditModel, edge_finding
 
 META = RuleMeta(
-    "cross-zone-blocked", "Blocked when the group is split across zones", "critical", ("blocked",)
+    "cross-zone-blocked",
+    "Blocked when the group is split across zones",
+    "critical",
+    ("blocked",),
+    # The fix `auditor fix` proposes: pin-zone | follow-coordinator | kueue-topology.
+    {"fix": "pin-zone"},
 )
 
 

@@ -21,7 +21,11 @@ from auditor.rules.blocked import classify
 from auditor.rules.model import AuditModel, EdgeAnalysis, annotation, object_ref
 
 META = RuleMeta(
-    "cross-zone-traffic", "Traffic crosses zones: slowdown and inter-AZ cost", "high", ("slowdown", "cost")
+    "cross-zone-traffic",
+    "Traffic crosses zones: slowdown and inter-AZ cost",
+    "high",
+    ("slowdown", "cost"),
+    {"fix": "pin-zone"},  # as for cross-zone-blocked
 )
 GRADIENT = "placement-auditor.io/gradient-bytes"
 STEPS = "placement-auditor.io/steps-per-second"

@@ -123,7 +123,7 @@ def test_default_pack_enables_every_builtin_rule_at_its_own_severity() -> None:
         expected = None if rule.META.id == "cross-zone-traffic" else rule.META.severity
         assert settings.severity == expected, rule.META.id
     assert set(loaded.rules) == {rule.META.id for rule in RULES}
-    assert loaded.rule_options() == {rule.META.id: {} for rule in RULES}
+    assert loaded.rule_options() == {rule.META.id: dict(rule.META.options) for rule in RULES}
 
 
 def test_default_pack_leaves_the_seed_lab_finding_as_it_is(tmp_path: Path) -> None:
@@ -647,7 +647,7 @@ def test_annotation_waiver_naming_an_unknown_rule_keeps_the_known_ones(tmp_path:
             HEADER + "spec:\n  rules:\n    cross-zone-blocked: {options: {depth: 3}}\n",
             6,
             "spec.rules.cross-zone-blocked.options.depth",
-            "unknown key (known: none)",
+            "unknown key (known: fix)",
         ),
         (
             HEADER + "spec:\n  rules:\n    cross-zone-blocked: {enabled: 'no'}\n",
