@@ -345,6 +345,34 @@ def cmd_fix(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_pr(args: argparse.Namespace) -> int:
+    from auditor import bootstrap
+    from auditor.gitops.git import GitError
+    from auditor.gitops.pulls import sync_pull_requests
+
+    settings = _service_settings(args)
+    target = settings.target(args.target)
+    if target.git is None or target.github is None:
+        raise ConfigError(
+            settings.source, 0, f"targets[{args.target}]", "needs a git repository and a github section"
+        )
+    store = bootstrap.build_store(settings)
+    try:
+        outcomes = sync_pull_requests(target, settings, store, tools=Tools.detect())
+    except GitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:
+        if type(exc).__module__.startswith("github"):
+            print(f"error: GitHub: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        raise
+    for o in outcomes:
+        number = f" #{o.number}" if o.number else ""
+        print(f"{o.action}{number}: {o.workload} ({o.branch}){': ' + o.detail if o.detail else ''}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="auditor",
@@ -434,6 +462,11 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--dry-run", action="store_true", help="print a unified diff (the default)")
     how.add_argument("--write", action="store_true", help="write the changed files")
     fx.set_defaults(func=cmd_fix)
+
+    pr = sub.add_parser("pr", help="open or update the fix pull requests of a git target")
+    pr.add_argument("--target", required=True, metavar="NAME")
+    pr.add_argument("--config", help="config file (default: the bundled example)")
+    pr.set_defaults(func=cmd_pr)
 
     rn = sub.add_parser("run", help="audit one configured target now and store the results")
     rn.add_argument("--target", required=True, metavar="NAME")

@@ -91,6 +91,26 @@ class ClusterSource:
 
 
 @dataclass(frozen=True, slots=True)
+class GitHubSettings:
+    """Where fix pull requests go (the target's repository on GitHub or GitHub Enterprise)."""
+
+    repository: str  # owner/name
+    base_url: str = "https://api.github.com"  # GitHub Enterprise: https://HOST/api/v3
+    token: str = field(default="", repr=False)
+    token_env: str = ""  # a token (PAT or installation token) from the environment
+    app_id: int = 0  # GitHub App authentication (instead of a token)
+    installation_id: int = 0
+    private_key_file: str = ""
+    labels: tuple[str, ...] = ("placement-auditor",)
+    max_open_prs: int = 10  # never more open fix PRs than this in the repository
+    max_new_prs_per_hour: int = 3
+    after_run: bool = False  # the service opens/updates PRs after each successful run
+    seconds_between_writes: float = 1.0  # GitHub asks integrators to pace writes
+    commit_name: str = "placement-auditor"
+    commit_email: str = "placement-auditor@users.noreply.github.com"
+
+
+@dataclass(frozen=True, slots=True)
 class TargetSettings:
     name: str
     schedule: str = DEFAULT_SCHEDULE
@@ -100,6 +120,7 @@ class TargetSettings:
     nodes: tuple[str, ...] = ()
     policies: tuple[str, ...] = ()
     cluster: ClusterSource | None = None
+    github: GitHubSettings | None = None
 
     @property
     def kind(self) -> str:
@@ -137,6 +158,23 @@ _TARGET_KEYS: dict[str, type | tuple[type, ...]] = {
     "nodes": list,
     "policies": list,
     "cluster": dict,
+    "github": dict,
+}
+_GITHUB_KEYS: dict[str, type | tuple[type, ...]] = {
+    "repository": str,
+    "base_url": str,
+    "token": str,
+    "token_env": str,
+    "app_id": int,
+    "installation_id": int,
+    "private_key_file": str,
+    "labels": list,
+    "max_open_prs": int,
+    "max_new_prs_per_hour": int,
+    "after_run": bool,
+    "seconds_between_writes": (int, float),
+    "commit_name": str,
+    "commit_email": str,
 }
 _CLUSTER_KEYS: dict[str, type | tuple[type, ...]] = {"context": str, "kubeconfig": str, "in_cluster": bool}
 _GIT_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -294,6 +332,9 @@ def parse_targets(raw: Any, file: str, base: Path) -> tuple[TargetSettings, ...]
         elif "directory" in section:
             given = section["directory"]
             directory = str(Path(given) if Path(given).is_absolute() else base / given)
+        github = None
+        if "github" in section:
+            github = _github(section["github"], f"{key}.github", file, base, git is not None)
         out.append(
             TargetSettings(
                 name,
@@ -304,6 +345,52 @@ def parse_targets(raw: Any, file: str, base: Path) -> tuple[TargetSettings, ...]
                 _strings(item, section.get("nodes", []), "nodes", f"{key}.nodes", file),
                 _strings(item, section.get("policies", []), "policies", f"{key}.policies", file),
                 cluster,
+                github,
             )
         )
     return tuple(out)
+
+
+def _github(raw: Any, key: str, file: str, base: Path, is_git: bool) -> GitHubSettings:
+    g = _mapping(raw, key, _GITHUB_KEYS, file)
+    line = yamlio.line_of(raw)
+    if not is_git:
+        raise ServiceConfigError(file, line, key, "pull requests need a git target")
+    repo = g.get("repository", "")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
+        raise ServiceConfigError(
+            file, yamlio.key_line(raw, "repository") or line, f"{key}.repository", "owner/name"
+        )
+    url = g.get("base_url", "https://api.github.com")
+    if not re.match(r"^https?://[^\s/]+", url):
+        raise ServiceConfigError(
+            file, yamlio.key_line(raw, "base_url"), f"{key}.base_url", f"not a URL: {url!r}"
+        )
+    if g.get("app_id") and not (g.get("installation_id") and g.get("private_key_file")):
+        raise ServiceConfigError(
+            file, line, key, "a GitHub App needs app_id, installation_id and private_key_file"
+        )
+    labels = g.get("labels", ["placement-auditor"])
+    if not all(isinstance(x, str) and x for x in labels):
+        raise ServiceConfigError(
+            file, yamlio.key_line(raw, "labels"), f"{key}.labels", "a list of label names"
+        )
+    keyfile = g.get("private_key_file", "")
+    if keyfile and not Path(keyfile).is_absolute():
+        keyfile = str(base / keyfile)
+    return GitHubSettings(
+        repo,
+        url.rstrip("/"),
+        g.get("token", ""),
+        g.get("token_env", ""),
+        g.get("app_id", 0),
+        g.get("installation_id", 0),
+        keyfile,
+        tuple(labels),
+        g.get("max_open_prs", 10),
+        g.get("max_new_prs_per_hour", 3),
+        g.get("after_run", False),
+        float(g.get("seconds_between_writes", 1.0)),
+        g.get("commit_name", "placement-auditor"),
+        g.get("commit_email", "placement-auditor@users.noreply.github.com"),
+    )

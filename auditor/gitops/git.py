@@ -44,7 +44,7 @@ class Credentials:
         return "Authorization: Basic " + base64.b64encode(raw).decode()
 
 
-def _environment(credentials: Credentials | None, base: Mapping[str, str]) -> dict[str, str]:
+def environment(credentials: Credentials | None, base: Mapping[str, str]) -> dict[str, str]:
     env = {k: v for k, v in base.items() if not k.startswith("GIT_CONFIG_")}
     env.update(
         GIT_TERMINAL_PROMPT="0",
@@ -163,7 +163,7 @@ def fetch(
     if url.startswith("-") or "::" in url or (branch is not None and branch.startswith("-")):
         raise GitError(f"refusing to fetch {url!r} {branch or ''}: not a plain URL and branch")
     directory = cache_dir_for(cache_root, url)
-    env = _environment(credentials, environ)
+    env = environment(credentials, environ)
     if not (directory / ".git").is_dir():
         if directory.exists():
             shutil.rmtree(directory)

@@ -139,12 +139,24 @@ class AuditRunner:
                 return self._fail(
                     run_id, f"storing the results failed: {type(exc).__name__}: {exc}", revision
                 )
+            if summary.status == "succeeded" and target.github is not None and target.github.after_run:
+                self._pull_requests(target)
             return RunResult(run_id, summary.status, summary)
         finally:
             stop.set()
             beat.join(timeout=5)
             with self._lock:
                 self._busy.discard(target_name)
+
+    def _pull_requests(self, target: TargetSettings) -> None:
+        """Open or update fix PRs after a successful run; a failure here never fails the run."""
+        from auditor.gitops.pulls import sync_pull_requests
+
+        try:
+            for o in sync_pull_requests(target, self.settings, self.store, self.environ, tools=self.tools):
+                log.info("target %s: pull request %s %s %s", target.name, o.action, o.branch, o.detail)
+        except Exception as exc:
+            log.error("target %s: pull requests failed: %s: %s", target.name, type(exc).__name__, exc)
 
     def recover(self, now: datetime | None = None) -> list[int]:
         """Mark the runs of dead processes (and stale ones) `interrupted`."""

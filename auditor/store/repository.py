@@ -26,6 +26,7 @@ from auditor.store.schema import (
     ACTIVE_STATUSES,
     CostEstimate,
     Observation,
+    PullRequest,
     Run,
     Target,
     Waiver,
@@ -565,6 +566,81 @@ class Store:
                 for obs, run in history
             ]
             return out
+
+    # -- pull requests ------------------------------------------------------------------------
+
+    def record_pull_request(
+        self,
+        target: str,
+        workload: str,
+        branch: str,
+        number: int,
+        url: str,
+        state: str,
+        fix_id: str,
+        closed_by_human: bool = False,
+    ) -> None:
+        now = self.clock()
+        with self.sessions.begin() as session:
+            target_id = self._target_id(session, target)
+            row = session.scalar(
+                select(PullRequest).where(
+                    PullRequest.target_id == target_id,
+                    PullRequest.branch == branch,
+                    PullRequest.number == number,
+                )
+            )
+            if row is None:
+                row = PullRequest(
+                    target_id=target_id, workload=workload, branch=branch, number=number, created_at=now
+                )
+                session.add(row)
+            row.url, row.state, row.fix_id, row.updated_at = url, state, fix_id, now
+            row.closed_by_human = row.closed_by_human or closed_by_human
+
+    def refused_fixes(self, target: str, branch: str) -> set[str]:
+        """Fixes a human closed unmerged on this branch: never proposed again."""
+        with self.sessions() as session:
+            return set(
+                session.scalars(
+                    select(PullRequest.fix_id)
+                    .join(Target, PullRequest.target_id == Target.id)
+                    .where(Target.name == target, PullRequest.branch == branch, PullRequest.closed_by_human)
+                )
+            )
+
+    def pull_requests_since(self, target: str, since: datetime) -> int:
+        with self.sessions() as session:
+            return int(
+                session.scalar(
+                    select(func.count())
+                    .select_from(PullRequest)
+                    .join(Target, PullRequest.target_id == Target.id)
+                    .where(Target.name == target, PullRequest.created_at >= since)
+                )
+                or 0
+            )
+
+    def pull_requests(self, target: str) -> list[dict[str, Any]]:
+        with self.sessions() as session:
+            rows = session.scalars(
+                select(PullRequest)
+                .join(Target, PullRequest.target_id == Target.id)
+                .where(Target.name == target)
+                .order_by(PullRequest.id)
+            )
+            return [
+                {
+                    "workload": r.workload,
+                    "branch": r.branch,
+                    "number": r.number,
+                    "url": r.url,
+                    "state": r.state,
+                    "fix_id": r.fix_id,
+                    "closed_by_human": r.closed_by_human,
+                }
+                for r in rows
+            ]
 
     # -- aggregates for metrics ---------------------------------------------------------------
 

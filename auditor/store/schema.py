@@ -178,3 +178,25 @@ class Waiver(Base):
     expires: Mapped[date] = mapped_column(Date)
     expired: Mapped[bool] = mapped_column(default=False)
     last_run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+
+
+class PullRequest(Base):
+    """A fix pull request this tool opened (or found) for one workload of one target."""
+
+    __tablename__ = "pull_requests"
+    __table_args__ = (
+        UniqueConstraint("target_id", "branch", "number"),
+        Index(None, "target_id", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
+    workload: Mapped[str] = mapped_column(String(600))  # group/kind/namespace/name
+    branch: Mapped[str] = mapped_column(String(255))
+    number: Mapped[int] = mapped_column(Integer)
+    url: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(20))  # open | closed | merged
+    fix_id: Mapped[str] = mapped_column(String(64))  # hash of the change it proposes
+    closed_by_human: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
