@@ -17,6 +17,8 @@ class SourceRef:
     file: str
     line: int = 0
     document: int = 0
+    # The kustomization.yaml whose build produced the object (its base document is `file`).
+    via: str = ""
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}" if self.line else self.file

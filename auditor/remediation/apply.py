@@ -8,8 +8,10 @@ intended values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -168,22 +170,134 @@ def _check(text: str, line: int, base: tuple[PathPart, ...], patch: RolePatch) -
             raise FixError(f"after the edit, label {key} is {labels.get(key)!r}, not {value!r}")
 
 
+def _fragment(patch: RolePatch, strategy: str, zone_key: str) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "zone_key": zone_key,
+        "tolerations": [render.toleration(t) for t in patch.tolerations],
+    }
+    if strategy == "follow-coordinator":
+        values["coordinator_labels"] = dict(patch.coordinator_labels)
+    elif strategy != "kueue-topology" or not patch.kueue:
+        strategy = "pin-zone"
+        values["zone"] = patch.zone or ""
+    if not (patch.zone or patch.tolerations or patch.coordinator_labels or patch.kueue):
+        return {}
+    return render.render(strategy, **values)
+
+
+def kustomize_patch(
+    patch: RolePatch, strategy: str, zone_key: str, base_doc: Mapping[str, Any], base: tuple[PathPart, ...]
+) -> dict[str, Any]:
+    """A patch for the overlay (strategic merge for built-in kinds, JSON merge for CRDs): maps
+    merge, so only what changes is written; lists are replaced, so tolerations are written whole."""
+    if any(isinstance(part, int) for part in base):
+        raise FixError("the pod template sits in a list; a Kustomize patch cannot address it by name")
+    fragment = _fragment(patch, strategy, zone_key)
+    template: dict[str, Any] = {}
+    meta: dict[str, Any] = {}
+    if patch.labels:
+        meta["labels"] = dict(patch.labels)
+    if fragment.get("annotations"):
+        meta["annotations"] = fragment["annotations"]
+    if meta:
+        template["metadata"] = meta
+    spec: dict[str, Any] = {}
+    affinity = {k: fragment[k] for k in ("nodeAffinity", "podAffinity") if k in fragment}
+    existing = patch.role.template.affinity if isinstance(patch.role.template.affinity, Mapping) else {}
+    for key in affinity:
+        if key in existing:
+            raise FixError(f"the pod template already has affinity.{key}; merge the change by hand")
+    if affinity:
+        spec["affinity"] = affinity
+    if fragment.get("tolerations"):
+        old = [
+            {
+                k: v
+                for k, v in {
+                    "key": t.key,
+                    "operator": t.operator,
+                    "value": t.value,
+                    "effect": t.effect,
+                }.items()
+                if v
+            }
+            for t in patch.role.template.tolerations
+        ]
+        spec["tolerations"] = [*old, *fragment["tolerations"]]
+    if spec:
+        template["spec"] = spec
+    body: Any = template
+    for part in reversed(base):
+        body = {part: body}
+    meta_raw = base_doc.get("metadata")
+    meta_src: Mapping[str, Any] = meta_raw if isinstance(meta_raw, Mapping) else {}
+    head: dict[str, Any] = {
+        "apiVersion": base_doc.get("apiVersion"),
+        "kind": base_doc.get("kind"),
+        "metadata": {"name": meta_src.get("name")},
+    }
+    if meta_src.get("namespace"):
+        head["metadata"]["namespace"] = meta_src["namespace"]
+    return {**head, **body}
+
+
+def _reference(kustomization: str, patch_file: str) -> str:
+    """kustomization.yaml with `patches: [- path: patch_file]` added (once)."""
+    data = yaml.safe_load(kustomization) if kustomization.strip() else {}
+    if not isinstance(data, dict):
+        raise FixError("the kustomization is not a mapping")
+    if any(isinstance(p, Mapping) and p.get("path") == patch_file for p in data.get("patches") or []):
+        return kustomization
+    entry = render.block([{"path": patch_file}])
+    if not data:
+        return kustomization + "patches:\n" + entry
+    root = yamledit.locate(kustomization, 1)
+    if "patches" in data:
+        return yamledit.append_items(kustomization, root, ["patches"], entry)
+    return yamledit.insert_keys(kustomization, root, [], "patches:\n" + entry)
+
+
+def _document_text(text: str, line: int) -> str:
+    root = yamledit.locate(text, line)
+    return text[root.start_mark.index : root.end_mark.index]
+
+
 def apply(
-    plan: FixPlan, texts: Mapping[str, str], raw_of: Mapping[Role, Any], zone_key: str
+    plan: FixPlan, read: Callable[[str], str], raw_of: Mapping[Role, Any], zone_key: str
 ) -> dict[str, str]:
-    """The new text of every file the plan touches (files not in `texts` cannot be edited)."""
-    out = dict(texts)
-    for patch in plan.patches:
+    """The new text of every file the plan touches; `read` gives a file's current text ("" when new)."""
+    out: dict[str, str] = {}
+
+    def text_of(file: str) -> str:
+        return out[file] if file in out else read(file)
+
+    # Bottom-up within a file, so earlier documents' lines stay where the loader saw them.
+    ordered = sorted(plan.patches, key=lambda p: (p.role.workload.source.file, -p.role.workload.source.line))
+    for patch in ordered:
         w = patch.role.workload
-        if w.source.file not in out:
-            raise FixError(f"{w} comes from {w.source.file}, which is not a file this fix can edit")
-        if w.source.file.endswith("(rendered)") or "cluster:" in w.source.file:
+        if "cluster:" in w.source.file or w.source.file.endswith("(rendered)"):
             raise FixError(f"{w} is not written in a manifest file")
         base = template_path(w.kind, w.api_version, raw_of.get(patch.role) or {}, patch.role.name)
+        if w.source.via.startswith("helm:"):
+            raise FixError(
+                f"{w} is rendered from the Helm chart {w.source.via[5:]}: editing the chart's values.yaml "
+                "is not automated; set its affinity and tolerations values by hand"
+            )
         try:
-            text = _apply_role(out[w.source.file], w.source.line, base, patch, plan.strategy, zone_key)
+            if w.source.via:
+                overlay = Path(w.source.via).parent
+                name = re.sub(r"[^a-z0-9.-]+", "-", f"placement-auditor-{w.kind}-{w.name}".lower())
+                patch_file = str(overlay / f"{name}.yaml")
+                base_doc = yaml.safe_load(_document_text(text_of(w.source.file), w.source.line)) or {}
+                data = kustomize_patch(patch, plan.strategy, zone_key, base_doc, base)
+                out[patch_file] = (
+                    "# Written by placement-auditor fix: keep the group in one zone.\n" + render.block(data)
+                )
+                out[w.source.via] = _reference(text_of(w.source.via), Path(patch_file).name)
+                continue
+            text = _apply_role(text_of(w.source.file), w.source.line, base, patch, plan.strategy, zone_key)
             _check(text, w.source.line, base, patch)
         except (yamledit.EditError, render.RenderError) as exc:
             raise FixError(f"{w.source.file}: {w}: {exc}") from None
         out[w.source.file] = text
-    return {f: t for f, t in out.items() if t != texts[f]}
+    return {f: t for f, t in out.items() if t != read(f)}

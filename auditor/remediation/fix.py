@@ -100,6 +100,13 @@ def propose(
     current: dict[str, str] = {}  # file → edited text so far
     originals: dict[str, str] = {}
     proposals: list[Proposal] = []
+
+    def reader(file: str) -> str:
+        if file not in current:
+            path = Path(file)
+            originals[file] = current[file] = _read(path) if path.exists() else ""
+        return current[file]
+
     try:
         model = build_model(inv)
         volumes = {r: role_claim_zones(inv, r) for r in model.placements}
@@ -123,48 +130,41 @@ def propose(
             proposal = Proposal(finding)
             tried: list[str] = []
             for candidate in candidates:
-                files = {p.role.workload.source.file for p in candidate.patches}
-                texts = {}
-                for f in files:
-                    if f not in current:
-                        try:
-                            originals[f] = current[f] = _read(Path(f))
-                        except OSError as exc:
-                            tried.append(f"{candidate.zone}: cannot read {f}: {exc.strerror}")
-                            break
-                    texts[f] = current[f]
-                else:
-                    try:
-                        edited = applier.apply(candidate, texts, raw_of, settings.topology.zone_key)
-                    except applier.FixError as exc:
-                        tried.append(f"{candidate.zone}: {exc}")
-                        continue
-                    for f, text in {**current, **edited}.items():
-                        work.where(f).write_text(text, encoding="utf-8", newline="")
-                    _, after = _scan(list(work.map.values()), settings, pack, today, tools)
-                    seen = {f.fingerprint for f in after.findings}
-                    new = seen - known
-                    if finding.fingerprint in seen or new:
-                        what = (
-                            "the finding remains"
-                            if finding.fingerprint in seen
-                            else f"{len(new)} new finding(s)"
-                        )
-                        tried.append(f"{candidate.zone}: re-audit: {what}")
-                        for f, text in current.items():  # undo in the copy
-                            work.where(f).write_text(text, encoding="utf-8", newline="")
-                        continue
-                    also = len(remaining - seen) - 1
-                    current.update(edited)
-                    remaining = seen
-                    proposal.plan = candidate
-                    proposal.files = {f: (originals[f], text) for f, text in edited.items()}
-                    more = f", {also} more fixed by this change" if also > 0 else ""
-                    proposal.reaudit = (
-                        f"re-audit: the finding is gone, no new finding "
-                        f"({len(after.findings)} finding(s) remain in the tree{more})"
-                    )
-                    break
+                try:
+                    edited = applier.apply(candidate, reader, raw_of, settings.topology.zone_key)
+                except applier.FixError as exc:
+                    tried.append(f"{candidate.zone}: {exc}")
+                    continue
+                except OSError as exc:
+                    tried.append(f"{candidate.zone}: cannot read {exc.filename}: {exc.strerror}")
+                    continue
+                for f, text in edited.items():
+                    target = work.where(f)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(text, encoding="utf-8", newline="")
+                _, after = _scan(list(work.map.values()), settings, pack, today, tools)
+                seen = {f.fingerprint for f in after.findings}
+                new = seen - known
+                if finding.fingerprint in seen or new:
+                    what = "the finding remains" if finding.fingerprint in seen else f"{len(new)} new"
+                    tried.append(f"{candidate.zone}: re-audit: {what}")
+                    for f in edited:  # undo in the copy
+                        if current.get(f):
+                            work.where(f).write_text(current[f], encoding="utf-8", newline="")
+                        else:
+                            work.where(f).unlink(missing_ok=True)
+                    continue
+                also = len(remaining - seen) - 1
+                current.update(edited)
+                remaining = seen
+                proposal.plan = candidate
+                proposal.files = {f: (originals.get(f, ""), text) for f, text in edited.items()}
+                more = f", {also} more fixed by this change" if also > 0 else ""
+                proposal.reaudit = (
+                    f"re-audit: the finding is gone, no new finding "
+                    f"({len(after.findings)} finding(s) remain in the tree{more})"
+                )
+                break
             if proposal.plan is None:
                 proposal.reason = "no candidate verified: " + "; ".join(tried or ["none"])
             proposals.append(proposal)

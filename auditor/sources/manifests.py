@@ -10,6 +10,7 @@ the source document they came from when it can be found.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -117,7 +118,10 @@ def _render(
     for d in sources:
         if isinstance(d.data, dict) and isinstance(d.data.get("metadata"), dict):
             index.setdefault((str(d.data.get("kind")), str(d.data["metadata"].get("name"))), d.source)
-    out.documents.extend(yamlio.Document(d.data, _origin(index, d.data, anchor)) for d in docs)
+    via = display if kind == "Kustomize" else f"helm:{display}"
+    out.documents.extend(
+        yamlio.Document(d.data, dataclasses.replace(_origin(index, d.data, anchor), via=via)) for d in docs
+    )
 
 
 def collect(paths: Sequence[Path], tools: Tools, progress: Progress = silent) -> Collected:

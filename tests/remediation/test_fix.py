@@ -208,3 +208,23 @@ def test_anchored_templates_are_refused(tmp_path: Path, capsys: pytest.CaptureFi
     code, text, _, err = _fix_text(tmp_path, anchored, capsys)
     assert code == 1 and text == anchored
     assert "anchor" in err
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is installed by .ci/run")
+def test_kustomize_overlay_gets_a_patch_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sources.test_manifests import seed_as_kustomize
+
+    root = seed_as_kustomize(tmp_path, "zone-b")
+    base_before = (root / "base" / "workload.yaml").read_text()
+    assert cli.main(["fix", "--write", str(root)]) == 0
+    _, err = capsys.readouterr()
+    assert "re-audit: the finding is gone" in err
+    overlay = root / "overlays" / "prod"
+    [patch] = overlay.glob("placement-auditor-*.yaml")
+    data = yaml.safe_load(patch.read_text())
+    assert data["kind"] == "Deployment" and data["metadata"]["name"] == "trainer-coordinator"
+    assert data["spec"]["template"]["metadata"]["labels"] == {"zone": "zone-a"}
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert kustomization["patches"][-1] == {"path": patch.name}
+    assert (root / "base" / "workload.yaml").read_text() == base_before  # the base is not touched
+    assert cli.main(["scan", str(root), "--format", "json"]) == 0
