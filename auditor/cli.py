@@ -373,6 +373,54 @@ def cmd_pr(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_digest(args: argparse.Namespace) -> int:
+    from auditor import bootstrap
+    from auditor.service import digests
+
+    settings = _service_settings(args)
+    store = bootstrap.build_store(settings)
+    try:
+        if args.dry_run:
+            for d, _since, _ in digests.build_all(settings, store):
+                print(f"To: {', '.join(d.team.to)}\nSubject: {d.subject}\n\n{d.text}")
+            return EXIT_OK
+        queued, sent, errors = digests.run(settings, store, os.environ)
+    except digests.NoDigestConfig as exc:
+        raise ConfigError(settings.source, 0, "digest", str(exc)) from None
+    print(f"{queued} digest(s) queued, {sent} sent", file=sys.stderr)
+    for e in errors:
+        print(f"error: {e} (kept in the outbox; retried next time)", file=sys.stderr)
+    return EXIT_FAILED if errors else EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from auditor import bootstrap
+    from auditor.reports import compliance
+
+    settings = _service_settings(args)
+    since = None
+    if args.since:
+        try:
+            since = datetime.fromisoformat(args.since)
+        except ValueError:
+            raise ConfigError(
+                "(arguments)", 0, "--since", f"not an ISO date or time: {args.since!r}"
+            ) from None
+        since = since if since.tzinfo else since.replace(tzinfo=UTC)
+    store = bootstrap.build_store(settings)
+    if args.target:
+        settings.target(args.target)
+    report = compliance.build(store.export(args.target, since), settings.reports, store.clock(), since)
+    if args.output:
+        manifest = compliance.write(report, args.format, Path(args.output))
+        print(f"wrote {args.output} and its sha256 manifest {manifest}", file=sys.stderr)
+    else:
+        if args.format == "pdf":
+            raise ConfigError("(arguments)", 0, "--output", "a PDF report needs --output FILE")
+        sys.stdout.write(compliance.render(report, args.format).decode())
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="auditor",
@@ -467,6 +515,21 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--target", required=True, metavar="NAME")
     pr.add_argument("--config", help="config file (default: the bundled example)")
     pr.set_defaults(func=cmd_pr)
+
+    dg = sub.add_parser("digest", help="build and send the daily digest e-mails (the outbox is retried)")
+    dg.add_argument("--config", help="config file (default: the bundled example)")
+    dg.add_argument("--dry-run", action="store_true", help="print the digests instead of sending them")
+    dg.set_defaults(func=cmd_digest)
+
+    rp = sub.add_parser("report", help="export a compliance report from the store")
+    rp.add_argument("--config", help="config file (default: the bundled example)")
+    rp.add_argument(
+        "--format", choices=("csv", "json", "html", "pdf", "sarif", "junit", "policyreport"), default="html"
+    )
+    rp.add_argument("--target", metavar="NAME")
+    rp.add_argument("--since", metavar="DATE", help="include findings resolved and runs since then")
+    rp.add_argument("--output", metavar="FILE", help="write here, with FILE.sha256 beside it")
+    rp.set_defaults(func=cmd_report)
 
     rn = sub.add_parser("run", help="audit one configured target now and store the results")
     rn.add_argument("--target", required=True, metavar="NAME")

@@ -37,9 +37,26 @@ from auditor import service_config, yamlio
 from auditor.cost import DEFAULT_PRICES, NetworkModel, Price
 from auditor.model.objects import REGION_KEY, ZONE_KEY
 from auditor.reachability import cni as cni_settings
-from auditor.service_config import DatabaseSettings, ServiceSettings, TargetSettings
+from auditor.service_config import (
+    DatabaseSettings,
+    DigestSettings,
+    ReportSettings,
+    ServiceSettings,
+    TargetSettings,
+)
 
-SECTIONS = ("kubernetes", "topology", "network", "cost", "database", "service", "targets", "prometheus")
+SECTIONS = (
+    "kubernetes",
+    "topology",
+    "network",
+    "cost",
+    "database",
+    "service",
+    "targets",
+    "prometheus",
+    "digest",
+    "reports",
+)
 
 # The newest stable Kubernetes minor release when this version of the tool was written.
 NEWEST_KUBERNETES = "1.37"
@@ -158,6 +175,8 @@ class Settings:
     service: ServiceSettings = field(default_factory=ServiceSettings)
     targets: tuple[TargetSettings, ...] = ()
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
+    digest: DigestSettings | None = None
+    reports: ReportSettings = field(default_factory=ReportSettings)
 
     def target(self, name: str) -> TargetSettings:
         for t in self.targets:
@@ -230,6 +249,8 @@ def parse_settings(data: Any, file: str) -> Settings:
         database = service_config.parse_database(data.get("database"), file)
         service = service_config.parse_service(data.get("service"), file, base)
         targets = service_config.parse_targets(data.get("targets"), file, base)
+        digest = service_config.parse_digest(data.get("digest"), file)
+        reports = service_config.parse_reports(data.get("reports"), file)
     except service_config.ServiceConfigError as exc:
         raise ConfigError(exc.file, exc.line, exc.key, exc.message) from None
     k8s = _section(data.get("kubernetes"), "kubernetes", file)
@@ -283,6 +304,8 @@ def parse_settings(data: Any, file: str) -> Settings:
         service=service,
         targets=targets,
         prometheus=_prometheus(data.get("prometheus"), file),
+        digest=digest,
+        reports=reports,
     )
 
 

@@ -394,3 +394,136 @@ def _github(raw: Any, key: str, file: str, base: Path, is_git: bool) -> GitHubSe
         g.get("commit_name", "placement-auditor"),
         g.get("commit_email", "placement-auditor@users.noreply.github.com"),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SmtpSettings:
+    host: str = "localhost"
+    port: int = 587
+    security: str = "starttls"  # starttls | tls | none
+    username: str = ""
+    password_env: str = ""  # the password comes from the environment, never the file
+    sender: str = "placement-auditor@localhost"
+    timeout_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    name: str
+    to: tuple[str, ...]
+    targets: tuple[str, ...] = ()  # empty: every target
+    namespaces: tuple[str, ...] = ()  # glob patterns; empty: every namespace
+
+
+@dataclass(frozen=True, slots=True)
+class DigestSettings:
+    schedule: str = "0 7 * * *"
+    stale_after_hours: int = 26  # a target whose last successful run is older is "stale"
+    expiring_within_days: int = 14  # waivers expiring this soon are listed
+    base_url: str = ""  # links to the web pages in the mail
+    smtp: SmtpSettings = field(default_factory=SmtpSettings)
+    teams: tuple[Team, ...] = ()
+
+
+# Rule → control ids of a compliance framework (override in `reports.controls`).
+DEFAULT_CONTROLS: dict[str, tuple[str, ...]] = {
+    "cross-zone-blocked": ("CC7.1", "A1.2"),
+    "traffic-blocked": ("CC7.1", "A1.2"),
+    "cross-zone-traffic": ("A1.1",),
+    "role-unschedulable": ("A1.2",),
+    "zone-label-mismatch": ("CC6.6", "CC8.1"),
+    "ineffective-policy-selector": ("CC6.6",),
+}
+
+
+DEFAULT_FRAMEWORK = "SOC 2 (Trust Services Criteria 2017)"
+
+
+@dataclass(frozen=True, slots=True)
+class ReportSettings:
+    framework: str = DEFAULT_FRAMEWORK
+    controls: tuple[tuple[str, tuple[str, ...]], ...] = tuple(DEFAULT_CONTROLS.items())
+
+    def controls_of(self, rule: str) -> tuple[str, ...]:
+        return dict(self.controls).get(rule, ())
+
+
+_EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+$")
+
+
+def parse_digest(raw: Any, file: str) -> DigestSettings | None:
+    if raw is None:
+        return None
+    keys: dict[str, type | tuple[type, ...]] = {
+        "schedule": str,
+        "stale_after_hours": int,
+        "expiring_within_days": int,
+        "base_url": str,
+        "smtp": dict,
+        "teams": list,
+    }
+    d = _mapping(raw, "digest", keys, file)
+    problem = validate_cron(d.get("schedule", "0 7 * * *"))
+    if problem:
+        raise ServiceConfigError(file, yamlio.key_line(raw, "schedule"), "digest.schedule", problem)
+    smtp_keys: dict[str, type | tuple[type, ...]] = {
+        "host": str,
+        "port": int,
+        "security": str,
+        "username": str,
+        "password_env": str,
+        "from": str,
+        "timeout_seconds": (int, float),
+    }
+    s = _mapping(d.get("smtp"), "digest.smtp", smtp_keys, file)
+    if s.get("security", "starttls") not in ("starttls", "tls", "none"):
+        raise ServiceConfigError(
+            file, yamlio.key_line(d.get("smtp"), "security"), "digest.smtp.security", "starttls, tls or none"
+        )
+    sender = s.pop("from", "placement-auditor@localhost")
+    if not _EMAIL.match(sender):
+        raise ServiceConfigError(
+            file, yamlio.key_line(d.get("smtp"), "from"), "digest.smtp.from", "an e-mail address"
+        )
+    smtp = SmtpSettings(sender=sender, **s)
+    teams = []
+    for i, item in enumerate(d.get("teams") or []):
+        key = f"digest.teams[{i}]"
+        t = _mapping(item, key, {"name": str, "to": list, "targets": list, "namespaces": list}, file)
+        line = yamlio.line_of(item)
+        if not t.get("name"):
+            raise ServiceConfigError(file, line, f"{key}.name", "required")
+        to = t.get("to") or []
+        if not to or not all(isinstance(a, str) and _EMAIL.match(a) for a in to):
+            raise ServiceConfigError(file, line, f"{key}.to", "a list of e-mail addresses")
+        teams.append(
+            Team(
+                t["name"],
+                tuple(to),
+                tuple(str(x) for x in t.get("targets") or []),
+                tuple(str(x) for x in t.get("namespaces") or []),
+            )
+        )
+    return DigestSettings(
+        d.get("schedule", "0 7 * * *"),
+        d.get("stale_after_hours", 26),
+        d.get("expiring_within_days", 14),
+        d.get("base_url", "").rstrip("/"),
+        smtp,
+        tuple(teams),
+    )
+
+
+def parse_reports(raw: Any, file: str) -> ReportSettings:
+    r = _mapping(raw, "reports", {"framework": str, "controls": dict}, file)
+    controls = dict(DEFAULT_CONTROLS)
+    for rule, ids in (r.get("controls") or {}).items():
+        if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
+            raise ServiceConfigError(
+                file,
+                yamlio.key_line(r.get("controls"), str(rule)),
+                f"reports.controls.{rule}",
+                "a list of control ids",
+            )
+        controls[str(rule)] = tuple(ids)
+    return ReportSettings(r.get("framework", DEFAULT_FRAMEWORK), tuple(sorted(controls.items())))

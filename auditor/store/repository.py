@@ -25,6 +25,7 @@ from auditor.store import lifecycle
 from auditor.store.schema import (
     ACTIVE_STATUSES,
     CostEstimate,
+    Digest,
     Observation,
     PullRequest,
     Run,
@@ -566,6 +567,183 @@ class Store:
                 for obs, run in history
             ]
             return out
+
+    # -- exports (reports, digests, web pages) ------------------------------------------------
+
+    def export(self, target: str | None = None, since: datetime | None = None) -> dict[str, Any]:
+        """What a compliance report or a digest needs: targets with their last runs (evidence),
+        findings (active and waived; resolved ones since `since`), waivers, and the runs of the
+        period."""
+        with self.sessions() as session:
+            tq = select(Target).order_by(Target.name)
+            if target is not None:
+                tq = tq.where(Target.name == target)
+            targets = list(session.scalars(tq))
+            ids = [t.id for t in targets]
+            names = {t.id: t.name for t in targets}
+            out_targets = []
+            for t in targets:
+                last = session.scalars(
+                    select(Run)
+                    .where(Run.target_id == t.id, Run.status != "running")
+                    .order_by(Run.id.desc())
+                    .limit(1)
+                ).first()
+                ok = session.scalars(
+                    select(Run)
+                    .where(Run.target_id == t.id, Run.status == "succeeded")
+                    .order_by(Run.id.desc())
+                    .limit(1)
+                ).first()
+                out_targets.append(
+                    {
+                        "name": t.name,
+                        "kind": t.kind,
+                        "location": t.location,
+                        "last_run": _run_json(last, t.name) if last else None,
+                        "last_successful_run": _run_json(ok, t.name) if ok else None,
+                    }
+                )
+            fq = select(FindingRow).where(FindingRow.target_id.in_(ids))
+            if since is not None:
+                fq = fq.where(
+                    FindingRow.status.in_((*ACTIVE_STATUSES, "waived")) | (FindingRow.resolved_at >= since)
+                )
+            else:
+                fq = fq.where(FindingRow.status.in_((*ACTIVE_STATUSES, "waived")))
+            findings = []
+            for f in session.scalars(fq.order_by(FindingRow.id)):
+                item = _finding_json(f, names[f.target_id])
+                item["detail"] = f.detail
+                findings.append(item)
+            waivers = [
+                {
+                    "target": names[w.target_id],
+                    "fingerprint": w.fingerprint,
+                    "source": w.source,
+                    "reason": w.reason,
+                    "expires": w.expires.isoformat(),
+                    "expired": w.expired,
+                }
+                for w in session.scalars(select(Waiver).where(Waiver.target_id.in_(ids)).order_by(Waiver.id))
+            ]
+            rq = select(Run).where(Run.target_id.in_(ids), Run.status != "running")
+            if since is not None:
+                rq = rq.where(Run.started_at >= since)
+            runs = [
+                _run_json(r, names[r.target_id])
+                for r in session.scalars(rq.order_by(Run.id.desc()).limit(500))
+            ]
+        return {"targets": out_targets, "findings": findings, "waivers": waivers, "runs": runs}
+
+    def trend(self, target: str, limit: int = 90) -> list[dict[str, Any]]:
+        """Per successful or partial run of a target: when, findings and estimated cost (oldest first)."""
+        with self.sessions() as session:
+            rows = session.execute(
+                select(Run)
+                .join(Target, Run.target_id == Target.id)
+                .where(Target.name == target, Run.status.in_(("succeeded", "partial")))
+                .order_by(Run.id.desc())
+                .limit(limit)
+            ).scalars()
+            return [_run_json(r, target) for r in reversed(list(rows))]
+
+    def changes_since(self, since: datetime) -> dict[str, list[dict[str, Any]]]:
+        """Findings that became new, reopened or resolved at or after `since` (for digests)."""
+        with self.sessions() as session:
+            names = dict(session.execute(select(Target.id, Target.name)).all())
+            out: dict[str, list[dict[str, Any]]] = {"new": [], "reopened": [], "resolved": []}
+            rows = session.execute(
+                select(FindingRow, Observation.status)
+                .join(Observation, Observation.finding_id == FindingRow.id)
+                .join(Run, Observation.run_id == Run.id)
+                .where(Run.finished_at >= since, Observation.status.in_(("new", "reopened", "resolved")))
+                .order_by(FindingRow.id)
+            ).all()
+            seen: set[tuple[int, str]] = set()
+            for f, status in rows:
+                if (f.id, status) in seen:
+                    continue
+                seen.add((f.id, status))
+                item = _finding_json(f, names[f.target_id])
+                item["detail"] = f.detail
+                out[status].append(item)
+            return out
+
+    # -- the digest outbox --------------------------------------------------------------------
+
+    def last_digest_end(self, team: str) -> datetime | None:
+        with self.sessions() as session:
+            return _as_utc(session.scalar(select(func.max(Digest.period_end)).where(Digest.team == team)))
+
+    def enqueue_digest(
+        self,
+        team: str,
+        start: datetime,
+        end: datetime,
+        recipients: Sequence[str],
+        subject: str,
+        text: str,
+        html: str,
+    ) -> int | None:
+        """Queue one digest; None when the team already has one for that UTC day."""
+        day_start = end.replace(hour=0, minute=0, second=0, microsecond=0)
+        with self.sessions.begin() as session:
+            if session.scalar(select(Digest.id).where(Digest.team == team, Digest.period_end >= day_start)):
+                return None
+            row = Digest(
+                team=team,
+                period_start=start,
+                period_end=end,
+                recipients=list(recipients),
+                subject=subject,
+                text=text,
+                html=html,
+                status="pending",
+                attempts=0,
+                created_at=self.clock(),
+            )
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def pending_digests(self) -> list[dict[str, Any]]:
+        with self.sessions() as session:
+            return [
+                {
+                    "id": d.id,
+                    "team": d.team,
+                    "recipients": d.recipients,
+                    "subject": d.subject,
+                    "text": d.text,
+                    "html": d.html,
+                    "attempts": d.attempts,
+                }
+                for d in session.scalars(select(Digest).where(Digest.status == "pending").order_by(Digest.id))
+            ]
+
+    def digest_attempt(self, digest_id: int, error: str | None) -> None:
+        """Record a send attempt: sent (error None) or still pending with the error."""
+        with self.sessions.begin() as session:
+            row = session.get_one(Digest, digest_id, with_for_update=True)
+            row.attempts += 1
+            if error is None:
+                row.status, row.sent_at, row.last_error = "sent", self.clock(), None
+            else:
+                row.last_error = error[:2000]
+
+    def digests(self) -> list[dict[str, Any]]:
+        with self.sessions() as session:
+            return [
+                {
+                    "id": d.id,
+                    "team": d.team,
+                    "status": d.status,
+                    "attempts": d.attempts,
+                    "last_error": d.last_error,
+                }
+                for d in session.scalars(select(Digest).order_by(Digest.id))
+            ]
 
     # -- pull requests ------------------------------------------------------------------------
 

@@ -200,3 +200,24 @@ class PullRequest(Base):
     closed_by_human: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Digest(Base):
+    """The digest outbox: one e-mail per team per period; sent once, retried until it is."""
+
+    __tablename__ = "digests"
+    __table_args__ = (UniqueConstraint("team", "period_end"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    team: Mapped[str] = mapped_column(String(200))
+    period_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    period_end: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    recipients: Mapped[list[str]] = mapped_column(JSON)
+    subject: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(Text)
+    html: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(20))  # pending | sent
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,132 @@
+"""The daily digest per team: what changed since the last digest (new, reopened, resolved; blocked
+groups first), the top findings by estimated cost, the total estimated monthly inter-AZ cost and its
+trend, waivers expiring soon, and audit coverage (targets whose last run failed or is stale).
+Routed per team by target and namespace. Pure: the caller passes the store's data and the time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from fnmatch import fnmatch
+from typing import Any
+
+from auditor.reports import zonemap
+from auditor.resources import templates_dir
+from auditor.service_config import DigestSettings, Team
+
+BLOCKED = ("cross-zone-blocked", "traffic-blocked")
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    team: Team
+    subject: str
+    text: str
+    html: str
+    counts: Mapping[str, int]
+
+
+def routed(team: Team, finding: Mapping[str, Any]) -> bool:
+    if team.targets and finding["target"] not in team.targets:
+        return False
+    ns = finding["workload"]["namespace"]
+    return not team.namespaces or any(fnmatch(ns, pattern) for pattern in team.namespaces)
+
+
+def _blocked_first(findings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    rank = {"critical": 0, "high": 1, "medium": 2, "low": 3}
+    return sorted(findings, key=lambda f: (f["rule"] not in BLOCKED, rank.get(f["severity"], 9), f["id"]))
+
+
+def build(
+    team: Team,
+    settings: DigestSettings,
+    export: Mapping[str, Any],
+    changes: Mapping[str, Sequence[Mapping[str, Any]]],
+    trends: Mapping[str, Sequence[Mapping[str, Any]]],
+    since: datetime,
+    now: datetime,
+) -> Digest:
+    active = [f for f in export["findings"] if f["status"] in ("new", "open", "reopened") and routed(team, f)]
+    new = _blocked_first([f for f in changes.get("new", []) if routed(team, f)])
+    reopened = _blocked_first([f for f in changes.get("reopened", []) if routed(team, f)])
+    resolved = [f for f in changes.get("resolved", []) if routed(team, f)]
+    costly = sorted(
+        (f for f in active if f.get("estimated_monthly_cost_usd")),
+        key=lambda f: -float(f["estimated_monthly_cost_usd"]),
+    )[:5]
+    total = round(sum(float(f.get("estimated_monthly_cost_usd") or 0) for f in active), 2)
+    targets = [t for t in export["targets"] if not team.targets or t["name"] in team.targets]
+    before = 0.0
+    for t in targets:
+        earlier = [
+            r
+            for r in trends.get(t["name"], [])
+            if r["finished_at"] and r["finished_at"] < since.isoformat().replace("+00:00", "Z")
+        ]
+        before += float((earlier[-1]["estimated_monthly_cost_usd"] if earlier else 0) or 0)
+    trend = round(total - before, 2)
+    soon = (now + timedelta(days=settings.expiring_within_days)).date()
+    expiring = [
+        w
+        for w in export["waivers"]
+        if not w["expired"]
+        and date.fromisoformat(w["expires"]) <= soon
+        and (not team.targets or w["target"] in team.targets)
+    ]
+    coverage = []
+    stale_before = now - timedelta(hours=settings.stale_after_hours)
+    for t in targets:
+        last, ok = t.get("last_run"), t.get("last_successful_run")
+        if last is not None and last["status"] in ("failed", "interrupted"):
+            coverage.append(
+                {
+                    "target": t["name"],
+                    "problem": f"last run {last['status']}: {last.get('error') or ''}".strip(),
+                }
+            )
+        elif ok is None:
+            coverage.append({"target": t["name"], "problem": "never audited successfully"})
+        elif datetime.fromisoformat(ok["finished_at"].replace("Z", "+00:00")) < stale_before:
+            coverage.append(
+                {"target": t["name"], "problem": f"stale: last successful run {ok['finished_at']}"}
+            )
+    blocked = [f for f in active if f["rule"] in BLOCKED]
+    values = {
+        "team": team,
+        "since": since,
+        "now": now,
+        "new": new,
+        "reopened": reopened,
+        "resolved": resolved,
+        "blocked": _blocked_first(blocked),
+        "costly": costly,
+        "total": total,
+        "trend": trend,
+        "expiring": expiring,
+        "coverage": coverage,
+        "base_url": settings.base_url,
+        "maps": {f["id"]: zonemap.svg(f["detail"]) for f in blocked if f.get("detail", {}).get("edge")},
+    }
+    subject = (
+        f"[placement-auditor] {team.name}: {len(blocked)} blocked, {len(new)} new, {len(resolved)} resolved"
+        f", ${total:,.0f}/month inter-AZ"
+    )
+    text = _env(False).get_template("digest.txt.j2").render(**values)
+    html = _env(True).get_template("digest.html.j2").render(**values)
+    counts = {"new": len(new), "reopened": len(reopened), "resolved": len(resolved), "blocked": len(blocked)}
+    return Digest(team, subject, text, html, counts)
+
+
+def _env(html: bool) -> Any:
+    from jinja2 import FileSystemLoader, StrictUndefined
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    return ImmutableSandboxedEnvironment(
+        loader=FileSystemLoader(str(templates_dir() / "email")),
+        undefined=StrictUndefined,
+        autoescape=html,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )

@@ -1,0 +1,41 @@
+"""The digest use case: build each team's digest from the store, queue it in the outbox (one per
+team per day), and send what is pending (retrying earlier failures)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from auditor.config import Settings
+from auditor.reports import digest as digests
+from auditor.service import mailer
+from auditor.store.repository import Store
+
+
+class NoDigestConfig(ValueError):
+    pass
+
+
+def build_all(settings: Settings, store: Store) -> list[tuple[digests.Digest, datetime, datetime]]:
+    if settings.digest is None or not settings.digest.teams:
+        raise NoDigestConfig("no digest section with teams in the config")
+    now = store.clock()
+    export = store.export()
+    trends = {t["name"]: store.trend(t["name"]) for t in export["targets"]}
+    out: list[tuple[digests.Digest, datetime, datetime]] = []
+    for team in settings.digest.teams:
+        since = store.last_digest_end(team.name) or now - timedelta(days=1)
+        changes = store.changes_since(since)
+        out.append((digests.build(team, settings.digest, export, changes, trends, since, now), since, now))
+    return out
+
+
+def run(settings: Settings, store: Store, environ: Mapping[str, str]) -> tuple[int, int, list[str]]:
+    """(queued, sent, errors)."""
+    queued = 0
+    for d, since, now in build_all(settings, store):
+        if store.enqueue_digest(d.team.name, since, now, d.team.to, d.subject, d.text, d.html) is not None:
+            queued += 1
+    assert settings.digest is not None
+    sent, errors = mailer.flush(store, settings.digest.smtp, environ)
+    return queued, sent, errors
