@@ -36,11 +36,12 @@ def svg(detail: Mapping[str, Any], title: str = "") -> str:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="zonemap" viewBox="0 0 {width} {height}" '
         f'width="100%" role="img" aria-label="{_attr(title or "zone map")}">',
-        "<style>.zone{fill:#f4f6f8;stroke:#9aa5b1}.zname{font:600 14px sans-serif;fill:#334}"
-        ".role{fill:#fff;stroke:#556;stroke-width:1.5}.rname{font:13px sans-serif;fill:#112}"
+        "<style>.zone{fill:#f4f6f8;stroke:#9aa5b1}.zname{font-weight:600;font-size:14px;font-family:sans-serif;fill:#334}"
+        ".role{fill:#fff;stroke:#556;stroke-width:1.5}.rname{font-size:13px;font-family:sans-serif;fill:#112}"
         ".edge{fill:none;stroke-width:3}.edge.blocked{stroke:#c62828;stroke-dasharray:8 6}"
-        ".edge.crossing{stroke:#ef8f00}.edge.open{stroke:#2e7d32}.elabel{font:12px sans-serif;fill:#333}"
-        ".policy{font:12px monospace;fill:#7a1f1f}</style>",
+        ".edge.crossing{stroke:#ef8f00}.edge.open{stroke:#2e7d32}.elabel{font-size:12px;font-family:sans-serif;fill:#333}"
+        ".policy{font-size:12px;font-family:monospace;fill:#7a1f1f}.head{fill:#555}.head.blocked{fill:#c62828}"
+        ".head.crossing{fill:#ef8f00}</style>",
     ]
     if title:
         parts.append(f"<title>{escape(title)}</title>")
@@ -77,7 +78,9 @@ def svg(detail: Mapping[str, Any], title: str = "") -> str:
             parts.append(
                 f'<path class="edge {kind}" data-from="{_attr(s_zone)}" data-to="{_attr(d_zone)}" '
                 f'd="M{sx},{sy + BOX_H / 2} C{sx},{mid_y} {dx},{mid_y} {dx},{dy + BOX_H / 2}" '
-                'marker-end="url(#arrow)"/>'
+                "/>"
+                f'<polygon class="head {kind}" points="{dx - 6},{dy + BOX_H / 2 + 11} {dx + 6},'
+                f'{dy + BOX_H / 2 + 11} {dx},{dy + BOX_H / 2}"/>'
             )
             if not drawn:
                 parts.append(
@@ -90,10 +93,5 @@ def svg(detail: Mapping[str, Any], title: str = "") -> str:
         name = f"{p.get('kind')} {ns + '/' if ns else ''}{p.get('name')}"
         parts.append(f'<text class="policy" x="{ZONE_GAP}" y="{y}">decided by {escape(name)}</text>')
         y += 18
-    parts.insert(
-        2,
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
-        'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
-    )
     parts.append("</svg>")
     return "".join(parts)

@@ -24,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from auditor import __version__
 from auditor.config import ConfigError
+from auditor.service import web
 from auditor.service.metrics import registry_for
 from auditor.service.runner import AuditRunner, TargetBusy
 from auditor.store import database
@@ -202,4 +203,5 @@ def create_app(store: Store, runner: AuditRunner, scheduler: Submitter, api_toke
             headers={"Location": f"/api/v1/runs/{run_id}"},
         )
 
+    web.mount(app, store)
     return app

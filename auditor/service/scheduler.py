@@ -74,6 +74,16 @@ class Scheduler:
                 max_instances=1,
                 misfire_grace_time=service.misfire_grace_seconds,
             )
+        if settings.digest is not None and settings.digest.teams:
+            self.scheduler.add_job(
+                self.send_digests,
+                CronTrigger.from_crontab(settings.digest.schedule, timezone=service.timezone),
+                id="digest",
+                name="daily digest",
+                coalesce=True,
+                max_instances=1,
+                misfire_grace_time=service.misfire_grace_seconds,
+            )
         self.scheduler.add_job(
             self.recover,
             IntervalTrigger(seconds=max(30, service.heartbeat_seconds * 2)),
@@ -107,6 +117,17 @@ class Scheduler:
     @property
     def running(self) -> bool:
         return bool(self.scheduler.running)
+
+    def send_digests(self) -> None:
+        from auditor.service import digests
+
+        try:
+            queued, sent, errors = digests.run(self.settings, self.runner.store, self.runner.environ)
+            log.info("digest: %d queued, %d sent", queued, sent)
+            for e in errors:
+                log.error("digest: %s (kept in the outbox)", e)
+        except Exception as exc:
+            log.error("digest failed: %s: %s", type(exc).__name__, exc)
 
     def recover(self) -> None:
         try:
