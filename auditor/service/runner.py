@@ -125,7 +125,14 @@ class AuditRunner:
             except git.GitError as exc:
                 return self._fail(run_id, f"fetching {target.location}: {exc}", revision)
             except Exception as exc:
-                log.exception("run %s of %s failed", run_id, target_name)
+                log.error(
+                    "run %s of %s failed: %s: %s",
+                    run_id,
+                    target_name,
+                    type(exc).__name__,
+                    exc,
+                    exc_info=not isinstance(exc, OSError),  # a traceback only for the unexpected
+                )
                 return self._fail(run_id, f"{type(exc).__name__}: {exc}", revision)
             outcome = self._outcome(result, revision)
             if outcome is None:
