@@ -108,7 +108,7 @@ def test_a_refused_digest_stays_in_the_outbox_and_is_retried(tmp_path: Path, smt
     inbox, port = smtp
     inbox.refuse = 1
     with engine_for("sqlite", tmp_path) as engine:
-        store, clock, settings = seeded_store(tmp_path, engine, _config(port))
+        store, _clock, settings = seeded_store(tmp_path, engine, _config(port))
         queued, sent, errors = digests.run(settings, store, {})  # type: ignore[arg-type]
         assert queued == 2 and sent == 1 and len(errors) == 1 and "451" in errors[0]
         assert sorted(d["status"] for d in store.digests()) == ["pending", "sent"]
