@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from auditor import TOOL_NAME, __version__, progress
+from auditor import TOOL_NAME, __version__, gcpause, progress
 from auditor.config import ConfigError, Settings, load_settings
 from auditor.explain import ExplainError, explain, to_json, to_text
 from auditor.reports import csv_report, json_report, junit, sarif, table
@@ -89,8 +89,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
     bar = progress.for_stderr()
     try:
         pack = load_packs([Path(p) for p in args.policy or []])
-        inv = load_inventory(paths, settings, progress=bar or progress.silent)
-        result = scan(inv, pack, date.today(), bar or progress.silent)
+        with gcpause.paused():
+            inv = load_inventory(paths, settings, progress=bar or progress.silent)
+            result = scan(inv, pack, date.today(), bar or progress.silent)
     finally:
         if bar is not None:
             bar.close()
@@ -147,11 +148,12 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
     settings = load_settings(Path(args.config) if args.config else None)
     pack = load_packs([Path(p) for p in args.policy or []])
-    read = _read_cluster(args)
-    if read is None:
-        return EXIT_FAILED
-    inv = cluster.inventory_from_read(read, settings)
-    result = scan(inv, pack, date.today())
+    with gcpause.paused():
+        read = _read_cluster(args)
+        if read is None:
+            return EXIT_FAILED
+        inv = cluster.inventory_from_read(read, settings)
+        result = scan(inv, pack, date.today())
     result.findings = prometheus.enrich(result.findings, inv, settings, os.environ)
     _emit(args, result)
     if read.incomplete:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from auditor import gcpause
 from auditor.config import Settings
 from auditor.gitops import git
 from auditor.rules.packs import load_packs
@@ -117,11 +118,13 @@ class AuditRunner:
         try:
             try:
                 if target.cluster is not None:
-                    result, revision = self._audit_cluster(target)
+                    with gcpause.paused():
+                        result, revision = self._audit_cluster(target)
                 else:
                     with self._holding(target):
                         root, revision = self._materialise(target)
-                        result = self._audit(target, root)
+                        with gcpause.paused():
+                            result = self._audit(target, root)
             except git.GitError as exc:
                 return self._fail(run_id, f"fetching {target.location}: {exc}", revision)
             except Exception as exc:

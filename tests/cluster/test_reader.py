@@ -69,6 +69,12 @@ def test_paginated_complete_read(cluster: tuple[FakeCluster, object]) -> None:
         "JobSet (jobset.x-k8s.io/v1alpha2)",
     }
     assert sleeps == []
+    # Pods owned by a kind the reader lists keep only what placement needs; bare pods stay whole.
+    pods = {o["metadata"]["name"]: o for o in read.objects if o["kind"] == "Pod"}
+    owned = pods["trainer-coordinator-7d9f8-x2x4q"]
+    assert set(owned["spec"]) == {"nodeName"} and owned["status"]["phase"] == "Running"
+    assert owned["metadata"]["labels"]["role"] == "coordinator" and owned["metadata"]["ownerReferences"]
+    assert "containers" in pods["web-0"]["spec"]
 
 
 def test_expired_continue_token_restarts_the_list(cluster: tuple[FakeCluster, object]) -> None:
