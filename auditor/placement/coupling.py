@@ -31,16 +31,47 @@ KUEUE_GROUP = "kueue.x-k8s.io/podset-group-name"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class RolePlacement:
     role: Role
     zones: tuple[str, ...]
     nodes: tuple[str, ...]
-    rejected: tuple[FilterResult, ...]  # why the other nodes were filtered out
+    # Why the other nodes were filtered out, per group of nodes the filters cannot tell apart:
+    # (the verdict for the group's first node, every node of the group). Expanded per node only
+    # when asked (`rejected`), which is rare: millions of results for a large repository otherwise.
+    rejected_groups: tuple[tuple[FilterResult, tuple[str, ...]], ...] = ()
+    node_order: Mapping[str, int] | None = None  # sorts the expanded results as the nodes were given
 
     @property
     def unschedulable(self) -> bool:
         return not self.nodes
+
+    @property
+    def rejected(self) -> tuple[FilterResult, ...]:
+        out = [
+            result
+            if name == result.node
+            else FilterResult(name, False, result.plugin, result.reason, result.code)
+            for result, names in self.rejected_groups
+            for name in names
+        ]
+        if self.node_order is not None:
+            order = self.node_order
+            out.sort(key=lambda r: order[r.node])
+        return tuple(out)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RolePlacement):
+            return NotImplemented
+        return (self.role, self.zones, self.nodes, self.rejected) == (
+            other.role,
+            other.zones,
+            other.nodes,
+            other.rejected,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.role, self.zones, self.nodes))
 
 
 def place_role(
@@ -55,7 +86,9 @@ def place_role(
         else:
             rejected.append(result)
     zones = sorted({z for n in ok if (z := n.label_map.get(zone_key))})
-    return RolePlacement(role, tuple(zones), tuple(n.name for n in ok), tuple(rejected))
+    return RolePlacement(
+        role, tuple(zones), tuple(n.name for n in ok), tuple((r, (r.node,)) for r in rejected)
+    )
 
 
 def _filter_signature(role: Role) -> str:
@@ -102,7 +135,7 @@ def place_roles(
             else:
                 found = _place_by_groups(role, groups, zone_key, claims, position)
             done[key] = found
-        out[role] = RolePlacement(role, found.zones, found.nodes, found.rejected)
+        out[role] = RolePlacement(role, found.zones, found.nodes, found.rejected_groups, found.node_order)
     return out
 
 
@@ -133,22 +166,16 @@ def _place_by_groups(
     position: Mapping[str, int],
 ) -> RolePlacement:
     ok: list[Node] = []
-    rejected: list[FilterResult] = []
+    rejected: list[tuple[FilterResult, tuple[str, ...]]] = []
     for group in groups:
         result = filter_node(role.template, group[0], claims)
         if result.ok:
             ok.extend(group)
         else:
-            rejected.extend(
-                result
-                if n is group[0]
-                else FilterResult(n.name, False, result.plugin, result.reason, result.code)
-                for n in group
-            )
+            rejected.append((result, tuple(n.name for n in group)))
     ok.sort(key=lambda n: position[n.name])  # node order, as filtering one by one gives
-    rejected.sort(key=lambda r: position[r.node])
     zones = sorted({z for n in ok if (z := n.label_map.get(zone_key))})
-    return RolePlacement(role, tuple(zones), tuple(n.name for n in ok), tuple(rejected))
+    return RolePlacement(role, tuple(zones), tuple(n.name for n in ok), tuple(rejected), position)
 
 
 @dataclass(frozen=True, slots=True)

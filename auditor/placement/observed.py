@@ -27,7 +27,7 @@ class ObservedRole:
         return tuple(sorted({z for _, z in self.pods}))
 
     def placement(self) -> RolePlacement:
-        return RolePlacement(self.role, self.zones, tuple(sorted({p.node or "" for p, _ in self.pods})), ())
+        return RolePlacement(self.role, self.zones, tuple(sorted({p.node or "" for p, _ in self.pods})))
 
 
 @dataclass(frozen=True, slots=True)
