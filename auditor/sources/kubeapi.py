@@ -313,13 +313,15 @@ class Reader:
             if status == 404:
                 continue
             if status == 403:
+                # Not an incomplete audit: a cluster without Cilium has no such namespace (and no
+                # Role can be granted in it); Cilium settings then come from the config file.
                 out.problems.append(
                     ReadProblem(
                         f"ConfigMap {namespace}/cilium-config",
-                        "forbidden",
-                        "permission denied",
-                        f'namespace: {namespace}, apiGroups: [""], resources: ["configmaps"], '
-                        'resourceNames: ["cilium-config"], verbs: ["get"]',
+                        "absent",
+                        "not readable (permission denied); Cilium settings from the config file. "
+                        f'If Cilium runs in {namespace}, grant: namespace: {namespace}, apiGroups: [""], '
+                        'resources: ["configmaps"], resourceNames: ["cilium-config"], verbs: ["get"]',
                     )
                 )
                 continue
