@@ -92,12 +92,12 @@ def cmd_scan(args: argparse.Namespace) -> int:
         with gcpause.paused():
             inv = load_inventory(paths, settings, progress=bar or progress.silent)
             result = scan(inv, pack, date.today(), bar or progress.silent)
+            if args.baseline:
+                result = apply_baseline(result, _baseline_fingerprints(Path(args.baseline)))
+            _emit(args, result)
     finally:
         if bar is not None:
             bar.close()
-    if args.baseline:
-        result = apply_baseline(result, _baseline_fingerprints(Path(args.baseline)))
-    _emit(args, result)
     if result.audited_objects == 0 and result.errors:
         return EXIT_FAILED
     return EXIT_FINDINGS if result.at_or_above(args.fail_on) else EXIT_OK
@@ -154,8 +154,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         inv = cluster.inventory_from_read(read, settings)
         result = scan(inv, pack, date.today())
-    result.findings = prometheus.enrich(result.findings, inv, settings, os.environ)
-    _emit(args, result)
+        result.findings = prometheus.enrich(result.findings, inv, settings, os.environ)
+        _emit(args, result)
     if read.incomplete:
         print("error: the audit is partial: some objects could not be read (see above)", file=sys.stderr)
         return EXIT_FAILED
