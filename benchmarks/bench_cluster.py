@@ -1745,6 +1745,7 @@ class TimedCluster(FakeCluster):
 
     def __init__(self, objects: list[Obj], crds: set[str]) -> None:
         super().__init__(objects, crds)
+        self.preserialize()  # a real API server serves lists from its watch cache
         self.seconds: dict[str, float] = defaultdict(float)
         self.sent: dict[str, int] = defaultdict(int)
         self.pages: dict[str, int] = defaultdict(int)

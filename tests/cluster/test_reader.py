@@ -145,3 +145,13 @@ def test_an_unreadable_cilium_config_namespace_does_not_make_the_audit_partial(c
     assert read.incomplete == []
     [note] = [p for p in read.absent if "cilium-config" in p.what]
     assert note.what == "ConfigMap cilium/cilium-config" and 'resourceNames: ["cilium-config"]' in note.message
+
+
+def test_the_fake_servers_cached_pages_are_the_same_pages(cluster: tuple[FakeCluster, object]) -> None:
+    import json
+
+    fake, api = cluster
+    first = _reader(api, []).read("lab")
+    fake.preserialize()
+    again = _reader(api, []).read("lab")
+    assert json.dumps(first.objects, sort_keys=True) == json.dumps(again.objects, sort_keys=True)
