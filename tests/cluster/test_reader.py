@@ -137,14 +137,18 @@ def test_forbidden_reads_carry_the_rbac_rule(cluster: tuple[FakeCluster, object]
     }
 
 
-def test_an_unreadable_cilium_config_namespace_does_not_make_the_audit_partial(cluster: tuple[FakeCluster, object]) -> None:
+def test_an_unreadable_cilium_config_namespace_does_not_make_the_audit_partial(
+    cluster: tuple[FakeCluster, object],
+) -> None:
     fake, api = cluster
     fake.singles.pop("/api/v1/namespaces/kube-system/configmaps/cilium-config")
     fake.faults.forbidden.add("/api/v1/namespaces/cilium/configmaps/cilium-config")
     read = _reader(api, []).read("lab")
     assert read.incomplete == []
     [note] = [p for p in read.absent if "cilium-config" in p.what]
-    assert note.what == "ConfigMap cilium/cilium-config" and 'resourceNames: ["cilium-config"]' in note.message
+    assert (
+        note.what == "ConfigMap cilium/cilium-config" and 'resourceNames: ["cilium-config"]' in note.message
+    )
 
 
 def test_the_fake_servers_cached_pages_are_the_same_pages(cluster: tuple[FakeCluster, object]) -> None:
