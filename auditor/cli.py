@@ -246,21 +246,23 @@ def _active_at_or_above(store: Any, target: str, fail_on: str) -> bool:
     return False
 
 
+def _since(text: str | None) -> datetime | None:
+    """--since as an aware time (UTC when no offset is given), or a usage error."""
+    if not text:
+        return None
+    try:
+        since = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError("(arguments)", 0, "--since", f"not an ISO date or time: {text!r}") from None
+    return since if since.tzinfo else since.replace(tzinfo=UTC)
+
+
 def cmd_findings(args: argparse.Namespace) -> int:
     from auditor import bootstrap
     from auditor.store.repository import BadCursor, FindingFilter
 
     settings = _service_settings(args)
-    since = None
-    if args.since:
-        try:
-            since = datetime.fromisoformat(args.since)
-        except ValueError:
-            raise ConfigError(
-                "(arguments)", 0, "--since", f"not an ISO date or time: {args.since!r}"
-            ) from None
-        if since.tzinfo is None:
-            since = since.replace(tzinfo=UTC)
+    since = _since(args.since)
     try:
         store = bootstrap.build_store(settings)
         flt = FindingFilter(args.target, args.rule, args.severity, args.status, args.namespace, since)
@@ -400,15 +402,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from auditor.reports import compliance
 
     settings = _service_settings(args)
-    since = None
-    if args.since:
-        try:
-            since = datetime.fromisoformat(args.since)
-        except ValueError:
-            raise ConfigError(
-                "(arguments)", 0, "--since", f"not an ISO date or time: {args.since!r}"
-            ) from None
-        since = since if since.tzinfo else since.replace(tzinfo=UTC)
+    since = _since(args.since)
     store = bootstrap.build_store(settings)
     if args.target:
         settings.target(args.target)

@@ -67,9 +67,12 @@ def environment(credentials: Credentials | None, base: Mapping[str, str]) -> dic
     return env
 
 
-def _redact(text: str, credentials: Credentials | None) -> str:
+def _redact(text: str, credentials: Credentials | None, env: Mapping[str, str]) -> str:
     if credentials is not None and credentials.token:
         text = text.replace(credentials.token, "***").replace(credentials.header(), "Authorization: ***")
+    for key, value in env.items():  # a header passed through the environment (see environment())
+        if key.startswith("GIT_CONFIG_VALUE_") and value.startswith("Authorization:"):
+            text = text.replace(value, "Authorization: ***")
     return text
 
 
@@ -96,13 +99,14 @@ def _explain(stderr: str) -> str:
     return "git failed"
 
 
-def _git(
+def run(
     args: Sequence[str],
     cwd: Path,
     env: Mapping[str, str],
-    timeout: float,
-    credentials: Credentials | None,
+    timeout: float = 300.0,
+    credentials: Credentials | None = None,
 ) -> str:
+    """Run git; its stdout, or a GitError with git's own message (secrets redacted)."""
     try:
         done = subprocess.run(
             ["git", *args],
@@ -119,7 +123,7 @@ def _git(
     except FileNotFoundError:
         raise GitError("git is not installed") from None
     if done.returncode != 0:
-        detail = _redact(" ".join(done.stderr.split())[:800], credentials)
+        detail = _redact(" ".join(done.stderr.split())[:800], credentials, env)
         raise GitError(f"{_explain(done.stderr)}: git {args[0]} exited {done.returncode}: {detail}")
     return done.stdout
 
@@ -168,13 +172,13 @@ def fetch(
         if directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
-        _git(["init", "--quiet"], directory, env, timeout, credentials)
-        _git(["remote", "add", "origin", url], directory, env, timeout, credentials)
+        run(["init", "--quiet"], directory, env, timeout, credentials)
+        run(["remote", "add", "origin", url], directory, env, timeout, credentials)
     else:
-        _git(["remote", "set-url", "origin", url], directory, env, timeout, credentials)
+        run(["remote", "set-url", "origin", url], directory, env, timeout, credentials)
     ref = branch or "HEAD"
     try:
-        _git(
+        run(
             ["fetch", "--quiet", "--depth", "1", "--no-tags", "origin", ref],
             directory,
             env,
@@ -185,8 +189,8 @@ def fetch(
         if "shallow" not in str(exc).lower():
             raise
         # Some servers (dumb HTTP) cannot serve shallow fetches: fetch the branch whole.
-        _git(["fetch", "--quiet", "--no-tags", "origin", ref], directory, env, timeout, credentials)
-    _git(["checkout", "--quiet", "--force", "--detach", "FETCH_HEAD"], directory, env, timeout, credentials)
-    _git(["clean", "--quiet", "-ffdx"], directory, env, timeout, credentials)
-    commit = _git(["rev-parse", "HEAD"], directory, env, timeout, credentials).strip()
+        run(["fetch", "--quiet", "--no-tags", "origin", ref], directory, env, timeout, credentials)
+    run(["checkout", "--quiet", "--force", "--detach", "FETCH_HEAD"], directory, env, timeout, credentials)
+    run(["clean", "--quiet", "-ffdx"], directory, env, timeout, credentials)
+    commit = run(["rev-parse", "HEAD"], directory, env, timeout, credentials).strip()
     return Checkout(directory, commit)

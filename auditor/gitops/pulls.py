@@ -21,18 +21,17 @@ import json
 import logging
 import os
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from auditor import templating
 from auditor.config import Settings
 from auditor.gitops import git
 from auditor.model.findings import Finding
 from auditor.remediation.fix import Proposal, propose
-from auditor.resources import templates_dir
 from auditor.rules.packs import load_packs
 from auditor.service_config import GitHubSettings, TargetSettings
 from auditor.sources.manifests import Tools
@@ -82,26 +81,12 @@ def branch_for(finding: Finding) -> str:
     return f"placement-auditor/{slug}-{hashlib.sha256(w.identity.encode()).hexdigest()[:6]}"
 
 
-def _git(args: Sequence[str], cwd: Path, env: Mapping[str, str]) -> str:
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=300, check=False
-    )
-    if done.returncode != 0:
-        raise git.GitError(f"git {args[0]} failed: {' '.join(done.stderr.split())[:500]}")
-    return done.stdout
-
-
 def _mermaid(text: Any) -> str:
     return re.sub(r'["\[\]{}<>|`\n\r]', " ", str(text))[:120]
 
 
 def render_body(values: Mapping[str, Any]) -> str:
-    from jinja2 import FileSystemLoader, StrictUndefined
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(
-        loader=FileSystemLoader(str(templates_dir() / "pr")), undefined=StrictUndefined, autoescape=False
-    )
+    env = templating.sandbox("pr", autoescape=False)
     env.filters["mermaid"] = _mermaid
     return env.get_template("body.md.j2").render(**values)
 
@@ -203,7 +188,7 @@ def sync_pull_requests(
                 continue
             # This workload's fix alone (on the fetched tree), so each PR stands on its own.
             fingerprints = {p.finding.fingerprint for p in group}
-            _git(["checkout", "--quiet", "--force", "--detach", checkout.commit], root, env)
+            git.run(["checkout", "--quiet", "--force", "--detach", checkout.commit], root, env)
             _, own = propose([*paths, *nodes], settings, pack, today, fingerprints, tools)
             own = [p for p in own if p.fixed]
             if not own:
@@ -224,7 +209,7 @@ def sync_pull_requests(
                     own,
                 )
             )
-        _git(["checkout", "--quiet", "--force", "--detach", checkout.commit], root, env)
+        git.run(["checkout", "--quiet", "--force", "--detach", checkout.commit], root, env)
     return outcomes
 
 
@@ -265,7 +250,7 @@ def _one(
             return PullOutcome(
                 identity, branch, "skipped", f"#{p.number} was closed unmerged by a human", p.number
             )
-    remote = _git(["ls-remote", "origin", f"refs/heads/{branch}"], root, env).split()
+    remote = git.run(["ls-remote", "origin", f"refs/heads/{branch}"], root, env).split()
     remote_sha = remote[0] if remote else ""
     if remote_sha:
         # Commits on the branch that the base does not have, as GitHub sees them (the local
@@ -304,13 +289,13 @@ def _one(
                 f"{recent} pull requests opened in the last hour (max_new_prs_per_hour)",
             )
     title, body = _body(proposals, fix_id)
-    _git(["checkout", "--quiet", "--force", "-B", branch, base_commit], root, env)
+    git.run(["checkout", "--quiet", "--force", "-B", branch, base_commit], root, env)
     for rel, text in files.items():
         with (root / rel).open("w", encoding="utf-8", newline="") as handle:
             handle.write(text)
-    _git(["add", "--", *files], root, env)
-    _git(["commit", "--quiet", "-m", title, "-m", proposals[0].reaudit], root, env)
-    _git(
+    git.run(["add", "--", *files], root, env)
+    git.run(["commit", "--quiet", "-m", title, "-m", proposals[0].reaudit], root, env)
+    git.run(
         [
             "push",
             "--quiet",

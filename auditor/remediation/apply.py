@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +73,6 @@ def template_path(kind: str, api_version: str, obj: Mapping[str, Any], role: str
     raise FixError(f"{kind} {role}: no automatic fix for this kind (the pod template is not in the manifest)")
 
 
-@dataclass(frozen=True, slots=True)
-class FileEdit:
-    file: str
-    before: str
-    after: str
-
-
 def _exists(text: str, root: Any, path: Sequence[PathPart]) -> bool:
     try:
         yamledit.find(text, root, path)
@@ -94,22 +86,7 @@ def _apply_role(
 ) -> str:
     pod_spec = (*base, "spec")
     meta = (*base, "metadata")
-    values: dict[str, Any] = {
-        "zone_key": zone_key,
-        "tolerations": [render.toleration(t) for t in patch.tolerations],
-    }
-    if strategy == "follow-coordinator":
-        values["coordinator_labels"] = dict(patch.coordinator_labels)
-    elif strategy == "kueue-topology" and not patch.kueue:
-        strategy = "pin-zone"
-    if strategy in ("pin-zone", "zone-label"):
-        values["zone"] = patch.zone or ""
-        strategy = "pin-zone"
-    fragment = (
-        render.render(strategy, **values)
-        if (patch.zone or patch.tolerations or patch.coordinator_labels or patch.kueue)
-        else {}
-    )
+    fragment = _fragment(patch, strategy, zone_key)
     for key, value in patch.labels:
         text = yamledit.set_scalar(text, yamledit.locate(text, line), (*meta, "labels", key), value)
     if fragment.get("tolerations"):

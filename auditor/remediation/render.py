@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jinja2 import FileSystemLoader, StrictUndefined
 from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from auditor import templating
 from auditor.model.objects import Taint
-from auditor.resources import templates_dir
 
 ALLOWED_KEYS = {
     "pin-zone": {"nodeAffinity", "tolerations"},
@@ -30,12 +29,7 @@ class RenderError(ValueError):
 
 
 def environment(directory: Path | None = None) -> ImmutableSandboxedEnvironment:
-    return ImmutableSandboxedEnvironment(
-        loader=FileSystemLoader(str(directory or templates_dir() / "patches")),
-        undefined=StrictUndefined,
-        autoescape=False,
-        keep_trailing_newline=True,
-    )
+    return templating.sandbox(directory or "patches", autoescape=False, keep_trailing_newline=True)
 
 
 def toleration(taint: Taint) -> dict[str, str]:

@@ -17,10 +17,9 @@ from typing import Any
 
 import yaml
 
-from auditor import TOOL_NAME, __version__
+from auditor import TOOL_NAME, __version__, templating
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.reports import junit, sarif, zonemap
-from auditor.resources import templates_dir
 from auditor.rules import RULES
 from auditor.scan import ScanResult
 from auditor.service_config import ReportSettings
@@ -128,14 +127,7 @@ def to_csv(report: Report) -> str:
 
 
 def to_html(report: Report) -> str:
-    from jinja2 import FileSystemLoader, StrictUndefined, select_autoescape
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(
-        loader=FileSystemLoader(str(templates_dir() / "report")),
-        undefined=StrictUndefined,
-        autoescape=select_autoescape(default=True, default_for_string=True),
-    )
+    env = templating.sandbox("report", autoescape=True)
     maps = {
         f["id"]: zonemap.svg(f["detail"], f"{f['rule']} {f['workload']['namespace']}/{f['workload']['name']}")
         for f in report.findings

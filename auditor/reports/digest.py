@@ -11,8 +11,8 @@ from datetime import date, datetime, timedelta
 from fnmatch import fnmatch
 from typing import Any
 
+from auditor import templating
 from auditor.reports import zonemap
-from auditor.resources import templates_dir
 from auditor.service_config import DigestSettings, Team
 
 BLOCKED = ("cross-zone-blocked", "traffic-blocked")
@@ -120,13 +120,4 @@ def build(
 
 
 def _env(html: bool) -> Any:
-    from jinja2 import FileSystemLoader, StrictUndefined
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    return ImmutableSandboxedEnvironment(
-        loader=FileSystemLoader(str(templates_dir() / "email")),
-        undefined=StrictUndefined,
-        autoescape=html,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    return templating.sandbox("email", autoescape=html, trim_blocks=True, lstrip_blocks=True)

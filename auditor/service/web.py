@@ -12,24 +12,13 @@ from xml.sax.saxutils import escape
 from fastapi import FastAPI, HTTPException, Path, Query
 from fastapi.responses import HTMLResponse
 
+from auditor import templating
 from auditor.reports import zonemap
-from auditor.resources import templates_dir
 from auditor.rules import RULES
 from auditor.store.repository import BadCursor, FindingFilter, Store
 
 Name = Annotated[str | None, Query(max_length=253, pattern=r"^[\w./:@-]*$")]
 Choice = Annotated[str | None, Query(max_length=20, pattern=r"^[a-z-]*$")]
-
-
-def _env() -> Any:
-    from jinja2 import FileSystemLoader, StrictUndefined, select_autoescape
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    return ImmutableSandboxedEnvironment(
-        loader=FileSystemLoader(str(templates_dir() / "web")),
-        undefined=StrictUndefined,
-        autoescape=select_autoescape(default=True, default_for_string=True),
-    )
 
 
 def line_chart(points: Sequence[tuple[str, float]], unit: str = "") -> str:
@@ -62,7 +51,7 @@ def line_chart(points: Sequence[tuple[str, float]], unit: str = "") -> str:
 
 
 def mount(app: FastAPI, store: Store) -> None:
-    env = _env()
+    env = templating.sandbox("web", autoescape=True)
     rules = [r.META.id for r in RULES]
 
     def page(template: str, **values: Any) -> HTMLResponse:
