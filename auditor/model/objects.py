@@ -57,10 +57,16 @@ class Node:
     pod_cidrs: tuple[str, ...] = ()
     addresses: tuple[str, ...] = ()
     source: SourceRef = SourceRef("")
+    # Placement and endpoint building ask nodes for labels hundreds of thousands of times.
+    # (Read-only to callers: typed Mapping.)
+    _label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_label_map", dict(self.labels))
 
     @property
-    def label_map(self) -> dict[str, str]:
-        return dict(self.labels)
+    def label_map(self) -> Mapping[str, str]:
+        return self._label_map
 
     def zone(self, zone_key: str = ZONE_KEY) -> str | None:
         return self.label_map.get(zone_key)
@@ -112,6 +118,16 @@ class Role:
     replicas: int
     template: PodTemplate
     source: SourceRef
+    # Roles key placements, claims and endpoint caches: hash the (deep) fields once.
+    _hash: int = field(default=0, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_hash", hash((self.workload, self.name, self.replicas, self.template, self.source))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __str__(self) -> str:
         if self.name == self.workload.name:

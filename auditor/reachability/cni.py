@@ -96,6 +96,11 @@ class LabelFilter:
     patterns: tuple[LabelPattern, ...]
     whitelist: bool = False
     description: str = "Cilium upstream default"
+    # Every label of every identity goes through the filter and the answer depends on the key
+    # only: remember it per filter (a shared cache would hash all the patterns on every look-up).
+    _memo: dict[tuple[str, str], bool] = field(
+        default_factory=dict, init=False, compare=False, hash=False, repr=False
+    )
 
     @staticmethod
     def cilium_default() -> LabelFilter:
@@ -109,7 +114,10 @@ class LabelFilter:
         return LabelFilter(_DEFAULT_FILTER.patterns + extra, whitelist, f"cilium default + {text.strip()!r}")
 
     def keeps(self, key: str, source: str = "k8s") -> bool:
-        return _keeps(self, key, source)
+        found = self._memo.get((key, source))
+        if found is None:
+            found = self._memo[(key, source)] = self._decide(key, source)
+        return found
 
     def _decide(self, key: str, source: str) -> bool:
         included = ignored = 0
@@ -124,12 +132,6 @@ class LabelFilter:
             elif n > included:
                 included = n
         return (not self.whitelist and ignored == 0) or included > ignored
-
-
-@lru_cache(maxsize=65536)
-def _keeps(label_filter: LabelFilter, key: str, source: str) -> bool:
-    # Every label of every identity goes through the filter; the answer depends on the key only.
-    return label_filter._decide(key, source)
 
 
 _DEFAULT_FILTER = LabelFilter(tuple(parse_label_pattern(p) for p in _DEFAULT_CILIUM_PATTERNS))

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from auditor.model.labels import LabelSelector
 from auditor.reachability import cni
 from auditor.reachability.endpoints import (
     Endpoint,
@@ -34,10 +35,12 @@ from auditor.reachability.endpoints import (
 from auditor.reachability.identity import IdentityProjection
 from auditor.reachability.policy import (
     Action,
+    CiliumSubject,
     CompiledPolicy,
     Decider,
     Direction,
     DirectionalVerdict,
+    K8sSubject,
     Rule,
     Segment,
 )
@@ -142,6 +145,10 @@ class _ViewCache:
             view = self._cilium[key] = self._cilium_view(endpoint, subject)
         return view
 
+    def cilium_pod(self, pod: PodEndpoint) -> Mapping[str, str]:
+        """The identity labels a Cilium policy's endpointSelector sees on a pod it may select."""
+        return self.cilium(pod, None)
+
     def _cilium_view(self, endpoint: Endpoint, subject: PodEndpoint | None) -> dict[str, str]:
         if isinstance(endpoint, PodEndpoint):
             return cni.cilium_view(endpoint, self.settings)
@@ -176,6 +183,60 @@ class _ViewCache:
         return self.settings.cilium.node_selector_labels
 
 
+def _anchor(selector: LabelSelector) -> tuple[str, tuple[str, ...]] | None:
+    """A requirement every matching label set meets with one of a few exact values: the `In`
+    requirement with the fewest values (None when the selector has none)."""
+    anchors = [r for r in selector.requirements if r.operator == "In" and r.values]
+    if selector.impossible or not anchors:
+        return None
+    best = min(anchors, key=lambda r: len(r.values))
+    return best.key, best.values
+
+
+class _SubjectIndex:
+    """The policies of one tier and namespace, indexed by one label their subject selector requires.
+
+    A policy whose pod selector requires `app In (a, b)` can only select pods labelled app=a or
+    app=b (in the label view of its dialect), so a pod is checked only against the policies its own
+    labels can satisfy plus those with no such requirement. Candidates still go through the full
+    `matches`; the index only skips policies that cannot select the pod.
+    """
+
+    __slots__ = ("cilium", "k8s", "unindexed")
+
+    def __init__(self) -> None:
+        self.unindexed: list[CompiledPolicy] = []
+        self.k8s: dict[str, dict[str, list[CompiledPolicy]]] = {}
+        self.cilium: dict[str, dict[str, list[CompiledPolicy]]] = {}
+
+    def add(self, policy: CompiledPolicy) -> None:
+        subject = policy.subject
+        if isinstance(subject, K8sSubject):
+            anchor, into = _anchor(subject.pod_selector), self.k8s
+        elif isinstance(subject, CiliumSubject):
+            anchor, into = _anchor(subject.selector), self.cilium
+        else:
+            anchor, into = None, self.k8s
+        if anchor is None:
+            self.unindexed.append(policy)
+            return
+        key, values = anchor
+        by_value = into.setdefault(key, {})
+        for value in values:
+            by_value.setdefault(value, []).append(policy)
+
+    def candidates(self, subject: PodEndpoint, views: _ViewCache) -> Iterator[CompiledPolicy]:
+        yield from self.unindexed
+        for index, view in ((self.k8s, views.k8s), (self.cilium, views.cilium_pod)):
+            if not index:
+                continue
+            labels = view(subject)
+            for key, by_value in index.items():
+                value = labels.get(key)
+                if value is not None:
+                    yield from by_value.get(value, ())
+
+
 class PolicyEngine:
     """Answers "may this endpoint reach that one, on which connections, and why?"."""
 
@@ -191,15 +252,20 @@ class PolicyEngine:
         known = {t.name for t in self.tiers}
         self.policies = [p for p in policies if p.tier in known]
         self.ignored = [p for p in policies if p.tier not in known]
-        # Index: tier → namespace (None for cluster-wide) → policies in evaluation order.
-        self._index: dict[str, dict[str | None, list[CompiledPolicy]]] = {
-            t.name: defaultdict(list) for t in self.tiers
-        }
-        for p in sorted(self.policies, key=lambda p: p.order):
-            self._index[p.tier][p.subject.namespace_hint].append(p)
+        # Index: namespace (None for cluster-wide) → candidate policies by subject label.
+        self._index: dict[str | None, _SubjectIndex] = defaultdict(_SubjectIndex)
+        for p in self.policies:
+            self._index[p.subject.namespace_hint].add(p)
+        rank = {t.name: i for i, t in enumerate(self.tiers)}
+        self._rank = {id(p): (rank[p.tier], p.order) for p in self.policies}
+        self._selecting: dict[PodEndpoint, tuple[CompiledPolicy, ...]] = {}
         self.identities = IdentityProjection(self.policies, settings)
         self._applicable: dict[tuple[PodEndpoint, Direction, str], tuple[CompiledPolicy, ...]] = {}
         self._verdicts: dict[tuple[Endpoint, Direction, Endpoint], DirectionalVerdict] = {}
+        # Subjects that evaluate alike (see _shape) share verdicts per peer.
+        self._shapes: dict[tuple[PodEndpoint, Direction], int] = {}
+        self._shape_ids: dict[tuple[object, ...], int] = {}
+        self._by_shape: dict[tuple[int, Endpoint, str | None], DirectionalVerdict] = {}
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -215,8 +281,48 @@ class PolicyEngine:
         key = (self._normalise(subject), direction, self._normalise(peer))
         cached = self._verdicts.get(key)
         if cached is None:
-            cached = self._verdicts[key] = self._evaluate(key[0], direction, key[2])
+            shape = self._shape(key[0], direction)
+            if shape is None:
+                cached = self._evaluate(key[0], direction, key[2])
+            else:
+                peer = key[2]
+                # The subject's node matters only against node identities (host / remote-node).
+                host_peer = isinstance(peer, NodeEndpoint) or (
+                    isinstance(peer, PodEndpoint) and peer.host_network
+                )
+                by_shape = (shape, peer, key[0].node if host_peer else None)
+                cached = self._by_shape.get(by_shape)
+                if cached is None:
+                    cached = self._by_shape[by_shape] = self._evaluate(key[0], direction, key[2])
+            self._verdicts[key] = cached
         return cached
+
+    def _shape(self, subject: Endpoint, direction: Direction) -> int | None:
+        """What a verdict about `subject` in `direction` depends on, besides the peer, as a number.
+
+        Evaluation reads the subject only through the policies that apply to it (per tier), the
+        named ports it exposes (ingress rules resolve them on the subject), its node (Cilium's
+        host/remote-node) and, for Calico rules with criteria on the policy's own side, the subject
+        itself. Subjects alike in all of these get the same verdict for the same peer: zone-labelled
+        replicas of a role usually are, so their verdicts are computed once. (The node is added to
+        the key by the caller, only for peers that are node identities.) None for subjects the
+        policies do not reach at all (evaluated directly; that is cheap).
+        """
+        if not isinstance(subject, PodEndpoint) or subject.host_network:
+            return None
+        key = (subject, direction)
+        found = self._shapes.get(key)
+        if found is None:
+            policies = tuple(p for t in self.tiers for p in self.applicable(subject, direction, t.name))
+            local = any(r.local is not None for p in policies for r in p.direction(direction).rules)
+            shape = (
+                direction,
+                tuple(map(id, policies)),
+                subject.named_ports if direction is Direction.INGRESS else (),
+                subject if local else None,
+            )
+            found = self._shapes[key] = self._shape_ids.setdefault(shape, len(self._shape_ids))
+        return found
 
     def _normalise(self, ep: Endpoint) -> Endpoint:
         """The endpoint's identity: what the policies in play can tell about it (identity.py);
@@ -224,18 +330,31 @@ class PolicyEngine:
         return self.identities.project(ep)
 
     def applicable(self, subject: PodEndpoint, direction: Direction, tier: str) -> tuple[CompiledPolicy, ...]:
-        key = (_pod_identity(subject), direction, tier)
+        identity = _pod_identity(subject)
+        key = (identity, direction, tier)
         found = self._applicable.get(key)
         if found is None:
-            by_ns = self._index[tier]
-            candidates = [*by_ns.get(subject.namespace, ()), *by_ns.get(None, ())]
-            candidates.sort(key=lambda p: p.order)
-            found = tuple(
-                p
-                for p in candidates
-                if p.direction(direction).applies and p.subject.matches(subject, self.views)
+            found = self._applicable[key] = tuple(
+                p for p in self.selecting(identity) if p.tier == tier and p.direction(direction).applies
             )
-            self._applicable[key] = found
+        return found
+
+    def selecting(self, subject: PodEndpoint) -> tuple[CompiledPolicy, ...]:
+        """Every policy whose subject selects the pod, in evaluation order (tier, then policy order).
+        Selection does not depend on the direction or tier, so it is worked out once per identity."""
+        found = self._selecting.get(subject)
+        if found is None:
+            by_ns = self._index
+            matching = [
+                p
+                for index in (by_ns.get(subject.namespace), by_ns.get(None))
+                if index is not None
+                for p in index.candidates(subject, self.views)
+                if p.subject.matches(subject, self.views)
+            ]
+            rank = self._rank
+            matching.sort(key=lambda p: rank[id(p)])
+            found = self._selecting[subject] = tuple(matching)
         return found
 
     # -- evaluation ---------------------------------------------------------------------------

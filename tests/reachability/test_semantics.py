@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from support import inventory
 
 from auditor.config import KubernetesSettings, NetworkConfig, Settings
 from auditor.explain import endpoint_for, find_role
 from auditor.inventory import Inventory
-from auditor.reachability.endpoints import EntityEndpoint, ExternalEndpoint, NodeEndpoint, parse_ip
+from auditor.reachability.endpoints import (
+    EntityEndpoint,
+    ExternalEndpoint,
+    NamedPort,
+    NodeEndpoint,
+    parse_ip,
+)
 from auditor.reachability.policy import Direction
 
 PODS = """\
@@ -310,3 +318,30 @@ def test_label_filter_follows_cilium_longest_match() -> None:
     assert keep_zone.keeps("topology.kubernetes.io/zone") and not keep_zone.keeps("team")
     assert keep_zone.keeps("io.kubernetes.pod.namespace")
     assert not LabelFilter.from_setting("k8s:!team").keeps("team")
+
+
+def test_shared_verdicts_still_see_the_subjects_node_and_named_ports() -> None:
+    """Subjects selected by the same policies share verdicts per peer, except where the verdict reads
+    the subject itself: its node (Cilium host vs remote-node) and its own named ports (ingress)."""
+    body = (
+        "  endpointSelector: {matchLabels: {app: server}}\n  ingress:\n  - fromEntities: [host]\n"
+        "  - fromEndpoints: [{matchLabels: {app: client}}]\n    toPorts: [{ports: [{port: http}]}]\n"
+    )
+    inv = inventory(text=PODS + cnp(body))
+    engine = inv.engine()
+    server = endpoint_for(inv, find_role(inv, "a/server"), None)
+    client = endpoint_for(inv, find_role(inv, "a/client"), None)
+    on_n1 = dataclasses.replace(server, node="n1")
+    on_n2 = dataclasses.replace(server, node="n2")
+    host_pod_n1 = dataclasses.replace(client, host_network=True, node="n1")
+    # The same host-network peer is the local host for one replica and a remote node for the other.
+    assert engine.directional(on_n1, Direction.INGRESS, host_pod_n1).at("TCP", 1).allowed
+    assert not engine.directional(on_n2, Direction.INGRESS, host_pod_n1).at("TCP", 1).allowed
+    assert engine.directional(on_n1, Direction.INGRESS, NodeEndpoint("n1")).at("TCP", 1).allowed
+    assert not engine.directional(on_n2, Direction.INGRESS, NodeEndpoint("n1")).at("TCP", 1).allowed
+    # Named port `http` resolves on each subject: 8080 on one, 9090 on the other.
+    other_port = dataclasses.replace(server, named_ports=(NamedPort("http", "TCP", 9090),))
+    assert engine.directional(server, Direction.INGRESS, client).at("TCP", 8080).allowed
+    assert not engine.directional(server, Direction.INGRESS, client).at("TCP", 9090).allowed
+    assert engine.directional(other_port, Direction.INGRESS, client).at("TCP", 9090).allowed
+    assert not engine.directional(other_port, Direction.INGRESS, client).at("TCP", 8080).allowed
