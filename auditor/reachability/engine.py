@@ -281,23 +281,22 @@ class PolicyEngine:
         key = (self._normalise(subject), direction, self._normalise(peer))
         cached = self._verdicts.get(key)
         if cached is None:
-            shape = self._shape(key[0], direction)
-            if shape is None:
-                cached = self._evaluate(key[0], direction, key[2])
+            me, peer = key[0], key[2]
+            if not isinstance(me, PodEndpoint) or (shape := self._shape(me, direction)) is None:
+                cached = self._evaluate(me, direction, peer)
             else:
-                peer = key[2]
                 # The subject's node matters only against node identities (host / remote-node).
                 host_peer = isinstance(peer, NodeEndpoint) or (
                     isinstance(peer, PodEndpoint) and peer.host_network
                 )
-                by_shape = (shape, peer, key[0].node if host_peer else None)
+                by_shape = (shape, peer, me.node if host_peer else None)
                 cached = self._by_shape.get(by_shape)
                 if cached is None:
-                    cached = self._by_shape[by_shape] = self._evaluate(key[0], direction, key[2])
+                    cached = self._by_shape[by_shape] = self._evaluate(me, direction, peer)
             self._verdicts[key] = cached
         return cached
 
-    def _shape(self, subject: Endpoint, direction: Direction) -> int | None:
+    def _shape(self, subject: PodEndpoint, direction: Direction) -> int | None:
         """What a verdict about `subject` in `direction` depends on, besides the peer, as a number.
 
         Evaluation reads the subject only through the policies that apply to it (per tier), the
@@ -308,7 +307,7 @@ class PolicyEngine:
         the key by the caller, only for peers that are node identities.) None for subjects the
         policies do not reach at all (evaluated directly; that is cheap).
         """
-        if not isinstance(subject, PodEndpoint) or subject.host_network:
+        if subject.host_network:
             return None
         key = (subject, direction)
         found = self._shapes.get(key)
