@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
+from auditor.cli import entry
 
-from auditor.cli import main
-
-sys.exit(main())
+entry()

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -89,7 +89,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     bar = progress.for_stderr()
     try:
         pack = load_packs([Path(p) for p in args.policy or []])
-        with gcpause.paused():
+        with gcpause.paused(resume=not args.one_shot):
             inv = load_inventory(paths, settings, progress=bar or progress.silent)
             result = scan(inv, pack, date.today(), bar or progress.silent)
             if args.baseline:
@@ -148,7 +148,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
     settings = load_settings(Path(args.config) if args.config else None)
     pack = load_packs([Path(p) for p in args.policy or []])
-    with gcpause.paused():
+    with gcpause.paused(resume=not args.one_shot):
         read = _read_cluster(args)
         if read is None:
             return EXIT_FAILED
@@ -565,9 +565,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, one_shot: bool = False) -> int:
+    """Run one command. `one_shot`: the process ends when it returns (the `auditor` program, a
+    benchmark child), so the garbage collector paused for an audit is not resumed (gcpause)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.one_shot = one_shot
     try:
         code: int = args.func(args)
         return code
@@ -578,5 +581,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
+def entry() -> NoReturn:
+    """The `auditor` program and `python -m auditor`."""
+    sys.exit(main(one_shot=True))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

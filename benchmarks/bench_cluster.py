@@ -1916,7 +1916,7 @@ def child(config: str, report: str, result: str, profile_out: str | None) -> int
         code = profiler.runcall(cli.main, argv)
         profiler.dump_stats(profile_out)
     else:
-        code = cli.main(argv)
+        code = cli.main(argv, one_shot=True)
     main_s = time.perf_counter() - t1
     gc.callbacks.remove(timer)
     Path(result).write_text(

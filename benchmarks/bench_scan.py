@@ -71,7 +71,9 @@ def child_scan(directory: Path, output: str) -> dict[str, Any]:
     from auditor import cli
 
     t0 = time.perf_counter()
-    code = cli.main(["scan", str(directory), "--format", "json", "--output", output, "--fail-on", "none"])
+    code = cli.main(
+        ["scan", str(directory), "--format", "json", "--output", output, "--fail-on", "none"], one_shot=True
+    )
     return {"seconds": time.perf_counter() - t0, "exit": code}
 
 

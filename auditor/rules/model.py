@@ -81,24 +81,34 @@ def mentions(deciders: Sequence[Decider]) -> tuple[PolicyMention, ...]:
     return tuple(seen.values())
 
 
-def _endpoint(
-    inv: Inventory,
-    role: Role,
-    zone: str,
-    cache: dict[tuple[Role, str], PodEndpoint],
-    placement: RolePlacement,
-    nodes: Mapping[str, Node],
-) -> PodEndpoint:
-    found = cache.get((role, zone))
-    if found is None:
-        topo = inv.settings.topology
-        # A feasible node in that zone (placement already filtered them): its labels are the
-        # ones copied onto the pod at binding.
-        node = next(
-            (nodes[n] for n in placement.nodes if nodes[n].label_map.get(topo.zone_key) == zone), None
-        )
-        found = cache[(role, zone)] = inv.pod_endpoint(role, zone, node)
-    return found
+class _Endpoints:
+    """One endpoint per (role, zone): a replica on the first feasible node of that zone (placement
+    already filtered them), whose labels are the ones copied onto the pod at binding."""
+
+    def __init__(self, inv: Inventory) -> None:
+        self.inv = inv
+        self.zone_key = inv.settings.topology.zone_key
+        self.nodes = {n.name: n for n in inv.nodes}
+        self._endpoints: dict[tuple[Role, str], PodEndpoint] = {}
+        self._first_nodes: dict[Role, dict[str | None, Node]] = {}
+
+    def get(self, role: Role, zone: str, placement: RolePlacement) -> PodEndpoint:
+        found = self._endpoints.get((role, zone))
+        if found is None:
+            firsts = self._first_nodes.get(role)
+            if firsts is None:
+                firsts = self._first_nodes[role] = {}
+                wanted = set(placement.zones)
+                for name in placement.nodes:
+                    node = self.nodes[name]
+                    node_zone = node.label_map.get(self.zone_key)
+                    if node_zone not in firsts:
+                        firsts[node_zone] = node
+                        wanted.discard(node_zone)
+                        if not wanted:
+                            break
+            found = self._endpoints[(role, zone)] = self.inv.pod_endpoint(role, zone, firsts.get(zone))
+        return found
 
 
 def edge_allowed(edge: CommEdge, conns_ports: PortSet) -> bool:
@@ -129,8 +139,7 @@ def build_model(
             for e in comm_edges(inv.workloads, inv.services)
             if e.source in placements and e.destination in placements
         ]
-    cache: dict[tuple[Role, str], PodEndpoint] = {}
-    nodes_by_name = {n.name: n for n in inv.nodes}
+    endpoints = _Endpoints(inv)
     analyses = []
     notes = []
     if not inv.nodes:
@@ -146,8 +155,8 @@ def build_model(
             pp = observed_pair(observed[edge.source], observed[edge.destination])
         verdicts = []
         for za, zb in pp.pairs:
-            src = _endpoint(inv, edge.source, za, cache, a, nodes_by_name)
-            dst = _endpoint(inv, edge.destination, zb, cache, b, nodes_by_name)
+            src = endpoints.get(edge.source, za, a)
+            dst = endpoints.get(edge.destination, zb, b)
             flow = engine.flow(src, dst)
             allowed_ports = flow.allowed_conns().ports(edge.protocol)
             ok = edge_allowed(edge, allowed_ports)
