@@ -91,10 +91,15 @@ class PodTemplate:
     requests: tuple[tuple[tuple[str, str], ...], ...] = ()
     pod_ips: tuple[str, ...] = ()  # status.podIPs of a live or dumped Pod
     spec: Any = field(default=None, compare=False, hash=False)
+    # Selectors of Services, policies and affinity terms read the labels over and over.
+    _label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_label_map", dict(self.labels))
 
     @property
-    def label_map(self) -> dict[str, str]:
-        return dict(self.labels)
+    def label_map(self) -> Mapping[str, str]:
+        return self._label_map
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from typing import Any
 
 from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector
 from auditor.model.objects import REGION_KEY, Node, Role
-from auditor.placement.filters import FilterResult, filter_node
+from auditor.placement.filters import TOPOLOGY_KEYS, FilterResult, filter_node, node_label_keys
 from auditor.workloads.operators import EXCLUSIVE, RJOB_REPLICAS
 
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
@@ -122,7 +122,8 @@ def place_roles(
     (on a large repository most jobs come from a few templates)."""
     done: dict[str, RolePlacement] = {}
     out: dict[Role, RolePlacement] = {}
-    groups = _node_groups(nodes)
+    read = {zone_key, *TOPOLOGY_KEYS}.union(*(node_label_keys(r.template) for r in roles))
+    groups = _node_groups(nodes, read)
     position = {n.name: i for i, n in enumerate(nodes)}
     for role in roles:
         claims = (volume_zones or {}).get(role) or {}
@@ -143,13 +144,15 @@ def place_roles(
 _NAMES_A_NODE = (HOSTNAME_KEY, "metadata.name")
 
 
-def _node_groups(nodes: Sequence[Node]) -> list[list[Node]]:
-    """Nodes the filters cannot tell apart unless a template names a host: same labels apart from
-    the hostname, same taints, cordon state and allocatable (a pool of 500 nodes is a few groups)."""
+def _node_groups(nodes: Sequence[Node], read: set[str]) -> list[list[Node]]:
+    """Nodes the filters cannot tell apart unless a template names a host: same values of the
+    labels some template or filter reads (`read`; the hostname aside), same taints, cordon state
+    and allocatable. A pool of 500 nodes is a few groups, even with per-rack labels nobody selects."""
+    read = read - {HOSTNAME_KEY}
     groups: dict[tuple[object, ...], list[Node]] = {}
     for n in nodes:
         key = (
-            tuple(kv for kv in n.labels if kv[0] != HOSTNAME_KEY),
+            tuple(kv for kv in n.labels if kv[0] in read),
             n.taints,
             n.unschedulable,
             n.allocatable,

@@ -145,6 +145,22 @@ def term_matches(term: Mapping[str, Any], node: Node) -> bool:
     return all(_field_matches(f, node) for f in fields)
 
 
+def node_label_keys(template: PodTemplate) -> set[str]:
+    """The node label keys the template's nodeSelector and required node affinity read (the only
+    labels, besides the topology ones, any filter looks at)."""
+    keys = {k for k, _ in template.node_selector}
+    affinity = template.affinity if isinstance(template.affinity, Mapping) else {}
+    na = affinity.get("nodeAffinity")
+    required = na.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(na, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    for term in terms if isinstance(terms, list) else []:
+        exprs = term.get("matchExpressions") if isinstance(term, Mapping) else None
+        for expr in exprs if isinstance(exprs, list) else []:
+            if isinstance(expr, Mapping):
+                keys.add(str(expr.get("key", "")))
+    return keys
+
+
 def node_affinity_ok(template: PodTemplate, node: Node) -> bool:
     labels = node.label_map
     if any(labels.get(k) != v for k, v in template.node_selector):

@@ -23,7 +23,7 @@ def pod_endpoint(
     Labels copied from the node at binding (PodTopologyLabels admission, zone-label webhooks)
     overwrite the template's values, so a verdict can depend on the zone.
     """
-    labels = role.template.label_map
+    labels = dict(role.template.labels)
     node_labels = node.label_map if node is not None else ({zone_key: zone} if zone else {})
     for pod_key, node_key in pod_zone_labels:
         if node_key in node_labels:

@@ -234,16 +234,20 @@ def _texts(role: Role) -> Iterator[str]:
                         yield arg
 
 
-def _service_targets(svc: Service, port: int | None, roles: Iterable[Role]) -> Iterator[tuple[Role, int]]:
-    """Roles the Service selects, with the container port each reference reaches: the port
-    written after the name (a Service port, mapped to its targetPort) or every Service port."""
-    selected = [
+def _selected(svc: Service, roles: Iterable[Role]) -> list[Role]:
+    """Roles the Service's selector selects (none for a Service without a selector)."""
+    return [
         r
         for r in roles
         if r.workload.namespace == svc.namespace
         and svc.selector
         and all(r.template.label_map.get(k) == v for k, v in svc.selector)
     ]
+
+
+def _service_targets(svc: Service, port: int | None, selected: Sequence[Role]) -> Iterator[tuple[Role, int]]:
+    """The selected roles with the container port each reference reaches: the port written after
+    the name (a Service port, mapped to its targetPort) or every Service port."""
     ports = [p for p in svc.ports if port is None or p.port == port]
     for r in selected:
         if port is not None and not ports:
@@ -280,6 +284,14 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
     roles_by_ns: dict[str, list[Role]] = {}
     for r in roles:
         roles_by_ns.setdefault(r.workload.namespace, []).append(r)
+    selected: dict[int, list[Role]] = {}  # by id(Service): many roles name the same Service
+
+    def selected_by(svc: Service) -> list[Role]:
+        found = selected.get(id(svc))
+        if found is None:
+            found = selected[id(svc)] = _selected(svc, roles_by_ns.get(svc.namespace, []))
+        return found
+
     for role in roles:
         ns = role.workload.namespace
         seen: set[tuple[Role, int]] = set()
@@ -310,7 +322,7 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
                     )
                 )
         for svc, port, reason in references:
-            for target, tport in _service_targets(svc, port, roles_by_ns.get(svc.namespace, [])):
+            for target, tport in _service_targets(svc, port, selected_by(svc)):
                 if (target is not role or role.replicas > 1) and (target, tport) not in seen:
                     seen.add((target, tport))
                     yield CommEdge(role, target, tport, "TCP", reason)

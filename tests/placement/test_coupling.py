@@ -121,19 +121,20 @@ def test_jobset_exclusive_topology() -> None:
 
 def test_grouped_placement_equals_node_by_node() -> None:
     """place_roles filters one node per group of indistinguishable nodes; it must agree with
-    filtering every node, including for templates that name a host."""
+    filtering every node, including for templates that name a host and for node labels (rack,
+    gen) that only some templates read."""
     from support import DATA
 
     from auditor.placement.coupling import place_roles
 
     nodes = "apiVersion: v1\nkind: NodeList\nitems:\n" + "".join(
         f"- {{apiVersion: v1, kind: Node, metadata: {{name: n{i}, labels: {{kubernetes.io/hostname: n{i}, "
-        f"topology.kubernetes.io/zone: z{i % 3}, gpu: '{'true' if i % 4 == 0 else 'false'}'}}}}, "
+        f"topology.kubernetes.io/zone: z{i % 3}, rack: r{i % 5}, gen: '{i % 6}', gpu: '{'true' if i % 4 == 0 else 'false'}'}}}}, "
         f"spec: {{taints: [{{key: gpu, value: present, effect: NoSchedule}}]}}, "
         f"status: {{allocatable: {{cpu: '8', nvidia.com/gpu: '{8 if i % 4 == 0 else 0}'}}}}}}\n"
         if i % 4 == 0
         else f"- {{apiVersion: v1, kind: Node, metadata: {{name: n{i}, labels: {{kubernetes.io/hostname: n{i}, "
-        f"topology.kubernetes.io/zone: z{i % 3}}}}}, spec: {{unschedulable: {str(i % 7 == 0).lower()}}}, "
+        f"topology.kubernetes.io/zone: z{i % 3}, rack: r{i % 5}, gen: '{i % 6}'}}}}, spec: {{unschedulable: {str(i % 7 == 0).lower()}}}, "
         f"status: {{allocatable: {{cpu: '8'}}}}}}\n"
         for i in range(24)
     )
@@ -145,6 +146,21 @@ spec:
   affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms:
     [{matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [n3, n8]}]}]}}}
   containers: [{name: c, image: x}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: on-rack, namespace: ml}
+spec:
+  nodeSelector: {rack: r1}
+  containers: [{name: c, image: x}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: by-generation, namespace: ml}
+spec:
+  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms:
+    [{matchExpressions: [{key: gen, operator: Gt, values: ['3']}, {key: rack, operator: NotIn, values: [r2]}]}]}}}
+  containers: [{name: c, image: x}]
 """
     inv = inventory([*sorted((DATA / "workloads").glob("*.yaml"))], text=nodes + host_pinned)
     roles = [r for w in inv.workloads for r in w.roles]
@@ -152,3 +168,8 @@ spec:
     for role in roles:
         one_by_one = place_role(role, inv.nodes, ZONE)
         assert grouped[role] == one_by_one, role
+    by_name = {str(r): grouped[r] for r in roles}
+    # Schedulable for a plain pod: no GPU taint (i % 4 != 0), not cordoned (i % 7 != 0).
+    plain = [i for i in range(24) if i % 4 and i % 7]
+    assert by_name["ml/on-rack"].nodes == tuple(f"n{i}" for i in plain if i % 5 == 1)
+    assert by_name["ml/by-generation"].nodes == tuple(f"n{i}" for i in plain if i % 6 > 3 and i % 5 != 2)
