@@ -14,6 +14,7 @@ Everything that reads manifests goes through here so that every input gets the s
 from __future__ import annotations
 
 import math
+import os
 import re
 import stat
 from collections import deque
@@ -772,15 +773,22 @@ def _walk(
             continue
         visited.add(directory)
         try:
-            children = sorted(directory.iterdir(), key=lambda p: p.name)
+            # scandir's entries carry the file type from the directory listing: no stat per entry
+            # for the common case (plain files and directories).
+            with os.scandir(directory) as listing:
+                children = sorted(listing, key=lambda e: e.name)
         except OSError as exc:
             error(rel, f"cannot list directory: {exc.strerror or exc}")
             continue
         subdirs: list[tuple[Path, PurePath, bool]] = []
-        for child in children:
-            child_rel = rel / child.name
+        for entry in children:
             try:
-                if child.is_symlink():
+                plain_file = not entry.is_symlink() and not entry.is_dir(follow_symlinks=False)
+                if plain_file and not _has_suffix(entry.name, suffixes):
+                    continue  # most of a repository: no path objects built for it
+                child_rel = rel / entry.name
+                if entry.is_symlink():
+                    child = directory / entry.name
                     try:
                         target = child.resolve(strict=True)
                     except (OSError, RuntimeError):
@@ -788,29 +796,29 @@ def _walk(
                         continue
                     inside = target == root or target.is_relative_to(root)
                     if target.is_dir():
-                        if child.name.startswith("."):
+                        if entry.name.startswith("."):
                             continue
                         if not inside:
                             error(child_rel, f"symlink points outside the scanned tree (-> {target})")
                             continue
                         linked.append((target, child_rel))
-                    elif _has_suffix(child.name, suffixes):
+                    elif _has_suffix(entry.name, suffixes):
                         if not inside:
                             error(child_rel, f"symlink points outside the scanned tree (-> {target})")
                         elif target.is_file():
                             found.append((target, child_rel, True))
                         else:
                             error(child_rel, "not a regular file, skipped")
-                elif child.is_dir():
-                    if not child.name.startswith("."):
-                        subdirs.append((child, child_rel, via_link))
-                elif _has_suffix(child.name, suffixes):
-                    if child.is_file():
-                        found.append((child, child_rel, via_link))
+                elif entry.is_dir(follow_symlinks=False):
+                    if not entry.name.startswith("."):
+                        subdirs.append((directory / entry.name, child_rel, via_link))
+                elif _has_suffix(entry.name, suffixes):
+                    if entry.is_file(follow_symlinks=False):
+                        found.append((directory / entry.name, child_rel, via_link))
                     else:
                         error(child_rel, "not a regular file, skipped")
             except OSError as exc:
-                error(child_rel, f"cannot inspect: {exc.strerror or exc}")
+                error(rel / entry.name, f"cannot inspect: {exc.strerror or exc}")
         # Reversed so the stack pops them in name order.
         pending.extend(reversed(subdirs))
     return found, errors

@@ -312,7 +312,10 @@ class PolicyEngine:
         key = (subject, direction)
         found = self._shapes.get(key)
         if found is None:
-            policies = tuple(p for t in self.tiers for p in self.applicable(subject, direction, t.name))
+            # `selecting` is in tier order: these are the per-tier applicable policies, concatenated.
+            policies = tuple(
+                p for p in self.selecting(_pod_identity(subject)) if p.direction(direction).applies
+            )
             local = any(r.local is not None for p in policies for r in p.direction(direction).rules)
             shape = (
                 direction,
