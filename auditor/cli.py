@@ -53,6 +53,16 @@ def _paths(args: argparse.Namespace) -> list[Path]:
     return paths
 
 
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 0, got {text!r}")
+    return value
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     settings = load_settings(Path(args.config) if args.config else None)
     inv = load_inventory(_paths(args), settings)
@@ -90,7 +100,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     try:
         pack = load_packs([Path(p) for p in args.policy or []])
         with gcpause.paused(resume=not args.one_shot):
-            inv = load_inventory(paths, settings, progress=bar or progress.silent)
+            inv = load_inventory(paths, settings, progress=bar or progress.silent, jobs=args.jobs)
             result = scan(inv, pack, date.today(), bar or progress.silent)
             if args.baseline:
                 result = apply_baseline(result, _baseline_fingerprints(Path(args.baseline)))
@@ -468,6 +478,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("critical", "high", "medium", "low", "none"),
         default="high",
         help="exit 1 when a finding is at or above this severity (default high)",
+    )
+    sc.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=0,
+        metavar="N",
+        help="processes reading a large tree (default 0: one per available CPU; 1: no workers)",
     )
     sc.set_defaults(func=cmd_scan)
 

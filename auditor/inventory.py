@@ -79,14 +79,13 @@ SNAPSHOT_KIND = "ClusterSnapshot"  # the header of `auditor snapshot` files
 class RawObject:
     obj: Mapping[str, Any]
     source: SourceRef
+    # Read for every object by every pass of the inventory: taken from the manifest once.
+    kind: str = field(init=False)
+    api_version: str = field(init=False)
 
-    @property
-    def kind(self) -> str:
-        return str(self.obj.get("kind", ""))
-
-    @property
-    def api_version(self) -> str:
-        return str(self.obj.get("apiVersion", ""))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", str(self.obj.get("kind", "")))
+        object.__setattr__(self, "api_version", str(self.obj.get("apiVersion", "")))
 
     @property
     def name(self) -> str:

@@ -33,6 +33,7 @@ from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
+from auditor import parallel
 from auditor.model.source import LoadError, SourceRef
 
 __all__ = [
@@ -735,6 +736,61 @@ def load_file(
     except UnicodeDecodeError:
         return [], [LoadError(display_name, 0, "binary or non-UTF-8 file, skipped")]
     return load_text(text, display_name, limits)
+
+
+# Below this many bytes in all, files are read in this process: starting workers costs more.
+PARALLEL_MIN_BYTES = 4 << 20
+
+
+def _load_chunk(
+    job: tuple[Sequence[tuple[Path, str]], YamlLimits],
+) -> list[tuple[list[Document], list[LoadError]]]:
+    files, limits = job
+    return [load_file(path, display, limits) for path, display in files]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # load_file reports it
+
+
+def _chunks(
+    files: Sequence[tuple[Path, str]], sizes: Sequence[int], count: int
+) -> list[list[tuple[Path, str]]]:
+    """Contiguous runs of files of about equal bytes (so results come back in file order)."""
+    target = sum(sizes) / count
+    chunks: list[list[tuple[Path, str]]] = [[]]
+    filled = 0
+    for item, size in zip(files, sizes, strict=True):
+        if filled >= target and chunks[-1]:
+            chunks.append([])
+            filled = 0
+        chunks[-1].append(item)
+        filled += size
+    return chunks
+
+
+def load_files(
+    files: Sequence[tuple[Path, str]], limits: YamlLimits = YamlLimits(), jobs: int | None = None
+) -> Iterator[tuple[list[Document], list[LoadError]]]:
+    """:func:`load_file` for each (path, display name), results in the same order.
+
+    A large input (over PARALLEL_MIN_BYTES) is read by worker processes, one per available CPU
+    unless `jobs` says otherwise (`jobs=1`: all in this process); see auditor.parallel. The
+    results are the same either way.
+    """
+    workers = parallel.workers_for(jobs)
+    if workers > 1 and len(files) > 1:
+        sizes = [_size(path) for path, _ in files]
+        if sum(sizes) >= PARALLEL_MIN_BYTES:
+            work = [(chunk, limits) for chunk in _chunks(files, sizes, workers * 4)]
+            for results in parallel.ordered_map(_load_chunk, work, workers):
+                yield from results
+            return
+    for path, display in files:
+        yield load_file(path, display, limits)
 
 
 # --------------------------------------------------------------------------------------------

@@ -124,7 +124,12 @@ def _render(
     )
 
 
-def collect(paths: Sequence[Path], tools: Tools, progress: Progress = silent) -> Collected:
+def collect(
+    paths: Sequence[Path], tools: Tools, progress: Progress = silent, jobs: int | None = None
+) -> Collected:
+    """Every document under `paths`: raw files, rendered Kustomize directories and Helm charts.
+    `jobs`: worker processes for reading files (None: one per CPU for a large tree; see
+    yamlio.load_files)."""
     out = Collected()
     files, errors = yamlio.discover_files(list(paths))
     out.errors.extend(errors)
@@ -137,15 +142,20 @@ def collect(paths: Sequence[Path], tools: Tools, progress: Progress = silent) ->
         included |= _included(root)
     raw_by_root: dict[Path, list[yamlio.Document]] = {r: [] for r in kroots | charts}
     owners: dict[Path, tuple[Path | None, Path | None]] = {}  # directory -> (chart, kustomization)
-    for n, (real, path, display) in enumerate(resolved, 1):
-        progress("reading manifests", n, len(resolved))
+    to_read: list[tuple[Path, str]] = []
+    read_for: list[Path | None] = []  # the kustomization each file belongs to, if any
+    for real, path, display in resolved:
         owner = owners.get(real.parent)
         if owner is None:
             owner = owners[real.parent] = (_under(real.parent, charts), _under(real.parent, kroots))
         chart, kroot = owner
         if chart is not None:
             continue  # chart templates are Go templates, not YAML
-        docs, errs = yamlio.load_file(path, display)
+        to_read.append((path, display))
+        read_for.append(kroot)
+    loaded = yamlio.load_files(to_read, jobs=jobs)
+    for n, (kroot, (docs, errs)) in enumerate(zip(read_for, loaded, strict=True), 1):
+        progress("reading manifests", n, len(to_read))
         if kroot is not None:
             raw_by_root[kroot].extend(docs)
             out.errors.extend(errs)
@@ -171,9 +181,13 @@ def collect(paths: Sequence[Path], tools: Tools, progress: Progress = silent) ->
 
 
 def load_inventory(
-    paths: Sequence[Path], settings: Settings, tools: Tools | None = None, progress: Progress = silent
+    paths: Sequence[Path],
+    settings: Settings,
+    tools: Tools | None = None,
+    progress: Progress = silent,
+    jobs: int | None = None,
 ) -> Inventory:
-    collected = collect(paths, tools or Tools.detect(), progress)
+    collected = collect(paths, tools or Tools.detect(), progress, jobs)
     inv = build_inventory(collected.documents, settings, collected.errors)
     inv.notes[:0] = collected.notes
     return inv
