@@ -266,6 +266,7 @@ class PolicyEngine:
         self._shapes: dict[tuple[PodEndpoint, Direction], int] = {}
         self._shape_ids: dict[tuple[object, ...], int] = {}
         self._by_shape: dict[tuple[int, Endpoint, str | None], DirectionalVerdict] = {}
+        self._peer_keys: dict[PodEndpoint, PodEndpoint] = {}
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -285,16 +286,27 @@ class PolicyEngine:
             if not isinstance(me, PodEndpoint) or (shape := self._shape(me, direction)) is None:
                 cached = self._evaluate(me, direction, peer)
             else:
-                # The subject's node matters only against node identities (host / remote-node).
+                # The subject's node matters only against node identities (host / remote-node);
+                # a pod peer's node never matters (no peer kind reads it for a pod on the pod
+                # network: only host-network pods speak as their node).
                 host_peer = isinstance(peer, NodeEndpoint) or (
                     isinstance(peer, PodEndpoint) and peer.host_network
                 )
-                by_shape = (shape, peer, me.node if host_peer else None)
+                by_shape = (shape, self._peer_key(peer), me.node if host_peer else None)
                 cached = self._by_shape.get(by_shape)
                 if cached is None:
                     cached = self._by_shape[by_shape] = self._evaluate(me, direction, peer)
             self._verdicts[key] = cached
         return cached
+
+    def _peer_key(self, peer: Endpoint) -> Endpoint:
+        """The peer as verdicts shared per shape see it: a pod-network pod without its node."""
+        if not isinstance(peer, PodEndpoint) or peer.host_network or peer.node is None:
+            return peer
+        found = self._peer_keys.get(peer)
+        if found is None:
+            found = self._peer_keys[peer] = dataclasses.replace(peer, node=None, node_labels=())
+        return found
 
     def _shape(self, subject: PodEndpoint, direction: Direction) -> int | None:
         """What a verdict about `subject` in `direction` depends on, besides the peer, as a number.

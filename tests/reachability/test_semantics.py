@@ -339,6 +339,12 @@ def test_shared_verdicts_still_see_the_subjects_node_and_named_ports() -> None:
     assert not engine.directional(on_n2, Direction.INGRESS, host_pod_n1).at("TCP", 1).allowed
     assert engine.directional(on_n1, Direction.INGRESS, NodeEndpoint("n1")).at("TCP", 1).allowed
     assert not engine.directional(on_n2, Direction.INGRESS, NodeEndpoint("n1")).at("TCP", 1).allowed
+    # A peer on the pod network is itself wherever it runs: the client is allowed on port http, from
+    # any node, and the host rule never covers it.
+    for node in ("n1", "n2"):
+        client_on = dataclasses.replace(client, node=node)
+        assert engine.directional(on_n1, Direction.INGRESS, client_on).at("TCP", 8080).allowed
+        assert not engine.directional(on_n1, Direction.INGRESS, client_on).at("TCP", 1).allowed
     # Named port `http` resolves on each subject: 8080 on one, 9090 on the other.
     other_port = dataclasses.replace(server, named_ports=(NamedPort("http", "TCP", 9090),))
     assert engine.directional(server, Direction.INGRESS, client).at("TCP", 8080).allowed
