@@ -266,7 +266,7 @@ class PolicyEngine:
         self._shapes: dict[tuple[PodEndpoint, Direction], int] = {}
         self._shape_ids: dict[tuple[object, ...], int] = {}
         self._by_shape: dict[tuple[int, Endpoint, str | None], DirectionalVerdict] = {}
-        self._peer_keys: dict[PodEndpoint, PodEndpoint] = {}
+        self._nodeless: dict[PodEndpoint, PodEndpoint] = {}
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -292,20 +292,24 @@ class PolicyEngine:
                 host_peer = isinstance(peer, NodeEndpoint) or (
                     isinstance(peer, PodEndpoint) and peer.host_network
                 )
-                by_shape = (shape, self._peer_key(peer), me.node if host_peer else None)
+                by_shape = (shape, self._without_node(peer), me.node if host_peer else None)
                 cached = self._by_shape.get(by_shape)
                 if cached is None:
                     cached = self._by_shape[by_shape] = self._evaluate(me, direction, peer)
             self._verdicts[key] = cached
         return cached
 
-    def _peer_key(self, peer: Endpoint) -> Endpoint:
-        """The peer as verdicts shared per shape see it: a pod-network pod without its node."""
-        if not isinstance(peer, PodEndpoint) or peer.host_network or peer.node is None:
-            return peer
-        found = self._peer_keys.get(peer)
+    def _without_node(self, ep: Endpoint) -> Endpoint:
+        return self._nodeless_pod(ep) if isinstance(ep, PodEndpoint) else ep
+
+    def _nodeless_pod(self, pod: PodEndpoint) -> PodEndpoint:
+        """A pod-network pod without its node: all that selectors and peer rules see of it (only
+        host-network pods speak as their node; only a subject's node is compared, with node peers)."""
+        if pod.host_network or pod.node is None:
+            return pod
+        found = self._nodeless.get(pod)
         if found is None:
-            found = self._peer_keys[peer] = dataclasses.replace(peer, node=None, node_labels=())
+            found = self._nodeless[pod] = dataclasses.replace(pod, node=None, node_labels=())
         return found
 
     def _shape(self, subject: PodEndpoint, direction: Direction) -> int | None:
@@ -321,6 +325,7 @@ class PolicyEngine:
         """
         if subject.host_network:
             return None
+        subject = self._nodeless_pod(subject)
         key = (subject, direction)
         found = self._shapes.get(key)
         if found is None:
@@ -355,7 +360,9 @@ class PolicyEngine:
 
     def selecting(self, subject: PodEndpoint) -> tuple[CompiledPolicy, ...]:
         """Every policy whose subject selects the pod, in evaluation order (tier, then policy order).
-        Selection does not depend on the direction or tier, so it is worked out once per identity."""
+        Selection does not depend on the direction, the tier or the node, so it is worked out once
+        per identity without its node."""
+        subject = self._nodeless_pod(subject)
         found = self._selecting.get(subject)
         if found is None:
             by_ns = self._index
