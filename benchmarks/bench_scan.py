@@ -3,7 +3,8 @@ kinds, 5,000 policies, 500 nodes over three zones; see gen_repo.py), measured in
 
 (a) parse only: read every YAML file and `list(yaml.load_all(text, Loader=yaml.CSafeLoader))`;
 (b) our full scan: `auditor scan DIR --format json --output FILE --fail-on none`, in process
-    through `auditor.cli.main` (imports done before the clock starts);
+    through `auditor.cli.main` (imports done before the clock starts), as users run it (files read by
+    one worker process per CPU) and with `--jobs 1` (one process); the two reports must be identical;
 (c) Checkov's Kubernetes scan of the same directory, once (installed into benchmarks/.venv-checkov
     by checkov_baseline.py), or of a subset of it with `--checkov-subset N`.
 
@@ -67,13 +68,12 @@ def child_parse(directory: Path) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t0, "files": files, "documents": docs}
 
 
-def child_scan(directory: Path, output: str) -> dict[str, Any]:
+def child_scan(directory: Path, output: str, jobs: str = "0") -> dict[str, Any]:
     from auditor import cli
 
+    argv = ["scan", str(directory), "--format", "json", "--output", output, "--fail-on", "none"]
     t0 = time.perf_counter()
-    code = cli.main(
-        ["scan", str(directory), "--format", "json", "--output", output, "--fail-on", "none"], one_shot=True
-    )
+    code = cli.main([*argv, "--jobs", jobs], one_shot=True)
     return {"seconds": time.perf_counter() - t0, "exit": code}
 
 
@@ -126,17 +126,24 @@ def run_child(args: list[str], into: Measured) -> None:
     into.last = result
 
 
-def measure(directory: Path, runs: int, report: Path) -> tuple[Measured, Measured]:
-    """Parse-only and scan runs, alternated so that machine noise falls on both alike."""
-    parse, scan = Measured(), Measured()
+def measure(directory: Path, runs: int, report: Path) -> tuple[Measured, Measured, Measured]:
+    """Parse-only runs, scan runs (default: files read by one worker per CPU) and single-process
+    scan runs (`--jobs 1`), alternated so that machine noise falls on all alike."""
+    parse, scan, single = Measured(), Measured(), Measured()
+    single_report = report.with_name("scan-jobs1.json")
     for i in range(runs):
         run_child(["--child", "parse", str(directory)], parse)
         run_child(["--child", "scan", str(directory), str(report if i == 0 else os.devnull)], scan)
+        out = str(single_report if i == 0 else os.devnull)
+        run_child(["--child", "scan", str(directory), out, "1"], single)
         print(
-            f"  run {i + 1}/{runs}: parse {parse.seconds[-1]:.2f} s, scan {scan.seconds[-1]:.2f} s",
+            f"  run {i + 1}/{runs}: parse {parse.seconds[-1]:.2f} s, scan {scan.seconds[-1]:.2f} s, "
+            f"scan --jobs 1 {single.seconds[-1]:.2f} s",
             flush=True,
         )
-    return parse, scan
+    if single_report.read_text() != report.read_text():
+        raise RuntimeError("the report with --jobs 1 differs from the default one")
+    return parse, scan, single
 
 
 def _objects_in(path: Path) -> int:
@@ -197,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.child:
         kind, directory = args.child[0], Path(args.child[1])
-        result = child_parse(directory) if kind == "parse" else child_scan(directory, args.child[2])
+        result = child_parse(directory) if kind == "parse" else child_scan(directory, *args.child[2:4])
         print(json.dumps(result))
         return 0
 
@@ -220,13 +227,16 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         report = tmp / "scan.json"
-        parse, scan = measure(directory, args.runs, report)
+        parse, scan, single = measure(directory, args.runs, report)
         ratio = scan.median / parse.median
+        single_ratio = single.median / parse.median
         doc = json.loads(report.read_text())
         summary = doc.get("summary", {})
         print(f"parse only (PyYAML CSafeLoader, {parse.last['documents']:,} documents): {parse.line()}")
         print(f"auditor scan: {scan.line()}")
-        print(f"ratio scan/parse: {ratio:.1f}× (target < 2×: {_verdict(ratio < 2)})")
+        print(f"auditor scan --jobs 1 (one process): {single.line()}")
+        print(f"ratio scan/parse: {ratio:.2f}× (target < 2×: {_verdict(ratio < 2)}; {os.cpu_count()} CPUs)")
+        print(f"ratio scan --jobs 1/parse: {single_ratio:.2f}× (one process; same report)")
         print(
             f"peak RSS of the scan: {scan.peak_rss / GIB:.2f} GiB "
             f"(target < 1 GiB: {_verdict(scan.peak_rss < GIB)})"
@@ -245,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
             scan_wall_seconds=scan.wall,
             scan_peak_rss=scan.peak_rss,
             ratio_scan_parse=ratio,
+            single_process_scan_seconds=single.seconds,
+            ratio_single_process_scan_parse=single_ratio,
             scan_summary=summary,
         )
         if not args.skip_checkov:
