@@ -739,7 +739,7 @@ def load_file(
 
 
 # Below this many bytes in all, files are read in this process: starting workers costs more.
-PARALLEL_MIN_BYTES = 4 << 20
+PARALLEL_MIN_BYTES = 1 << 20
 
 
 def _load_chunk(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
@@ -549,13 +549,18 @@ class DirectionalVerdict:
 
     direction: Direction
     segments: tuple[Segment, ...]
+    # One verdict answers many flows (it is shared by every pod of an identity): union once.
+    _allowed: ConnSet | None = field(default=None, init=False, compare=False, hash=False, repr=False)
 
     def allowed_conns(self) -> ConnSet:
-        out = ConnSet.none()
-        for s in self.segments:
-            if s.allowed:
-                out = out | s.conns
-        return out
+        if self._allowed is None:
+            out = ConnSet.none()
+            for s in self.segments:
+                if s.allowed:
+                    out = out | s.conns
+            object.__setattr__(self, "_allowed", out)
+            return out
+        return self._allowed
 
     def at(self, protocol: str, port: int) -> Segment:
         for s in self.segments:

@@ -136,9 +136,13 @@ def _first_port(role: Role) -> int | None:
 def _pod_dns_edges(w: Workload) -> Iterator[CommEdge]:
     """JobSet pods are reachable as <jobset>-<replicatedJob>-<job>-<pod>.<subdomain>."""
     by_name = {r.name: r for r in w.roles}
+    prefix = f"{w.ref.name}-"
+    texts = {role: [t for t in _texts(role) if prefix in t] for role in w.roles}
+    if not any(texts.values()):
+        return  # no pod name in any command, argument or env value: nothing to compile
     pattern = re.compile(rf"(?<![\w-]){re.escape(w.ref.name)}-([a-z0-9-]+?)-(\d+)-(\d+)(?![\w-])")
     for role in w.roles:
-        for text in _texts(role):
+        for text in texts[role]:
             for m in pattern.finditer(text):
                 target = by_name.get(m.group(1))
                 if target is None:
