@@ -15,8 +15,6 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from auditor import TOOL_NAME, __version__, gcpause, progress
 from auditor.config import ConfigError, Settings, load_settings
 from auditor.explain import ExplainError, explain, to_json, to_text
@@ -194,6 +192,8 @@ def _service_settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError  # here: a scan never loads SQLAlchemy
+
     from auditor.store import database
 
     settings = load_settings(Path(args.config)) if args.config else Settings()
@@ -211,6 +211,8 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError  # here: a scan never loads SQLAlchemy
+
     from auditor import bootstrap
 
     settings = _service_settings(args)
@@ -268,6 +270,8 @@ def _since(text: str | None) -> datetime | None:
 
 
 def cmd_findings(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError  # here: a scan never loads SQLAlchemy
+
     from auditor import bootstrap
     from auditor.store.repository import BadCursor, FindingFilter
 
@@ -299,6 +303,8 @@ def cmd_findings(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError  # here: a scan never loads SQLAlchemy
+
     from auditor import bootstrap
 
     settings = _service_settings(args)

@@ -10,7 +10,7 @@ kinds, 5,000 policies, 500 nodes over three zones; see gen_repo.py), measured in
 
 (a) and (b) are medians of several runs, alternated, each in its own child process so that the
 peak RSS (from wait4) is that measurement's own. Targets: scan < 2× parse, peak RSS < 1 GiB,
-Checkov ≥ 20× our time. Prints figures; never fails on time.
+Checkov ≥ 20× our time (both as whole processes). Prints figures; never fails on time.
 
     python benchmarks/bench_scan.py                          # everything
     python benchmarks/bench_scan.py --skip-checkov --runs 5
@@ -261,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not args.skip_checkov:
             checkov = checkov_baseline.ensure_checkov()
-            target, ours, scope = directory, scan.median, "the full directory"
+            # Checkov is timed as a whole process (interpreter start and imports included), so
+            # ours is too: the child's process wall, not the in-process median.
+            target, ours, scope = directory, statistics.median(scan.wall), "the full directory"
             if args.checkov_subset:
                 target = tmp / "subset"
                 objects, files = make_subset(directory, args.checkov_subset, target)
@@ -271,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                     run_child(
                         ["--child", "scan", str(target), str(sub_report if i == 0 else os.devnull)], sub
                     )
-                ours = sub.median
+                ours = statistics.median(sub.wall)
                 sub_summary = json.loads(sub_report.read_text()).get("summary", {})
                 scope = f"a SUBSET of {objects:,} objects in {files:,} files"
                 print(
@@ -288,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(
                 f"ratio checkov/ours on {scope}: {cratio:.2f}× "
-                f"(ours {ours:.2f} s; target ≥ 20×: {_verdict(cratio >= 20)})"
+                f"(ours {ours:.2f} s, whole process like Checkov's; target ≥ 20×: {_verdict(cratio >= 20)})"
             )
             figures.update(
                 checkov_seconds=run.seconds, checkov_peak_rss=run.peak_rss_bytes, ratio_checkov_ours=cratio
