@@ -213,22 +213,10 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
 
 
 def _section(raw: Any, name: str, file: str) -> dict[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError(file, yamlio.line_of(raw), name, "must be a mapping")
-    schema = _SCHEMA[name]
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        line = yamlio.key_line(raw, str(key))
-        if key not in schema:
-            raise ConfigError(
-                file, line, f"{name}.{key}", f"unknown key (known: {', '.join(sorted(schema))})"
-            )
-        if not isinstance(value, schema[key]) or (schema[key] is str and isinstance(value, bool)):
-            raise ConfigError(file, line, f"{name}.{key}", f"has the wrong type ({type(value).__name__})")
-        out[str(key)] = value
-    return out
+    try:
+        return service_config.mapping(raw, name, _SCHEMA[name], file)
+    except service_config.ServiceConfigError as exc:
+        raise ConfigError(exc.file, exc.line, exc.key, exc.message) from None
 
 
 def parse_settings(data: Any, file: str) -> Settings:

@@ -186,7 +186,16 @@ _GIT_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def _mapping(raw: Any, key: str, schema: Mapping[str, type | tuple[type, ...]], file: str) -> dict[str, Any]:
+def _accepts(expected: type | tuple[type, ...], value: Any) -> bool:
+    """isinstance, except that YAML's true/false is not a number (bool subclasses int in Python)."""
+    if isinstance(value, bool):
+        return expected is bool or (isinstance(expected, tuple) and bool in expected)
+    return isinstance(value, expected)
+
+
+def mapping(raw: Any, key: str, schema: Mapping[str, type | tuple[type, ...]], file: str) -> dict[str, Any]:
+    """A config section checked against `schema` (key → accepted types): unknown keys and wrong
+    types are errors naming the key's path and line. Shared by every section of the config file."""
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -197,8 +206,7 @@ def _mapping(raw: Any, key: str, schema: Mapping[str, type | tuple[type, ...]], 
         path = f"{key}.{name}"
         if name not in schema:
             raise ServiceConfigError(file, line, path, f"unknown key (known: {', '.join(sorted(schema))})")
-        expected = schema[name]
-        if not isinstance(value, expected) or (isinstance(value, bool) and expected in (int, str)):
+        if not _accepts(schema[name], value):
             raise ServiceConfigError(file, line, path, f"has the wrong type ({type(value).__name__})")
         out[str(name)] = value
     return out
@@ -207,7 +215,7 @@ def _mapping(raw: Any, key: str, schema: Mapping[str, type | tuple[type, ...]], 
 def parse_database(raw: Any, file: str) -> DatabaseSettings:
     from auditor.store.database import DatabaseURLError, parse_url
 
-    section = _mapping(raw, "database", {"url": str}, file)
+    section = mapping(raw, "database", {"url": str}, file)
     url = section.get("url", "")
     if url:
         try:
@@ -218,7 +226,7 @@ def parse_database(raw: Any, file: str) -> DatabaseSettings:
 
 
 def parse_service(raw: Any, file: str, base: Path) -> ServiceSettings:
-    section = _mapping(raw, "service", _SERVICE_KEYS, file)
+    section = mapping(raw, "service", _SERVICE_KEYS, file)
     for key in ("port",):
         if key in section and not 0 <= section[key] <= 65535:
             raise ServiceConfigError(file, yamlio.key_line(raw, key), f"service.{key}", "must be 0–65535")
@@ -272,7 +280,7 @@ def parse_targets(raw: Any, file: str, base: Path) -> tuple[TargetSettings, ...]
     for index, item in enumerate(raw):
         key = f"targets[{index}]"
         line = yamlio.line_of(item) or (raw.item_lines[index] if isinstance(raw, yamlio.YamlSeq) else 0)
-        section = _mapping(item, key, _TARGET_KEYS, file)
+        section = mapping(item, key, _TARGET_KEYS, file)
         if not isinstance(item, Mapping):
             raise ServiceConfigError(file, line, key, "must be a mapping")
         name = section.get("name")
@@ -293,7 +301,7 @@ def parse_targets(raw: Any, file: str, base: Path) -> tuple[TargetSettings, ...]
         directory = ""
         cluster = None
         if "cluster" in section:
-            c = _mapping(section["cluster"], f"{key}.cluster", _CLUSTER_KEYS, file)
+            c = mapping(section["cluster"], f"{key}.cluster", _CLUSTER_KEYS, file)
             if c.get("in_cluster") and (c.get("context") or c.get("kubeconfig")):
                 raise ServiceConfigError(
                     file, line, f"{key}.cluster", "in_cluster: true takes no context or kubeconfig"
@@ -303,7 +311,7 @@ def parse_targets(raw: Any, file: str, base: Path) -> tuple[TargetSettings, ...]
                 kubeconfig = str(base / kubeconfig)
             cluster = ClusterSource(c.get("context", ""), kubeconfig, bool(c.get("in_cluster", False)))
         elif "git" in section:
-            g = _mapping(section["git"], f"{key}.git", _GIT_KEYS, file)
+            g = mapping(section["git"], f"{key}.git", _GIT_KEYS, file)
             url = g.get("url", "")
             gline = yamlio.key_line(section["git"], "url") or line
             if not url:
@@ -352,7 +360,7 @@ def parse_targets(raw: Any, file: str, base: Path) -> tuple[TargetSettings, ...]
 
 
 def _github(raw: Any, key: str, file: str, base: Path, is_git: bool) -> GitHubSettings:
-    g = _mapping(raw, key, _GITHUB_KEYS, file)
+    g = mapping(raw, key, _GITHUB_KEYS, file)
     line = yamlio.line_of(raw)
     if not is_git:
         raise ServiceConfigError(file, line, key, "pull requests need a git target")
@@ -462,7 +470,7 @@ def parse_digest(raw: Any, file: str) -> DigestSettings | None:
         "smtp": dict,
         "teams": list,
     }
-    d = _mapping(raw, "digest", keys, file)
+    d = mapping(raw, "digest", keys, file)
     problem = validate_cron(d.get("schedule", "0 7 * * *"))
     if problem:
         raise ServiceConfigError(file, yamlio.key_line(raw, "schedule"), "digest.schedule", problem)
@@ -475,7 +483,7 @@ def parse_digest(raw: Any, file: str) -> DigestSettings | None:
         "from": str,
         "timeout_seconds": (int, float),
     }
-    s = _mapping(d.get("smtp"), "digest.smtp", smtp_keys, file)
+    s = mapping(d.get("smtp"), "digest.smtp", smtp_keys, file)
     if s.get("security", "starttls") not in ("starttls", "tls", "none"):
         raise ServiceConfigError(
             file, yamlio.key_line(d.get("smtp"), "security"), "digest.smtp.security", "starttls, tls or none"
@@ -489,7 +497,7 @@ def parse_digest(raw: Any, file: str) -> DigestSettings | None:
     teams = []
     for i, item in enumerate(d.get("teams") or []):
         key = f"digest.teams[{i}]"
-        t = _mapping(item, key, {"name": str, "to": list, "targets": list, "namespaces": list}, file)
+        t = mapping(item, key, {"name": str, "to": list, "targets": list, "namespaces": list}, file)
         line = yamlio.line_of(item)
         if not t.get("name"):
             raise ServiceConfigError(file, line, f"{key}.name", "required")
@@ -515,7 +523,7 @@ def parse_digest(raw: Any, file: str) -> DigestSettings | None:
 
 
 def parse_reports(raw: Any, file: str) -> ReportSettings:
-    r = _mapping(raw, "reports", {"framework": str, "controls": dict}, file)
+    r = mapping(raw, "reports", {"framework": str, "controls": dict}, file)
     controls = dict(DEFAULT_CONTROLS)
     for rule, ids in (r.get("controls") or {}).items():
         if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):

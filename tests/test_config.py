@@ -57,6 +57,10 @@ def test_custom_price_needs_date_and_source(tmp_path: Path) -> None:
         ("network: {cni: weave}\n", "network.cni", 1),
         ("cost: {provider: ibm}\n", "cost.provider", 1),
         ("kubernetes: {version: latest}\n", "kubernetes.version", 1),
+        # YAML true is not a number, though Python's bool is an int.
+        ("prometheus:\n  url: http://p\n  timeout_seconds: true\n", "prometheus.timeout_seconds", 3),
+        ("cost:\n  intra_zone_gbps: false\n", "cost.intra_zone_gbps", 2),
+        ("service:\n  port: true\n", "service.port", 2),
     ],
 )
 def test_bad_keys_are_named(tmp_path: Path, text: str, key: str, line: int) -> None:

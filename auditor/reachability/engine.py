@@ -194,7 +194,8 @@ def _anchor(selector: LabelSelector) -> tuple[str, tuple[str, ...]] | None:
 
 
 class _SubjectIndex:
-    """The policies of one tier and namespace, indexed by one label their subject selector requires.
+    """The policies of one namespace (or the cluster-wide ones), indexed by one label their subject
+    selector requires.
 
     A policy whose pod selector requires `app In (a, b)` can only select pods labelled app=a or
     app=b (in the label view of its dialect), so a pod is checked only against the policies its own
