@@ -162,7 +162,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         inv = cluster.inventory_from_read(read, settings)
         result = scan(inv, pack, date.today())
-        result.findings = prometheus.enrich(result.findings, inv, settings, os.environ)
+        result.findings = prometheus.enrich(result.findings, inv, settings, os.environ, result.observation)
         _emit(args, result)
     if read.incomplete:
         print("error: the audit is partial: some objects could not be read (see above)", file=sys.stderr)

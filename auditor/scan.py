@@ -9,7 +9,7 @@ from datetime import date
 from auditor.inventory import Inventory
 from auditor.model.findings import SEVERITY_RANK, Finding
 from auditor.model.source import LoadError
-from auditor.placement.observed import observe
+from auditor.placement.observed import Observation, observe
 from auditor.progress import Progress, silent
 from auditor.rules import live, run_rules
 from auditor.rules.model import build_model, object_ref
@@ -33,6 +33,8 @@ class ScanResult:
     skipped_kinds: dict[str, int] = field(default_factory=dict)
     waived: list[WaivedFinding] = field(default_factory=list)
     expired_waivers: list[ExpiredWaiver] = field(default_factory=list)
+    # Where the live pods run (a cluster or snapshot audit); None for manifests only.
+    observation: Observation | None = None
 
     def at_or_above(self, severity: str) -> list[Finding]:
         if severity == "none":
@@ -68,6 +70,7 @@ def scan(
     pack = pack if pack is not None else load_packs([])
     raw = run_rules(model, pack.rule_options())
     notes: list[str] = []
+    observation: Observation | None = None
     if inv.live_pods:
         observation = observe(inv.workloads, inv.live_pods, inv.nodes, inv.settings.topology.zone_key)
         now = build_model(inv, silent, observation.roles, model.engine)
@@ -95,6 +98,7 @@ def scan(
         dict(inv.skipped_kinds),
         list(applied.waived),
         list(applied.expired),
+        observation,
     )
 
 
@@ -111,4 +115,5 @@ def apply_baseline(result: ScanResult, known: set[str]) -> ScanResult:
         result.skipped_kinds,
         result.waived,
         result.expired_waivers,
+        result.observation,
     )

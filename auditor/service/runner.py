@@ -251,7 +251,9 @@ class AuditRunner:
         pack = load_packs([])
         inv = cluster.inventory_from_read(read, self.settings)
         result = scan(inv, pack, self.store.clock().date())
-        result.findings = prometheus.enrich(result.findings, inv, self.settings, self.environ)
+        result.findings = prometheus.enrich(
+            result.findings, inv, self.settings, self.environ, result.observation
+        )
         return result, read.server_version or None
 
     @staticmethod

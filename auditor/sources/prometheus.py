@@ -30,7 +30,7 @@ from auditor.cost import SECONDS_PER_MONTH
 from auditor.inventory import Inventory
 from auditor.model.findings import Finding
 from auditor.model.objects import LivePod
-from auditor.placement.observed import observe
+from auditor.placement.observed import Observation, observe
 
 log = logging.getLogger("auditor.prometheus")
 
@@ -125,9 +125,14 @@ def _group_signals(
 
 
 def enrich(
-    findings: Sequence[Finding], inv: Inventory, settings: Settings, environ: Mapping[str, str]
+    findings: Sequence[Finding],
+    inv: Inventory,
+    settings: Settings,
+    environ: Mapping[str, str],
+    observation: Observation | None = None,
 ) -> list[Finding]:
-    """Observed findings with measured cost and evidence (or a note that the model was used)."""
+    """Observed findings with measured cost and evidence (or a note that the model was used).
+    `observation`: where the live pods run, as the scan worked it out (computed here if None)."""
     observed = [f for f in findings if f.certainty == "observed"]
     if not observed:
         return list(findings)
@@ -136,7 +141,8 @@ def enrich(
         note = "no Prometheus configured: cost from the model, no measured evidence"
         return [_note(f, note) if f.certainty == "observed" else f for f in findings]
     client = PrometheusClient(prom, environ.get(prom.bearer_token_env, "") if prom.bearer_token_env else "")
-    observation = observe(inv.workloads, inv.live_pods, inv.nodes, settings.topology.zone_key)
+    if observation is None:
+        observation = observe(inv.workloads, inv.live_pods, inv.nodes, settings.topology.zone_key)
 
     def group_of(f: Finding) -> list[tuple[LivePod, str]]:
         """The pods on both ends of the finding's edge (its workload's roles and the peer role)."""
