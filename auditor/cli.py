@@ -244,18 +244,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _active_at_or_above(store: Any, target: str, fail_on: str) -> bool:
     from auditor.model.findings import SEVERITY_RANK
-    from auditor.store.repository import FindingFilter
 
     if fail_on == "none":
         return False
-    for status in ("new", "open", "reopened"):
-        for severity, rank in SEVERITY_RANK.items():
-            if (
-                rank <= SEVERITY_RANK[fail_on]
-                and store.findings(FindingFilter(target=target, severity=severity, status=status), 1).items
-            ):
-                return True
-    return False
+    active = store.active_by_severity(target)
+    return any(n and SEVERITY_RANK.get(sev, 99) <= SEVERITY_RANK[fail_on] for sev, n in active.items())
 
 
 def _since(text: str | None) -> datetime | None:

@@ -822,6 +822,17 @@ class Store:
 
     # -- aggregates for metrics ---------------------------------------------------------------
 
+    def active_by_severity(self, target: str) -> dict[str, int]:
+        """How many of the target's findings are active (new, open, reopened), per severity."""
+        with self.sessions() as session:
+            target_id = self._target_id(session, target)
+            rows = session.execute(
+                select(FindingRow.severity, func.count())
+                .where(FindingRow.target_id == target_id, FindingRow.status.in_(ACTIVE_STATUSES))
+                .group_by(FindingRow.severity)
+            ).all()
+        return {str(severity): int(n) for severity, n in rows}
+
     def metrics_snapshot(self) -> dict[str, Any]:
         with self.sessions() as session:
             names = dict(session.execute(select(Target.id, Target.name)).all())

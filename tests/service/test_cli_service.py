@@ -31,6 +31,7 @@ def test_db_upgrade_run_and_findings(
         out = capsys.readouterr().out
         assert "succeeded: 1 finding(s) (1 new" in out
         assert cli.main(["run", "--target", "lab", "--config", str(config), "--fail-on", "none"]) == 0
+        assert cli.main(["run", "--target", "lab", "--config", str(config), "--fail-on", "critical"]) == 1
         capsys.readouterr()
         assert cli.main(["findings", "--config", str(config), "--format", "json", "--status", "open"]) == 0
         page = json.loads(capsys.readouterr().out)

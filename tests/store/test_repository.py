@@ -194,3 +194,18 @@ def test_targets_sync_updates_and_reports_last_success(store: Store, clock: Cloc
     _run(store, clock, [])
     [t] = store.targets()
     assert t["last_successful_run_at"] == clock.now.isoformat().replace("+00:00", "Z")
+
+
+def test_active_findings_counted_per_severity(store: Store, clock: Clock) -> None:
+    store.sync_targets([TARGET])
+    a, b, c = (
+        finding("a", severity="medium"),
+        finding("b", severity="medium"),
+        finding("c", rule="cross-zone-blocked", severity="critical"),
+    )
+    _run(store, clock, [a, b, c])
+    assert store.active_by_severity("infra") == {"medium": 2, "critical": 1}
+    _run(store, clock, [a])  # b and c resolved: no longer active
+    assert store.active_by_severity("infra") == {"medium": 1}
+    with pytest.raises(KeyError):
+        store.active_by_severity("nope")
