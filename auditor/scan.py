@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from auditor.inventory import Inventory
-from auditor.model.findings import SEVERITY_RANK, Finding
+from auditor.model.findings import SEVERITY_RANK, Finding, ObjectRef
 from auditor.model.source import LoadError
 from auditor.placement.observed import Observation, observe
 from auditor.progress import Progress, silent
@@ -35,6 +35,8 @@ class ScanResult:
     expired_waivers: list[ExpiredWaiver] = field(default_factory=list)
     # Where the live pods run (a cluster or snapshot audit); None for manifests only.
     observation: Observation | None = None
+    # metadata.labels of the workloads that have findings, by workload identity (digest routing).
+    workload_labels: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def at_or_above(self, severity: str) -> list[Finding]:
         if severity == "none":
@@ -89,6 +91,15 @@ def scan(
     applied = apply_pack([*raw, *custom], model, pack, today or date.max)
     findings = sorted(applied.findings)
     audited = len(inv.workloads) + len(inv.policies) + len(inv.nodes) + len(inv.services)
+    with_findings = {f.workload.identity for f in findings} | {
+        w.finding.workload.identity for w in applied.waived
+    }
+    labels = {}
+    for w in inv.workloads:
+        r = w.ref
+        identity = ObjectRef(r.api_version, r.kind, r.namespace, r.name).identity
+        if identity in with_findings and w.labels:
+            labels[identity] = dict(w.labels)
     return ScanResult(
         findings,
         [*inv.errors, *custom_errors, *applied.errors],
@@ -99,6 +110,7 @@ def scan(
         list(applied.waived),
         list(applied.expired),
         observation,
+        labels,
     )
 
 
@@ -116,4 +128,5 @@ def apply_baseline(result: ScanResult, known: set[str]) -> ScanResult:
         result.waived,
         result.expired_waivers,
         result.observation,
+        result.workload_labels,
     )

@@ -421,6 +421,8 @@ class Team:
     to: tuple[str, ...]
     targets: tuple[str, ...] = ()  # empty: every target
     namespaces: tuple[str, ...] = ()  # glob patterns; empty: every namespace
+    # The workload's metadata.labels must have every key, with a value matching the glob pattern.
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,19 +499,31 @@ def parse_digest(raw: Any, file: str) -> DigestSettings | None:
     teams = []
     for i, item in enumerate(d.get("teams") or []):
         key = f"digest.teams[{i}]"
-        t = mapping(item, key, {"name": str, "to": list, "targets": list, "namespaces": list}, file)
+        t = mapping(
+            item, key, {"name": str, "to": list, "targets": list, "namespaces": list, "labels": dict}, file
+        )
         line = yamlio.line_of(item)
         if not t.get("name"):
             raise ServiceConfigError(file, line, f"{key}.name", "required")
         to = t.get("to") or []
         if not to or not all(isinstance(a, str) and _EMAIL.match(a) for a in to):
             raise ServiceConfigError(file, line, f"{key}.to", "a list of e-mail addresses")
+        labels = t.get("labels") or {}
+        for name, value in labels.items():
+            if not isinstance(value, str):
+                raise ServiceConfigError(
+                    file,
+                    yamlio.key_line(labels, str(name)),
+                    f"{key}.labels.{name}",
+                    f"label values are strings (quote {value!r})",
+                )
         teams.append(
             Team(
                 t["name"],
                 tuple(to),
                 tuple(str(x) for x in t.get("targets") or []),
                 tuple(str(x) for x in t.get("namespaces") or []),
+                tuple(sorted((str(k), v) for k, v in labels.items())),
             )
         )
     return DigestSettings(

@@ -1,14 +1,15 @@
 """The daily digest per team: what changed since the last digest (new, reopened, resolved; blocked
 groups first), the top findings by estimated cost, the total estimated monthly inter-AZ cost and its
 trend, waivers expiring soon, and audit coverage (targets whose last run failed or is stale).
-Routed per team by target and namespace. Pure: the caller passes the store's data and the time."""
+Routed per team by target, namespace and workload label. Pure: the caller passes the store's data and
+the time."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from fnmatch import fnmatch
+from fnmatch import fnmatchcase
 from typing import Any
 
 from auditor import templating
@@ -28,10 +29,15 @@ class Digest:
 
 
 def routed(team: Team, finding: Mapping[str, Any]) -> bool:
+    """Whether the team gets the finding: its target, namespace and workload labels all match
+    (each criterion the team leaves empty matches everything)."""
     if team.targets and finding["target"] not in team.targets:
         return False
     ns = finding["workload"]["namespace"]
-    return not team.namespaces or any(fnmatch(ns, pattern) for pattern in team.namespaces)
+    if team.namespaces and not any(fnmatchcase(ns, pattern) for pattern in team.namespaces):
+        return False
+    labels = finding["workload"].get("labels") or {}
+    return all(key in labels and fnmatchcase(labels[key], pattern) for key, pattern in team.labels)
 
 
 def _blocked_first(findings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -291,4 +291,5 @@ class AuditRunner:
             expired,
             [e.to_json() for e in result.errors],
             result.audited_objects,
+            result.workload_labels,
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, cast
@@ -76,6 +76,8 @@ class RunOutcome:
     expired_waivers: Sequence[WaiverSeen] = ()
     errors: Sequence[dict[str, Any]] = ()
     audited_objects: int = 0
+    # metadata.labels of the audited workloads, by workload identity (ObjectRef.identity).
+    labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +319,7 @@ class Store:
                     counts.by_rule_count[f.rule] += 1
                 values = _finding_values(f)
                 values.update(
+                    labels=dict(outcome.labels.get(f.workload.identity, {})),
                     status=change.status,
                     last_seen_at=now,
                     last_run_id=run_id,
@@ -923,6 +926,7 @@ def _finding_json(f: FindingRow, target: str) -> dict[str, Any]:
             "name": f.workload,
             "file": f.file,
             "line": f.line,
+            "labels": dict(f.labels or {}),
         },
         "message": f.message,
         "estimated_monthly_cost_usd": f.estimated_monthly_cost_usd,

@@ -127,6 +127,8 @@ class Finding(Base):
     line: Mapped[int] = mapped_column(Integer)
     message: Mapped[str] = mapped_column(Text)
     detail: Mapped[dict[str, Any]] = mapped_column(JSON)  # the finding as in the JSON report
+    # The workload's metadata.labels when last seen (digests route teams by label); None before 0005.
+    labels: Mapped[dict[str, str] | None] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(20))
     first_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -15,7 +15,9 @@ from aiosmtpd.smtp import AuthResult, Envelope, Session
 from dbsupport import engine_for
 from storedata import seeded_store
 
+from auditor.config import ConfigError, load_settings
 from auditor.service import digests
+from auditor.store.repository import FindingFilter
 
 
 class Inbox:
@@ -164,3 +166,36 @@ def test_rejected_authentication_and_a_server_that_is_down(tmp_path: Path) -> No
             and "failed" in errors[0]
             and {d["status"] for d in store.digests()} == {"pending"}
         )
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_teams_routed_by_workload_label(tmp_path: Path, smtp: tuple[Inbox, int], backend: str) -> None:
+    """The labels come from the audited manifests (the seed's trainer-workers has app: trainer),
+    through the store, to the team whose label patterns they match."""
+    inbox, port = smtp
+    config = (
+        "digest:\n"
+        f"  smtp: {{host: 127.0.0.1, port: {port}, security: none, from: auditor@example.com}}\n"
+        "  teams:\n"
+        "    - {name: trainers, to: [trainers@example.com], labels: {app: 'train*'}}\n"
+        "    - {name: serving, to: [serving@example.com], labels: {app: serving}}\n"
+        "    - {name: trainers-elsewhere, to: [x@example.com], labels: {app: trainer}, namespaces: [prod]}\n"
+    )
+    with engine_for(backend, tmp_path) as engine:
+        store, _clock, settings = seeded_store(tmp_path, engine, config)
+        page = store.findings(FindingFilter(target="lab"), 10)
+        assert [f["workload"]["labels"] for f in page.items] == [{"app": "trainer"}]
+        assert digests.run(settings, store, {})[1] == 3  # type: ignore[arg-type]
+        by_rcpt = {tuple(r): _parts(m)["text/plain"] for r, m in inbox.messages}
+        assert "trainer-workers" in by_rcpt[("trainers@example.com",)]
+        assert "trainer-workers" not in by_rcpt[("serving@example.com",)]
+        assert "evil-job" not in by_rcpt[("trainers@example.com",)]  # a workload without that label
+        assert "trainer-workers" not in by_rcpt[("x@example.com",)]  # labels AND namespaces
+
+
+def test_label_values_in_the_config_must_be_strings(tmp_path: Path) -> None:
+    path = tmp_path / "auditor.yaml"
+    path.write_text("digest:\n  teams:\n    - name: t\n      to: [a@example.com]\n      labels:\n        tier: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert err.value.key == "digest.teams[0].labels.tier" and err.value.line == 6
