@@ -168,7 +168,7 @@ def kustomize_patch(
     """A patch for the overlay (strategic merge for built-in kinds, JSON merge for CRDs): maps
     merge, so only what changes is written; lists are replaced, so tolerations are written whole."""
     if any(isinstance(part, int) for part in base):
-        raise FixError("the pod template sits in a list; a Kustomize patch cannot address it by name")
+        raise FixError("the pod template sits in a list: use kustomize_json6902")
     fragment = _fragment(patch, strategy, zone_key)
     template: dict[str, Any] = {}
     meta: dict[str, Any] = {}
@@ -218,14 +218,97 @@ def kustomize_patch(
     return {**head, **body}
 
 
-def _reference(kustomization: str, patch_file: str) -> str:
-    """kustomization.yaml with `patches: [- path: patch_file]` added (once)."""
+def _pointer(parts: Sequence[PathPart]) -> str:
+    """A JSON Pointer (RFC 6901): `~` and `/` inside a part are escaped."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def kustomize_json6902(
+    patch: RolePatch, strategy: str, zone_key: str, rendered: Mapping[str, Any], base: tuple[PathPart, ...]
+) -> list[dict[str, Any]]:
+    """JSON patch operations (RFC 6902) for a pod template inside a list (a JobSet's replicated job,
+    a Ray worker group, a Volcano task), which merge patches cannot address: lists are replaced
+    whole by a merge patch, and these CRDs declare no merge keys. Paths are checked against the
+    object as the overlay renders it (`rendered`): `add` needs the parent to exist, so a missing
+    mapping is added whole, and an existing one member by member."""
+    try:
+        template = _get(rendered, base)
+    except (KeyError, IndexError, TypeError):
+        raise FixError("the pod template is not where the rendered object has it") from None
+    if not isinstance(template, Mapping):
+        raise FixError("the pod template is not a mapping")
+    fragment = _fragment(patch, strategy, zone_key)
+    ops: list[dict[str, Any]] = []
+
+    def add(parts: Sequence[PathPart], value: Any) -> None:
+        ops.append({"op": "add", "path": _pointer((*base, *parts)), "value": value})
+
+    wanted_meta = {
+        group: values
+        for group, values in (
+            ("labels", dict(patch.labels)),
+            ("annotations", fragment.get("annotations") or {}),
+        )
+        if values
+    }
+    meta = template.get("metadata")
+    if wanted_meta and not isinstance(meta, Mapping):
+        add(["metadata"], wanted_meta)
+    else:
+        for group, values in wanted_meta.items():
+            assert isinstance(meta, Mapping)
+            if not isinstance(meta.get(group), Mapping):
+                add(["metadata", group], values)
+            else:
+                for key, value in values.items():
+                    add(["metadata", group, key], value)  # `add` on a member replaces its value
+    spec = template.get("spec")
+    if not isinstance(spec, Mapping):
+        raise FixError("the pod template has no spec")
+    affinity = {k: fragment[k] for k in ("nodeAffinity", "podAffinity") if k in fragment}
+    existing = spec.get("affinity")
+    if affinity:
+        if not isinstance(existing, Mapping):
+            add(["spec", "affinity"], affinity)
+        else:
+            for key, value in affinity.items():
+                if key in existing:
+                    raise FixError(f"the pod template already has affinity.{key}; merge the change by hand")
+                add(["spec", "affinity", key], value)
+    tolerations = fragment.get("tolerations") or []
+    if tolerations:
+        if isinstance(spec.get("tolerations"), list):
+            for t in tolerations:
+                add(["spec", "tolerations", "-"], t)
+        else:
+            add(["spec", "tolerations"], tolerations)
+    return ops
+
+
+def _target(doc: Mapping[str, Any]) -> dict[str, str]:
+    """A Kustomize patch target (group, version, kind, name, and the namespace when the document
+    declares one) for an object."""
+    api_version = str(doc.get("apiVersion") or "")
+    group, _, version = api_version.rpartition("/")
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    target = {"group": group, "version": version, "kind": str(doc.get("kind")), "name": str(meta.get("name"))}
+    if meta.get("namespace"):
+        target["namespace"] = str(meta["namespace"])
+    if not group:
+        del target["group"]
+    return target
+
+
+def _reference(kustomization: str, patch_file: str, target: Mapping[str, str] | None = None) -> str:
+    """kustomization.yaml with `patches: [- path: patch_file]` (and its `target`, for a JSON
+    patch) added (once)."""
     data = yaml.safe_load(kustomization) if kustomization.strip() else {}
     if not isinstance(data, dict):
         raise FixError("the kustomization is not a mapping")
     if any(isinstance(p, Mapping) and p.get("path") == patch_file for p in data.get("patches") or []):
         return kustomization
-    entry = render.block([{"path": patch_file}])
+    entry = render.block([{"path": patch_file, **({"target": dict(target)} if target else {})}])
     if not data:
         return kustomization + "patches:\n" + entry
     root = yamledit.locate(kustomization, 1)
@@ -266,10 +349,20 @@ def apply(
                 name = re.sub(r"[^a-z0-9.-]+", "-", f"placement-auditor-{w.kind}-{w.name}".lower())
                 patch_file = str(overlay / f"{name}.yaml")
                 base_doc = yaml.safe_load(_document_text(text_of(w.source.file), w.source.line)) or {}
+                header = "# Written by placement-auditor fix: keep the group in one zone.\n"
+                if any(isinstance(part, int) for part in base):
+                    # The template sits in a list: JSON patch operations, applied to the object
+                    # the overlay renders (the inventory's copy of it).
+                    rendered = raw_of.get(patch.role) or {}
+                    ops = kustomize_json6902(patch, plan.strategy, zone_key, rendered, base)
+                    out[patch_file] = header + render.block(ops)
+                    # The target names the object as the source file writes it: the overlay's
+                    # patches run before its namespace (and name prefix) transformers.
+                    target = _target(base_doc)
+                    out[w.source.via] = _reference(text_of(w.source.via), Path(patch_file).name, target)
+                    continue
                 data = kustomize_patch(patch, plan.strategy, zone_key, base_doc, base)
-                out[patch_file] = (
-                    "# Written by placement-auditor fix: keep the group in one zone.\n" + render.block(data)
-                )
+                out[patch_file] = header + render.block(data)
                 out[w.source.via] = _reference(text_of(w.source.via), Path(patch_file).name)
                 continue
             text = _apply_role(text_of(w.source.file), w.source.line, base, patch, plan.strategy, zone_key)

@@ -228,3 +228,59 @@ def test_kustomize_overlay_gets_a_patch_file(tmp_path: Path, capsys: pytest.Capt
     assert kustomization["patches"][-1] == {"path": patch.name}
     assert (root / "base" / "workload.yaml").read_text() == base_before  # the base is not touched
     assert cli.main(["scan", str(root), "--format", "json"]) == 0
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is installed by .ci/run")
+def test_kustomize_overlay_of_a_jobset_gets_json_patch_operations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A JobSet's pod template sits in the replicatedJobs list: a merge patch would replace the whole
+    list, so the fix is JSON patch operations on the replicated job's index, with a target."""
+    import json
+    import subprocess
+
+    from test_scan import NODES_2Z
+
+    root = tmp_path / "repo"
+    base, overlay = root / "base", root / "overlays" / "prod"
+    base.mkdir(parents=True)
+    overlay.mkdir(parents=True)
+    jobset = (DATA / "workloads" / "14-jobset-pytorch.yaml").read_text()
+    (base / "jobset.yaml").write_text(jobset)
+    (base / "kustomization.yaml").write_text("resources: [jobset.yaml]\n")
+    (overlay / "kustomization.yaml").write_text("resources: [../../base]\nnamespace: ml\n")
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(NODES_2Z)
+
+    def cross_zone() -> list[dict]:
+        cli.main(["scan", str(root), "--nodes", str(nodes), "--format", "json", "--fail-on", "none"])
+        found = json.loads(capsys.readouterr().out)["findings"]
+        return [f for f in found if f["rule"].startswith("cross-zone")]
+
+    assert [f["workload"]["name"] for f in cross_zone()] == ["pytorch"]
+    assert cli.main(["fix", "--write", str(root), "--nodes", str(nodes)]) == 0
+    _, err = capsys.readouterr()
+    assert "re-audit: the finding is gone" in err, err
+    [patch] = overlay.glob("placement-auditor-*.yaml")
+    ops = yaml.safe_load(patch.read_text())
+    assert isinstance(ops, list) and {op["op"] for op in ops} == {"add"}
+    assert all(op["path"].startswith("/spec/replicatedJobs/0/template/spec/template/") for op in ops)
+    entry = yaml.safe_load((overlay / "kustomization.yaml").read_text())["patches"][-1]
+    assert entry == {
+        "path": patch.name,
+        "target": {
+            "group": "jobset.x-k8s.io",
+            "version": "v1alpha2",
+            "kind": "JobSet",
+            "name": "pytorch",  # no namespace: the overlay sets it after its patches
+        },
+    }
+    assert (base / "jobset.yaml").read_text() == jobset  # the base is not touched
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, check=True
+    ).stdout
+    pod = yaml.safe_load(rendered)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "topology.kubernetes.io/zone"
+    assert pod["spec"]["containers"][0]["name"] == "pytorch"  # the rest of the list item kept
+    assert cross_zone() == []

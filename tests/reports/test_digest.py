@@ -195,7 +195,9 @@ def test_teams_routed_by_workload_label(tmp_path: Path, smtp: tuple[Inbox, int],
 
 def test_label_values_in_the_config_must_be_strings(tmp_path: Path) -> None:
     path = tmp_path / "auditor.yaml"
-    path.write_text("digest:\n  teams:\n    - name: t\n      to: [a@example.com]\n      labels:\n        tier: 1\n")
+    path.write_text(
+        "digest:\n  teams:\n    - name: t\n      to: [a@example.com]\n      labels:\n        tier: 1\n"
+    )
     with pytest.raises(ConfigError) as err:
         load_settings(path)
     assert err.value.key == "digest.teams[0].labels.tier" and err.value.line == 6
