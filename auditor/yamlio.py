@@ -26,7 +26,19 @@ from typing import Any
 import yaml
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
-from yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
+from yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    CollectionStartEvent,
+    DocumentEndEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+)
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.parser import Parser
 from yaml.reader import Reader
@@ -589,6 +601,108 @@ def _construct_plain(ctor: _Constructor, root: Node, limits: YamlLimits | None =
     return result
 
 
+_EMPTY = object()  # the root of a document whose stream held no document at all
+_NEEDS_FULL = object()
+_SCALAR_MEMO_MAX = 1 << 14
+_SCALAR_MEMO: dict[tuple[str, str], Any] = {}  # (tag, text) → an immutable constructed value
+
+
+def _from_events(loader: Any, line_offset: int, limits: YamlLimits) -> tuple[Any, int]:
+    """The document built straight from libyaml's events, without composing a node tree: (data,
+    line of its root), or `_EMPTY` when the stream has no document.
+
+    For the common case only: untagged mappings and sequences, plain or quoted scalars, string keys,
+    no anchors or aliases, no duplicate keys, within the limits. Anything else raises
+    _NeedsFullConstructor and the caller composes the document as before, so every unusual input
+    (and every error message) goes through the one full path. Same containers and lines as
+    _construct_plain (tests compare the two on every document they have).
+    """
+    get_event = loader.get_event
+    resolve = loader.resolve
+    tags = _PLAIN_TAGS
+    memo = _SCALAR_MEMO
+    scalar_event, mapping_start, sequence_start = ScalarEvent, MappingStartEvent, SequenceStartEvent
+    get_event()  # StreamStartEvent
+    event = get_event()
+    if not isinstance(event, DocumentStartEvent):
+        return _EMPTY, 0
+    max_depth, max_nodes = limits.max_depth, limits.max_nodes
+    offset = line_offset + 1
+    stack: list[tuple[Any, bool, Any, int]] = []
+    container: Any = None
+    is_map = False
+    key: Any = None
+    key_line = 0
+    root: Any = None
+    root_line = 0
+    nodes = 0
+    while True:
+        event = get_event()
+        cls = event.__class__
+        new: Any = None
+        if cls is scalar_event:
+            if event.anchor is not None:
+                raise _NeedsFullConstructor
+            value = event.value
+            if event.tag is not None and event.tag != "!":
+                raise _NeedsFullConstructor  # an explicit tag (!!binary, !!str 1, a custom one)
+            implicit = event.implicit
+            tag = (tags.get(value) or resolve(ScalarNode, value, implicit)) if implicit[0] else _STR_TAG
+            if tag != _STR_TAG:
+                if is_map and key is None:
+                    raise _NeedsFullConstructor  # a key JSON must convert (1, true, ~) or a merge
+                found = memo.get((tag, value), _EMPTY)
+                if found is _EMPTY:
+                    found = loader.construct_object(
+                        ScalarNode(tag, value, event.start_mark, event.end_mark, event.style), deep=True
+                    )
+                    if len(memo) < _SCALAR_MEMO_MAX and isinstance(found, int | float | bool | None):
+                        memo[(tag, value)] = found
+                value = found
+            line = event.start_mark.line + offset
+        elif cls is mapping_start or cls is sequence_start:
+            if event.anchor is not None or (event.tag is not None and event.tag != "!"):
+                raise _NeedsFullConstructor
+            if is_map and key is None:
+                raise _NeedsFullConstructor  # a mapping or sequence used as a key
+            line = event.start_mark.line + offset
+            value = new = YamlMap(line=line) if cls is mapping_start else YamlSeq(line=line)
+            if len(stack) + 1 > max_depth:
+                raise _NeedsFullConstructor  # the full path reports it, at its line
+        elif cls is MappingEndEvent or cls is SequenceEndEvent:
+            container, is_map, key, key_line = stack.pop()
+            if container is None:
+                break
+            continue
+        else:  # an alias, or anything unforeseen
+            raise _NeedsFullConstructor
+        nodes += 1
+        if nodes > max_nodes:
+            raise _NeedsFullConstructor
+        if container is None:
+            root, root_line = value, line
+        elif is_map:
+            if key is None:
+                if value in container:
+                    raise _NeedsFullConstructor  # a duplicate key: reported by the full path
+                key, key_line = value, line
+                continue
+            container[key] = value
+            container.key_lines[key] = key_line
+            key = None
+        else:
+            container.append(value)
+            container.item_lines.append(line)
+        if new is not None:
+            stack.append((container, is_map, key, key_line))
+            container, is_map, key = new, cls is mapping_start, None
+        elif container is None:
+            break  # a scalar document
+    if not isinstance(get_event(), DocumentEndEvent) or not isinstance(get_event(), StreamEndEvent):
+        raise _NeedsFullConstructor  # more than one document: the composer says so
+    return root, root_line
+
+
 # --------------------------------------------------------------------------------------------
 # Loading
 
@@ -623,6 +737,21 @@ def _load_document(
         # (one pass less). The pure-Python parser still needs the event pre-scan.
         prescanned = not _PARSER_BOUNDS_NESTING or _LOADER_CLASS is not _C_LOADER
         aliases = _prescan(chunk, line_offset, limits) if prescanned else int("*" in chunk)
+        if not prescanned:
+            # The common case, straight from the events (about an eighth faster than composing);
+            # an anchor, alias, tag, odd key or limit sends the document down the full path.
+            loader = _LOADER_CLASS(chunk)
+            try:
+                loader.line_offset = line_offset
+                data, root_line = _from_events(loader, line_offset, limits)
+            except _NeedsFullConstructor:
+                data = _NEEDS_FULL
+            finally:
+                loader.dispose()
+            if data is not _NEEDS_FULL:
+                if data is _EMPTY or data is None:
+                    return None
+                return Document(data, SourceRef(file, root_line, index))
         loader = _LOADER_CLASS(chunk)
         try:
             loader.line_offset = line_offset
