@@ -7,10 +7,6 @@ import pytest
 from dbsupport import Clock, engine_for
 from sqlalchemy import Engine
 
-from auditor.resources import examples_dir
-
-SEED = examples_dir() / "seed-lab"
-
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
@@ -21,12 +17,3 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
-
-
-def seed_files(state: str = "before") -> dict[str, str | Path]:
-    """The seed scenario as a repository: workload, policies, nodes."""
-    return {
-        "training/workload.yaml": SEED / state / "workload.yaml",
-        "policies/cilium.yaml": SEED / "policies.yaml",
-        "nodes/nodes.yaml": SEED / "nodes.yaml",
-    }

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import seed_files
 from dbsupport import Clock
 from httpsupport import call, serving
+from seedrepo import seed_files
 from sqlalchemy import Engine
 
 from auditor.config import load_settings

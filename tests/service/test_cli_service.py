@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import seed_files
 from dbsupport import pg_schema, pg_url
+from seedrepo import seed_files
 
 from auditor import cli
 

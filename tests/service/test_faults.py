@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import seed_files
 from dbsupport import pg_schema, pg_url
 from gitsupport import Origin
 from proxy import TcpProxy
+from seedrepo import seed_files
 from sqlalchemy import create_engine, text
 
 from auditor.config import load_settings

@@ -5,9 +5,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from conftest import seed_files
 from dbsupport import Clock
 from gitsupport import Origin
+from seedrepo import seed_files
 from sqlalchemy import Engine
 
 from auditor.config import Settings, load_settings

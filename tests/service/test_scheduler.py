@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from apscheduler.triggers.cron import CronTrigger
-from conftest import seed_files
 from dbsupport import engine_for
+from seedrepo import seed_files
 from sqlalchemy import create_engine
 
 from auditor.config import load_settings
