@@ -12,6 +12,7 @@ import pytest
 from dbsupport import Clock, engine_for
 from fakegithub import TOKEN, FakeGitHub, serve
 from gitsupport import ENV, Origin, git
+from seedrepo import seed_files
 
 from auditor.config import Settings, load_settings
 from auditor.gitops.pulls import MARKER, sync_pull_requests
@@ -19,14 +20,7 @@ from auditor.resources import examples_dir
 from auditor.store.repository import Store, TargetSpec
 
 SEED = examples_dir() / "seed-lab"
-
-
-def _files(state: str = "before") -> dict[str, str | Path]:
-    return {
-        "training/workload.yaml": SEED / state / "workload.yaml",
-        "policies/cilium.yaml": SEED / "policies.yaml",
-        "nodes/nodes.yaml": SEED / "nodes.yaml",
-    }
+_files = seed_files
 
 
 class Lab:

@@ -21,6 +21,16 @@ def _role() -> Role:
     return Role(ref, "workers", 2, PodTemplate(labels=()), SourceRef("js.yaml", 1))
 
 
+def _zone_a_with_gpu() -> RolePatch:
+    """Pin to zone a, correct the zone label to a, tolerate the GPU taint."""
+    return RolePatch(
+        _role(),
+        zone="a",
+        labels=(("topology.kubernetes.io/zone", "a"),),
+        tolerations=(Taint("gpu", "x", "NoSchedule"),),
+    )
+
+
 def _jobset(template: dict[str, Any]) -> dict[str, Any]:
     other = {"name": "driver", "template": {"spec": {"template": {"spec": {"containers": []}}}}}
     return {
@@ -30,12 +40,7 @@ def _jobset(template: dict[str, Any]) -> dict[str, Any]:
 
 def test_missing_parents_are_added_whole() -> None:
     obj = _jobset({"spec": {"containers": [{"name": "c"}]}})
-    patch = RolePatch(
-        _role(),
-        zone="a",
-        labels=(("topology.kubernetes.io/zone", "a"),),
-        tolerations=(Taint("gpu", "x", "NoSchedule"),),
-    )
+    patch = _zone_a_with_gpu()
     ops = kustomize_json6902(patch, "pin-zone", "topology.kubernetes.io/zone", obj, BASE)
     prefix = "/spec/replicatedJobs/1/template/spec/template"
     assert [(o["op"], o["path"]) for o in ops] == [
@@ -63,12 +68,7 @@ def test_existing_members_are_added_one_by_one_and_keys_escaped() -> None:
             },
         }
     )
-    patch = RolePatch(
-        _role(),
-        zone="a",
-        labels=(("topology.kubernetes.io/zone", "a"),),
-        tolerations=(Taint("gpu", "x", "NoSchedule"),),
-    )
+    patch = _zone_a_with_gpu()
     ops = kustomize_json6902(patch, "pin-zone", "topology.kubernetes.io/zone", obj, BASE)
     paths = [o["path"].removeprefix("/spec/replicatedJobs/1/template/spec/template") for o in ops]
     assert paths == [
