@@ -300,6 +300,24 @@ def _target(doc: Mapping[str, Any]) -> dict[str, str]:
     return target
 
 
+def _template_path_or_none(role: Role, raw: Mapping[str, Any]) -> tuple[PathPart, ...]:
+    w = role.workload
+    try:
+        return template_path(w.kind, w.api_version, raw, role.name)
+    except FixError:
+        return ()  # reported when the role itself is applied
+
+
+def _merged(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Two merge-patch bodies of one object as one: mappings merged key by key, anything else
+    taken from `b` (the roles of a workload write to different templates)."""
+    out = dict(a)
+    for key, value in b.items():
+        old = out.get(key)
+        out[key] = _merged(old, value) if isinstance(old, Mapping) and isinstance(value, Mapping) else value
+    return out
+
+
 def _reference(kustomization: str, patch_file: str, target: Mapping[str, str] | None = None) -> str:
     """kustomization.yaml with `patches: [- path: patch_file]` (and its `target`, for a JSON
     patch) added (once)."""
@@ -331,6 +349,16 @@ def apply(
     def text_of(file: str) -> str:
         return out[file] if file in out else read(file)
 
+    # One patch file per workload holds the changes of all its roles: merge-patch bodies are merged,
+    # JSON patch operations concatenated. A workload with any role inside a list (a Ray cluster's
+    # worker groups beside its head) gets JSON patch operations for every role.
+    bodies: dict[str, dict[str, Any]] = {}
+    operations: dict[str, list[dict[str, Any]]] = {}
+    in_lists = {
+        p.role.workload
+        for p in plan.patches
+        if any(isinstance(part, int) for part in _template_path_or_none(p.role, raw_of.get(p.role) or {}))
+    }
     # Bottom-up within a file, so earlier documents' lines stay where the loader saw them.
     ordered = sorted(plan.patches, key=lambda p: (p.role.workload.source.file, -p.role.workload.source.line))
     for patch in ordered:
@@ -350,11 +378,12 @@ def apply(
                 patch_file = str(overlay / f"{name}.yaml")
                 base_doc = yaml.safe_load(_document_text(text_of(w.source.file), w.source.line)) or {}
                 header = "# Written by placement-auditor fix: keep the group in one zone.\n"
-                if any(isinstance(part, int) for part in base):
+                if w in in_lists:
                     # The template sits in a list: JSON patch operations, applied to the object
                     # the overlay renders (the inventory's copy of it).
                     rendered = raw_of.get(patch.role) or {}
-                    ops = kustomize_json6902(patch, plan.strategy, zone_key, rendered, base)
+                    ops = operations.setdefault(patch_file, [])
+                    ops.extend(kustomize_json6902(patch, plan.strategy, zone_key, rendered, base))
                     out[patch_file] = header + render.block(ops)
                     # The target names the object as the source file writes it: the overlay's
                     # patches run before its namespace (and name prefix) transformers.
@@ -362,7 +391,8 @@ def apply(
                     out[w.source.via] = _reference(text_of(w.source.via), Path(patch_file).name, target)
                     continue
                 data = kustomize_patch(patch, plan.strategy, zone_key, base_doc, base)
-                out[patch_file] = header + render.block(data)
+                body = bodies[patch_file] = _merged(bodies.get(patch_file, {}), data)
+                out[patch_file] = header + render.block(body)
                 out[w.source.via] = _reference(text_of(w.source.via), Path(patch_file).name)
                 continue
             text = _apply_role(text_of(w.source.file), w.source.line, base, patch, plan.strategy, zone_key)

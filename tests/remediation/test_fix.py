@@ -284,3 +284,40 @@ def test_kustomize_overlay_of_a_jobset_gets_json_patch_operations(
     assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "topology.kubernetes.io/zone"
     assert pod["spec"]["containers"][0]["name"] == "pytorch"  # the rest of the list item kept
     assert cross_zone() == []
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is installed by .ci/run")
+@pytest.mark.parametrize(
+    ("manifest", "json_ops"),
+    [("01-pytorchjob-master-worker.yaml", False), ("22-rayjob.yaml", True)],
+)
+def test_every_role_of_a_workload_lands_in_its_one_kustomize_patch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest: str, json_ops: bool
+) -> None:
+    """A PyTorchJob's Master and Worker (one merge patch with both templates); a RayJob's head and
+    worker group (a list item, so JSON patch operations for both)."""
+    import json
+
+    from test_scan import NODES_2Z
+
+    root = tmp_path / "repo"
+    base, overlay = root / "base", root / "overlays" / "prod"
+    base.mkdir(parents=True)
+    overlay.mkdir(parents=True)
+    (base / "job.yaml").write_text((DATA / "workloads" / manifest).read_text())
+    (base / "kustomization.yaml").write_text("resources: [job.yaml]\n")
+    (overlay / "kustomization.yaml").write_text("resources: [../../base]\n")
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(NODES_2Z)
+    assert cli.main(["fix", "--write", str(root), "--nodes", str(nodes)]) == 0
+    _, err = capsys.readouterr()
+    assert "re-audit: the finding is gone" in err, err
+    [patch] = overlay.glob("placement-auditor-*.yaml")
+    data = yaml.safe_load(patch.read_text())
+    if json_ops:
+        assert isinstance(data, list) and len({op["path"].split("/template/")[0] for op in data}) == 2
+    else:
+        assert set(data["spec"]["pytorchReplicaSpecs"]) == {"Master", "Worker"}
+    cli.main(["scan", str(root), "--nodes", str(nodes), "--format", "json", "--fail-on", "none"])
+    left = json.loads(capsys.readouterr().out)["findings"]
+    assert [f for f in left if f["rule"].startswith("cross-zone")] == []
