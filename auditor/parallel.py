@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import gc
 import math
-import multiprocessing
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -62,6 +62,8 @@ def _can_fork() -> bool:
     """Forking is safe only while this process runs one thread: a lock held by another thread at
     fork time stays locked forever in the child. (The service schedules audits from threads, so
     there the work is done in-process; the CLI is single-threaded.)"""
+    import multiprocessing  # here: most runs never start a worker
+
     return threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
 
 
@@ -83,6 +85,10 @@ def ordered_map(fn: Callable[[T], R], chunks: Sequence[T], workers: int) -> Iter
         for chunk in chunks:
             yield fn(chunk)
         return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     done = 0
     try:
         context = multiprocessing.get_context("fork")
