@@ -19,16 +19,9 @@ from auditor import yamledit
 from auditor.model.objects import Role
 from auditor.remediation import render
 from auditor.remediation.plan import FixPlan, RolePatch
+from auditor.workloads.adapters import KUBEFLOW_REPLICA_SPECS
 
 PathPart = str | int
-_KUBEFLOW = {
-    "PyTorchJob": "pytorchReplicaSpecs",
-    "TFJob": "tfReplicaSpecs",
-    "MPIJob": "mpiReplicaSpecs",
-    "XGBoostJob": "xgbReplicaSpecs",
-    "PaddleJob": "paddleReplicaSpecs",
-    "JAXJob": "jaxReplicaSpecs",
-}
 
 
 class FixError(ValueError):
@@ -47,8 +40,8 @@ def template_path(kind: str, api_version: str, obj: Mapping[str, Any], role: str
         return ("spec", "template")
     if kind == "CronJob":
         return ("spec", "jobTemplate", "spec", "template")
-    if kind in _KUBEFLOW:
-        return ("spec", _KUBEFLOW[kind], role, "template")
+    if kind in KUBEFLOW_REPLICA_SPECS:
+        return ("spec", KUBEFLOW_REPLICA_SPECS[kind], role, "template")
     if kind == "JobSet":
         for i, rjob in enumerate(spec.get("replicatedJobs") or []):
             if isinstance(rjob, Mapping) and rjob.get("name") == role:

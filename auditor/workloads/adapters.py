@@ -101,7 +101,7 @@ def _cronjob(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
 
 
 # Kubeflow training operator kinds: field holding the replica specs, and pod label conventions.
-_KUBEFLOW = {
+KUBEFLOW_REPLICA_SPECS = {
     "PyTorchJob": "pytorchReplicaSpecs",
     "TFJob": "tfReplicaSpecs",
     "MPIJob": "mpiReplicaSpecs",
@@ -112,7 +112,7 @@ _KUBEFLOW = {
 
 
 def _kubeflow(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
-    key = _KUBEFLOW[ref.kind]
+    key = KUBEFLOW_REPLICA_SPECS[ref.kind]
     spec = specs.mapping(obj.get("spec"), "spec")
     replica_specs = specs.mapping(spec.get(key), f"spec.{key}", optional=False)
     roles = []
@@ -152,7 +152,7 @@ ADAPTERS: dict[str, Adapter] = {
     "DaemonSet": _single_template(None, 1),
     "Job": _job,
     "CronJob": _cronjob,
-    **dict.fromkeys(_KUBEFLOW, _kubeflow),
+    **dict.fromkeys(KUBEFLOW_REPLICA_SPECS, _kubeflow),
     "JobSet": operators.jobset,
     "RayCluster": operators.raycluster,
     "RayJob": operators.rayjob,
