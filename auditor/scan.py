@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date
@@ -118,15 +119,4 @@ def apply_baseline(result: ScanResult, known: set[str]) -> ScanResult:
     """Only the findings whose fingerprints the earlier report did not have."""
     fresh = [f for f in result.findings if f.fingerprint not in known]
     notes = [*result.notes, f"baseline: {len(result.findings) - len(fresh)} known finding(s) not reported"]
-    return ScanResult(
-        fresh,
-        result.errors,
-        notes,
-        result.audited_objects,
-        result.network,
-        result.skipped_kinds,
-        result.waived,
-        result.expired_waivers,
-        result.observation,
-        result.workload_labels,
-    )
+    return dataclasses.replace(result, findings=fresh, notes=notes)
