@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 
+from auditor.clock import Clock, system_clock
 from auditor.config import Settings
 from auditor.service.api import create_app
 from auditor.service.runner import AuditRunner
@@ -22,11 +23,11 @@ def database_url(settings: Settings) -> str:
     return database.resolve_url(settings.database.url)
 
 
-def build_store(settings: Settings, migrate: bool = True) -> Store:
+def build_store(settings: Settings, migrate: bool = True, clock: Clock = system_clock) -> Store:
     engine = database.make_engine(database_url(settings))
     if migrate:
         database.upgrade(engine)
-    store = Store(engine)
+    store = Store(engine, clock)
     store.sync_targets(
         TargetSpec(t.name, t.kind, t.location, t.git.branch if t.git else None, t.paths, t.nodes, t.schedule)
         for t in settings.targets
@@ -46,10 +47,10 @@ class Service:
     app: FastAPI
 
 
-def build_service(settings: Settings) -> Service:
-    store = build_store(settings)
+def build_service(settings: Settings, clock: Clock = system_clock) -> Service:
+    store = build_store(settings, clock=clock)
     runner = build_runner(settings, store)
-    scheduler = Scheduler(settings, runner)
+    scheduler = Scheduler(settings, runner, store.clock)
     token = settings.service.api_token or os.environ.get(settings.service.api_token_env, "")
     app = create_app(store, runner, scheduler, token)
     return Service(store, runner, scheduler, app)

@@ -11,11 +11,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 from auditor import TOOL_NAME, __version__, gcpause, progress
+from auditor.clock import system_clock, utc_date
 from auditor.config import ConfigError, Settings, load_settings
 from auditor.explain import ExplainError, explain, to_json, to_text
 from auditor.reports import csv_report, json_report, junit, sarif, table
@@ -99,7 +100,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         pack = load_packs([Path(p) for p in args.policy or []])
         with gcpause.paused(resume=not args.one_shot):
             inv = load_inventory(paths, settings, progress=bar or progress.silent, jobs=args.jobs)
-            result = scan(inv, pack, date.today(), bar or progress.silent)
+            result = scan(inv, pack, utc_date(system_clock), bar or progress.silent)
             if args.baseline:
                 result = apply_baseline(result, _baseline_fingerprints(Path(args.baseline)))
             _emit(args, result)
@@ -161,7 +162,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         if read is None:
             return EXIT_FAILED
         inv = cluster.inventory_from_read(read, settings)
-        result = scan(inv, pack, date.today())
+        result = scan(inv, pack, utc_date(system_clock))
         result.findings = prometheus.enrich(result.findings, inv, settings, os.environ, result.observation)
         _emit(args, result)
     if read.incomplete:
@@ -176,7 +177,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     read = _read_cluster(args)
     if read is None:
         return EXIT_FAILED
-    cluster.write_snapshot(read, Path(args.output))
+    cluster.write_snapshot(read, Path(args.output), system_clock())
     kept = sum(1 for o in read.objects if cluster.allowed(o))
     print(f"wrote {kept} objects of cluster {read.context} to {args.output}", file=sys.stderr)
     return EXIT_FAILED if read.incomplete else EXIT_OK
@@ -320,7 +321,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
     paths = _paths(args) + [Path(p) for p in args.nodes or []]
     pack = load_packs([Path(p) for p in args.policy or []])
     wanted = set(args.finding) if args.finding else None
-    result, proposals = propose(paths, settings, pack, date.today(), wanted, Tools.detect())
+    result, proposals = propose(paths, settings, pack, utc_date(system_clock), wanted, Tools.detect())
     if wanted is not None:
         unknown = wanted - {f.fingerprint for f in result.findings}
         if unknown:

@@ -8,6 +8,8 @@
       api_token_env: AUDITOR_API_TOKEN  # environment variable holding the bearer token for writes
       timezone: UTC               # cron schedules are read in this zone
       misfire_grace_seconds: 3600 # a daily run missed during a restart still runs within this time
+      catch_up: true              # on start, run a slot that fired while no service was up (within the grace)
+      run_on_start: false         # on start, audit every target once, whatever the schedule says
       heartbeat_seconds: 15       # a running audit proves it is alive this often
       stale_after_seconds: 300    # a `running` run without a heartbeat this long is `interrupted`
       git_cache_dir: .auditor-cache/git
@@ -68,6 +70,10 @@ class ServiceSettings:
     api_token_env: str = "AUDITOR_API_TOKEN"
     timezone: str = "UTC"
     misfire_grace_seconds: int = 3600
+    # On start, run each target's slot that fired while no service was up, if within the grace.
+    catch_up: bool = True
+    # On start, audit every target once (the bundled example does, so a first look shows findings).
+    run_on_start: bool = False
     heartbeat_seconds: int = 15
     stale_after_seconds: int = 300
     git_cache_dir: str = ".auditor-cache/git"
@@ -144,6 +150,8 @@ _SERVICE_KEYS: dict[str, type | tuple[type, ...]] = {
     "api_token_env": str,
     "timezone": str,
     "misfire_grace_seconds": int,
+    "catch_up": bool,
+    "run_on_start": bool,
     "heartbeat_seconds": int,
     "stale_after_seconds": int,
     "git_cache_dir": str,

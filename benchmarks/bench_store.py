@@ -47,6 +47,7 @@ from typing import Any, cast
 import uvicorn
 from sqlalchemy import Engine, text
 
+from auditor.clock import system_clock
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.service.api import create_app
 from auditor.service.runner import AuditRunner
@@ -168,7 +169,7 @@ def bench_schema(url: str, label: str) -> Iterator[tuple[Store, str]]:
             connect_args={"connect_timeout": 10, "options": f"-csearch_path={schema}"},
         )
         upgrade(engine)
-        yield Store(engine), schema
+        yield Store(engine, system_clock), schema
     finally:
         if engine is not None:
             engine.dispose()

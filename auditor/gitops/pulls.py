@@ -294,7 +294,10 @@ def _one(
         with (root / rel).open("w", encoding="utf-8", newline="") as handle:
             handle.write(text)
     git.run(["add", "--", *files], root, env)
-    git.run(["commit", "--quiet", "-m", title, "-m", proposals[0].reaudit], root, env)
+    # The commit's dates come from the injected clock, like every other time here.
+    when = store.clock().isoformat()
+    commit_env = {**env, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    git.run(["commit", "--quiet", "-m", title, "-m", proposals[0].reaudit], root, commit_env)
     git.run(
         [
             "push",

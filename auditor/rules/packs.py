@@ -54,7 +54,7 @@ selectors that hold on an empty label set let it through; cluster-scoped objects
 ``""`` and are left out by any ``namespaces`` list.
 
 Waivers hide findings for a reason until a date. Both kinds have a rule, a reason and an expiry; a
-waiver applies through its ``expires`` day (``expires: 2026-03-31`` hides the finding on 31 March and
+waiver applies through its ``expires`` day (``expires: 2026-03-31`` hides the finding on 31 March, UTC, and
 no longer from 1 April). An expired waiver stops hiding: its finding is reported again and listed
 with the waiver; a waiver that matched no finding is listed as unused. Waiver document (in any pack
 file)::

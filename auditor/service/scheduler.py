@@ -6,13 +6,16 @@ and `max_instances=1`. A slot that fired while no service was up at all is caugh
 within the same grace (`catch_up`). Each run belongs to a *slot*: the scheduled time, computed from
 the trigger, the same in every process; the store's unique (target, slot) means that two `serve`
 processes on one database never run a slot twice. A second job marks the runs of dead processes
-`interrupted`.
+`interrupted`. With `run_on_start`, every target is also audited once when the service starts.
+
+Time comes from the injected clock: catch-up and slots are worked out from it, never from the wall
+clock, so a cron job that APScheduler fires on real time while the clock says otherwise finds no
+slot and is skipped (tests pin the clock; nothing depends on the hour they run).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,8 +23,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from auditor.clock import Clock
 from auditor.config import Settings
-from auditor.service.runner import AuditRunner
+from auditor.service.runner import AuditRunner, TargetBusy
 
 log = logging.getLogger("auditor.scheduler")
 
@@ -46,7 +50,7 @@ class Scheduler:
         self,
         settings: Settings,
         runner: AuditRunner,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Clock,
     ) -> None:
         self.settings = settings
         self.runner = runner
@@ -94,7 +98,24 @@ class Scheduler:
     def start(self) -> None:
         self.recover()
         self.scheduler.start()
-        self.catch_up()
+        service = self.settings.service
+        if service.run_on_start:
+            self.run_all_now()
+        elif service.catch_up:
+            self.catch_up()
+
+    def run_all_now(self) -> None:
+        """Audit every target once, now (`service.run_on_start`): each is claimed as a run of its own
+        (trigger `startup`) and executed on the scheduler's pool."""
+        for name in self.triggers:
+            try:
+                run_id = self.runner.start(name, None, "startup")
+            except TargetBusy:
+                continue  # already being audited here
+            except Exception as exc:  # the database may be away: the schedule tries again
+                log.error("target %s: the start-up run could not start: %s", name, exc)
+                continue
+            self.submit(run_id, name)
 
     def catch_up(self) -> None:
         """Run now the slots that fired while no service was up, if still within the grace.

@@ -81,7 +81,7 @@ def inventory_from_read(read: ClusterRead, settings: Settings) -> Inventory:
     return inv
 
 
-def snapshot_documents(read: ClusterRead, now: datetime | None = None) -> list[dict[str, Any]]:
+def snapshot_documents(read: ClusterRead, now: datetime) -> list[dict[str, Any]]:
     header = {
         "apiVersion": SNAPSHOT_API_VERSION,
         "kind": SNAPSHOT_KIND,
@@ -89,7 +89,7 @@ def snapshot_documents(read: ClusterRead, now: datetime | None = None) -> list[d
         "spec": {
             "context": read.context,
             "serverVersion": read.server_version,
-            "readAt": (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "readAt": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "counts": dict(read.counts),
             "problems": [p.to_json() for p in read.problems],
         },
@@ -97,7 +97,7 @@ def snapshot_documents(read: ClusterRead, now: datetime | None = None) -> list[d
     return [header, {"apiVersion": "v1", "kind": "List", "items": [o for o in read.objects if allowed(o)]}]
 
 
-def write_snapshot(read: ClusterRead, path: Path, now: datetime | None = None) -> None:
+def write_snapshot(read: ClusterRead, path: Path, now: datetime) -> None:
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as handle:

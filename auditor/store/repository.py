@@ -20,6 +20,7 @@ from sqlalchemy import Engine, Select, Table, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, defer, sessionmaker
 
+from auditor.clock import Clock
 from auditor.model.findings import Finding
 from auditor.store import lifecycle
 from auditor.store.schema import (
@@ -34,13 +35,8 @@ from auditor.store.schema import (
 )
 from auditor.store.schema import Finding as FindingRow
 
-Clock = Callable[[], datetime]
 _FINDINGS = cast(Table, FindingRow.__table__)
 _OBSERVATIONS = cast(Table, Observation.__table__)
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +154,7 @@ def _iso(value: datetime | None) -> str | None:
 
 
 class Store:
-    def __init__(self, engine: Engine, clock: Clock = utc_now) -> None:
+    def __init__(self, engine: Engine, clock: Clock) -> None:
         self.engine = engine
         self.clock = clock
         self.sessions = sessionmaker(engine, expire_on_commit=False)

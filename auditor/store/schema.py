@@ -81,7 +81,7 @@ class Run(Base):
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
     slot: Mapped[str | None] = mapped_column(String(40))  # scheduled time (UTC ISO); NULL when manual
-    trigger: Mapped[str] = mapped_column(String(20))  # schedule | api | cli
+    trigger: Mapped[str] = mapped_column(String(20))  # schedule | api | cli | startup
     status: Mapped[str] = mapped_column(String(20))
     revision: Mapped[str | None] = mapped_column(String(64))  # commit SHA (or cluster version)
     owner: Mapped[str] = mapped_column(String(255))  # host:pid of the process running it

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -147,5 +148,7 @@ def test_snapshot_round_trips_and_scans_to_the_same_findings(
     from auditor.sources.cluster import write_snapshot
     from auditor.sources.kubeapi import ClusterRead
 
-    write_snapshot(ClusterRead("lab", "v1.34.2", listing["items"]), snap2)
+    write_snapshot(
+        ClusterRead("lab", "v1.34.2", listing["items"]), snap2, datetime(2026, 12, 3, 6, 30, tzinfo=UTC)
+    )
     assert list(yaml.safe_load_all(snap2.read_text()))[1]["items"] == listing["items"]

@@ -31,13 +31,15 @@ def api(tmp_path: Path, engine: Engine, clock: Clock) -> Iterator[tuple[str, Aud
         (repo / name).write_bytes(Path(src).read_bytes())
     config = tmp_path / "auditor.yaml"
     config.write_text(
+        # No catch-up: these tests claim their own runs, whatever slot the pinned clock is in.
+        "service: {catch_up: false}\n"
         f"targets:\n  - name: lab\n    directory: '{repo}'\n  - name: other\n    directory: '{repo}'\n    paths: [nodes]\n"
     )
     settings = load_settings(config)
     store = Store(engine, clock)
     store.sync_targets(TargetSpec(t.name, t.kind, t.location) for t in settings.targets)
     runner = AuditRunner(settings, store, Tools(None, None), owner="test:1")
-    scheduler = Scheduler(settings, runner)
+    scheduler = Scheduler(settings, runner, clock)
     scheduler.start()
     try:
         with serving(create_app(store, runner, scheduler, TOKEN)) as base:
@@ -159,7 +161,7 @@ def test_write_endpoints_are_closed_without_a_configured_token(
     settings = load_settings(None)
     store = Store(engine, clock)
     runner = AuditRunner(settings, store, Tools(None, None))
-    scheduler = Scheduler(settings, runner)
+    scheduler = Scheduler(settings, runner, clock)
     with serving(create_app(store, runner, scheduler, "")) as base:
         assert call(f"{base}/api/v1/targets/x/runs", "POST", token="")[0] == 403
         assert call(f"{base}/readyz")[0] == 503  # the scheduler is not running

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dbsupport import pg_schema, pg_url
+from dbsupport import Clock, pg_schema, pg_url
 from gitsupport import Origin
 from proxy import TcpProxy
 from seedrepo import seed_files
@@ -62,7 +62,7 @@ def test_sigkill_mid_run_leaves_no_half_run_and_loses_nothing(tmp_path: Path, ba
         assert first.wait(120) == 1, first.stderr.read() if first.stderr else ""
         victim = _auditor(["run", "--target", "lab", "--config", str(stalled)], env, tmp_path)
         engine = database.make_engine(url)
-        store = Store(engine)
+        store = Store(engine, Clock())
         deadline = time.monotonic() + 60
         while not [r for r in store.runs("lab", 5).items if r["status"] == "running"]:
             assert time.monotonic() < deadline and victim.poll() is None, "the run never started"
@@ -102,10 +102,10 @@ def test_database_away_and_back_during_serve(tmp_path: Path) -> None:
         proxy.start()
         url = pg_url(schema).replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
         engine = database.make_engine(url, connect_args={"connect_timeout": 3})
-        store = Store(engine)
+        store = Store(engine, Clock())
         store.sync_targets([TargetSpec("lab", "directory", str(repo))])
         runner = AuditRunner(settings, store, Tools(None, None))
-        scheduler = Scheduler(settings, runner)
+        scheduler = Scheduler(settings, runner, store.clock)
         first = runner.run("lab")
         assert first is not None and first.status == "succeeded"
 

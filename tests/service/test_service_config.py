@@ -108,7 +108,8 @@ def test_serve_rejects_a_bad_config_at_start(tmp_path: Path) -> None:
 
 
 def test_serve_works_out_of_the_box_on_the_bundled_example(tmp_path: Path) -> None:
-    """`auditor serve` with no config: the bundled seed-lab target, SQLite in the working directory."""
+    """`auditor serve` with no config: the bundled seed-lab target, SQLite in the working directory,
+    audited once at start (no token, no trigger, whatever the hour), so the first page has findings."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -133,13 +134,23 @@ def test_serve_works_out_of_the_box_on_the_bundled_example(tmp_path: Path) -> No
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, "serve did not become ready"
             time.sleep(0.1)
+        while True:  # the start-up run, claimed before the API answered
+            runs = call(f"{base}/api/v1/runs?target=seed-lab")[1]["items"]
+            assert [r["trigger"] for r in runs] == ["startup"]
+            if runs[0]["status"] != "running":
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert runs[0]["status"] == "succeeded"
+        status, page, _ = call(f"{base}/api/v1/findings?target=seed-lab")
+        assert [(f["rule"], f["certainty"]) for f in page["items"]] == [("cross-zone-blocked", "always")]
+        # A manual run afterwards still works.
         status, body, _ = call(f"{base}/api/v1/targets/seed-lab/runs", "POST", token="tok")
         assert status == 202
         while call(f"{base}/api/v1/runs/{body['run_id']}")[1]["status"] == "running":
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        status, page, _ = call(f"{base}/api/v1/findings?target=seed-lab")
-        assert [(f["rule"], f["certainty"]) for f in page["items"]] == [("cross-zone-blocked", "always")]
+        assert call(f"{base}/api/v1/runs/{body['run_id']}")[1]["status"] == "succeeded"
         assert (tmp_path / "auditor.db").exists()
     finally:
         proc.send_signal(signal.SIGTERM)
