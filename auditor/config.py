@@ -5,6 +5,7 @@ Every setting says its unit, default and why. The config file is YAML:
     kubernetes:
       version: "1.37"            # drives defaults that changed between releases
       default_namespace: default # for manifests without metadata.namespace
+      extended_resource_toleration: false  # admission plugin: GPU pods tolerate their resource's taint
     topology:
       zone_key: topology.kubernetes.io/zone
       region_key: topology.kubernetes.io/region
@@ -74,6 +75,9 @@ class ConfigError(ValueError):
 class KubernetesSettings:
     version: str = NEWEST_KUBERNETES
     default_namespace: str = "default"
+    # The ExtendedResourceToleration admission plugin: off upstream by default; GKE (and clusters
+    # that enable it) make pods requesting e.g. nvidia.com/gpu tolerate NoSchedule taints of that key.
+    extended_resource_toleration: bool = False
 
     def version_tuple(self) -> tuple[int, int]:
         major, _, minor = self.version.lstrip("v").partition(".")
@@ -187,7 +191,7 @@ class Settings:
 
 
 _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "kubernetes": {"version": str, "default_namespace": str},
+    "kubernetes": {"version": str, "default_namespace": str, "extended_resource_toleration": bool},
     "topology": {"zone_key": str, "region_key": str, "pod_zone_labels": (list, dict, type(None))},
     "network": {"cni": str, "ipblock_matches_pod_ips": bool, "host_network_pods": str, "cilium": dict},
     "cost": {

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from auditor.model.scheduling import NO_SCHEDULING, Scheduling
 from auditor.model.source import SourceRef
 from auditor.reachability.endpoints import NamedPort
 
@@ -79,7 +80,7 @@ class PodTemplate:
     labels: Labels
     annotations: Labels = ()
     node_selector: Labels = ()
-    affinity: Any = field(default=None, compare=False, hash=False)  # raw spec.affinity (placement reads it)
+    scheduling: Scheduling = NO_SCHEDULING  # node/pod (anti-)affinity and topology spread, typed
     tolerations: tuple[Toleration, ...] = ()
     named_ports: tuple[NamedPort, ...] = ()
     container_ports: tuple[tuple[str, int], ...] = ()  # (protocol, port) of every declared port

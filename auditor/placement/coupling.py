@@ -1,34 +1,74 @@
 """Where the roles of a training group can land relative to each other (pure).
 
-Per role: the feasible zones (scheduler filters). Per pair of roles: the zone pairs the group
-constraints allow, and how certain a split across zones is:
+One model: every question below is answered with the typed scheduling fields of the pod template
+(`auditor.model.scheduling`) and the scheduler's own filters (`filters.filter_node`,
+`podfilters.TopologySpread`, `podfilters.InterPodAffinity`) — the code the upstream scheduler cases
+in tests/data/scheduler replay.
 
-* co-located: required podAffinity on the zone key towards the other role's pods (a follower waits
-  for the pods it follows and shares their zone), Kueue `podset-required-topology` on a key at or
-  below the zone within one pod set, a shared Kueue `podset-group-name`, or a single common zone;
-* separated: required podAntiAffinity on the zone key;
-* split `always` when the roles have no feasible zone in common, or hard topology spread on the
-  zone key forces a role's replicas apart;
-* otherwise `likely` (the default spreading nudges pods of one workload apart) or `possible`
-  (a preferred affinity pulls them together but nothing forces it).
+Per role (`place_roles`): the nodes it can land on — the node filters, PodTopologySpread's
+rejection of nodes lacking a DoNotSchedule constraint's key, InterPodAffinity's rejection of nodes
+lacking a required term's key or holding no pod the terms select (the first-pod exemption for a pod
+that matches all its own terms) — hence its feasible zones; how many of its replicas can be placed
+at all (hard spread whose eligible domains include some the pod cannot reach caps every domain at
+maxSkew; one pod per domain under required anti-affinity to its own pods); whether its replicas must
+share one zone, or are forced across several.
+
+Per pair (`pair_placement`): the zone pairs the group constraints allow for traffic from a pod of
+one role to a pod of the other, and how certain a split across zones is:
+
+* co-located: required podAffinity towards the other role's pods on a key whose domains nest inside
+  zones (a follower waits for the pods it follows and shares their domain; a term that also selects
+  the follower's own pods lets the first of them start anywhere, so it does not necessarily follow),
+  LeaderWorkerSet exclusive topology, Kueue `podset-required-topology` within one pod set or a
+  shared `podset-group-name`, or a single common zone;
+* separated: required podAntiAffinity, or JobSet exclusive topology, on a key whose domains are the
+  zones;
+* split `always`: no common feasible zone, or one role forced across zones while the other keeps to
+  one zone;
+* `possible`: something packs the roles but does not force it (preferred podAffinity, Kueue
+  `podset-preferred-topology`, a follower that may start first); otherwise `likely` (the default
+  spreading nudges pods of one workload apart).
+
+Whether a topology key's domains nest inside zones is decided from the node labels, never from the
+key's name: a node pool or rack whose nodes span two zones does not keep a group in one zone.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 
-from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector
-from auditor.model.objects import REGION_KEY, Node, Role
+from auditor.model.objects import ZONE_KEY, Node, Role, Toleration
+from auditor.model.scheduling import AffinityTerm, namespace_label_map
 from auditor.placement.filters import TOPOLOGY_KEYS, FilterResult, filter_node, node_label_keys
-from auditor.workloads.operators import EXCLUSIVE, RJOB_REPLICAS
+from auditor.placement.podfilters import ExistingPod, InterPodAffinity, TopologySpread
+from auditor.placement.resources import extended_resources
+from auditor.workloads.operators import (
+    EXCLUSIVE,
+    LWS_EXCLUSIVE,
+    LWS_SIZE,
+    LWS_SUBGROUP_EXCLUSIVE,
+    LWS_SUBGROUP_SIZE,
+    RJOB_REPLICAS,
+)
 
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_GROUP = "kueue.x-k8s.io/podset-group-name"
 HOSTNAME_KEY = "kubernetes.io/hostname"
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementOptions:
+    """What, besides the manifests and nodes, decides where pods land."""
+
+    zone_key: str = ZONE_KEY
+    # The ExtendedResourceToleration admission plugin (off upstream; managed clusters such as GKE
+    # run an equivalent): pods requesting an extended resource tolerate NoSchedule taints keyed by it.
+    extended_resource_toleration: bool = False
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -41,10 +81,25 @@ class RolePlacement:
     # when asked (`rejected`), which is rare: millions of results for a large repository otherwise.
     rejected_groups: tuple[tuple[FilterResult, tuple[str, ...]], ...] = ()
     node_order: Mapping[str, int] | None = None  # sorts the expanded results as the nodes were given
+    # At most this many replicas can be placed (None: all of them), and why.
+    max_replicas: int | None = None
+    capacity_reason: str = ""
+    one_zone: str = ""  # why every replica lands in one zone ("" when nothing says so)
+    forced_spread: str = ""  # why the replicas cannot all share one zone ("" when they can)
+    notes: tuple[str, ...] = ()  # what changed the verdict and is worth saying (admission plugins)
 
     @property
     def unschedulable(self) -> bool:
-        return not self.nodes
+        return not self.nodes or self.max_replicas == 0
+
+    @property
+    def partly_unschedulable(self) -> bool:
+        return self.max_replicas is not None and 0 < self.max_replicas < self.role.replicas
+
+    @property
+    def single_zone(self) -> bool:
+        """Every replica in one zone: one replica, one feasible zone, or a constraint that says so."""
+        return self.role.replicas <= 1 or len(self.zones) <= 1 or bool(self.one_zone)
 
     @property
     def rejected(self) -> tuple[FilterResult, ...]:
@@ -63,85 +118,141 @@ class RolePlacement:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RolePlacement):
             return NotImplemented
-        return (self.role, self.zones, self.nodes, self.rejected) == (
+        return (self.role, self.zones, self.nodes, self.rejected, self.max_replicas, self.one_zone) == (
             other.role,
             other.zones,
             other.nodes,
             other.rejected,
+            other.max_replicas,
+            other.one_zone,
         )
 
     def __hash__(self) -> int:
         return hash((self.role, self.zones, self.nodes))
 
 
-def place_role(
-    role: Role, nodes: Sequence[Node], zone_key: str, volume_zones: Mapping[str, frozenset[str]] | None = None
-) -> RolePlacement:
-    ok: list[Node] = []
-    rejected: list[FilterResult] = []
-    for node in nodes:
-        result = filter_node(role.template, node, volume_zones)
-        if result.ok:
-            ok.append(node)
-        else:
-            rejected.append(result)
-    zones = sorted({z for n in ok if (z := n.label_map.get(zone_key))})
-    return RolePlacement(
-        role, tuple(zones), tuple(n.name for n in ok), tuple((r, (r.node,)) for r in rejected)
+# --- topology ---------------------------------------------------------------------------------
+
+
+class Topology:
+    """The nodes, and what their labels say about topology keys (worked out once per key)."""
+
+    def __init__(self, nodes: Sequence[Node], zone_key: str) -> None:
+        self.nodes = nodes
+        self.zone_key = zone_key
+        self._zones_of: dict[str, dict[str, set[str]]] = {}
+
+    def zones_of_domains(self, key: str) -> Mapping[str, set[str]]:
+        """Each value of `key` on the nodes → the zones its nodes are in ("" for a node without one)."""
+        found = self._zones_of.get(key)
+        if found is None:
+            found = {}
+            for n in self.nodes:
+                value = n.label_map.get(key)
+                if value is not None:
+                    found.setdefault(value, set()).add(n.label_map.get(self.zone_key, ""))
+            self._zones_of[key] = found
+        return found
+
+    def nests(self, key: str) -> bool:
+        """Whether every domain of `key` lies inside one zone, on these nodes (a host, a rack of one
+        zone). The zone key itself does; a key no node carries does not (nothing to decide from)."""
+        if key == self.zone_key:
+            return True
+        domains = self.zones_of_domains(key)
+        return bool(domains) and all(len(z) == 1 and "" not in z for z in domains.values())
+
+    def is_zone(self, key: str) -> bool:
+        """Whether the domains of `key` are the zones themselves (one domain per zone)."""
+        if key == self.zone_key:
+            return True
+        if not self.nests(key):
+            return False
+        zones = [next(iter(z)) for z in self.zones_of_domains(key).values()]
+        return len(zones) == len(set(zones))
+
+
+def _describe(key: str, topology: Topology) -> str:
+    if key == topology.zone_key:
+        return key
+    if topology.is_zone(key):
+        return f"{key} (one domain per zone on these nodes)"
+    if topology.nests(key):
+        return f"{key} (each domain inside one zone on these nodes)"
+    return key
+
+
+# --- per role ---------------------------------------------------------------------------------
+
+
+def _annotation(role: Role, key: str) -> str:
+    return dict(role.template.annotations).get(key, "")
+
+
+def _int_annotation(role: Role, key: str, default: int) -> int:
+    text = _annotation(role, key)
+    return int(text) if text.isdigit() else default
+
+
+def _jobs(role: Role) -> int:
+    text = role.template.label_map.get(RJOB_REPLICAS, "1")
+    return int(text) if text.isdigit() else 1
+
+
+def admitted_tolerations(role: Role, options: PlacementOptions) -> tuple[Toleration, ...]:
+    """The tolerations the pod carries once admitted: its own, plus those of admission plugins."""
+    own = role.template.tolerations
+    if not options.extended_resource_toleration:
+        return own
+    extra = [
+        Toleration(name, "Exists", "", "NoSchedule") for name in sorted(extended_resources(role.template))
+    ]
+    return own + tuple(t for t in extra if t not in own)
+
+
+def _filter_signature(role: Role, claims: Mapping[str, frozenset[str]], options: PlacementOptions) -> object:
+    """Everything the node filters read from a pod template, as one hashable value."""
+    t = role.template
+    return (
+        t.node_selector,
+        t.scheduling.node_affinity,
+        tuple(c for c in t.scheduling.hard_spread),
+        tuple(x.topology_key for x in t.scheduling.pod_affinity.required),
+        admitted_tolerations(role, options),
+        t.node_name,
+        t.requests,
+        _spec_signature(t.spec),
+        tuple(sorted((k, tuple(sorted(v))) for k, v in claims.items())),
     )
 
 
-def _filter_signature(role: Role) -> str:
-    """Everything the node filters read from a pod template, as one comparable value."""
-    t = role.template
-    spec = t.spec if isinstance(t.spec, Mapping) else {}
-    tolerations = [[x.key, x.operator, x.value, x.effect] for x in t.tolerations]
+def _spec_signature(spec: object) -> str:
+    """The parts of the raw pod spec the resource and volume filters read."""
+    body = spec if isinstance(spec, Mapping) else {}
     return json.dumps(
-        [
-            t.node_selector,
-            t.affinity,
-            tolerations,
-            t.node_name,
-            t.requests,
-            spec.get("initContainers"),
-            spec.get("overhead"),
-            spec.get("volumes"),
-        ],
+        [body.get("initContainers"), body.get("overhead"), body.get("volumes"), body.get("resources")],
         sort_keys=True,
         default=str,
     )
 
 
-def place_roles(
-    roles: Sequence[Role],
-    nodes: Sequence[Node],
-    zone_key: str,
-    volume_zones: Mapping[Role, Mapping[str, frozenset[str]]] | None = None,
-) -> dict[Role, RolePlacement]:
-    """place_role for many roles; roles whose templates ask the same of nodes share one filtering pass
-    (on a large repository most jobs come from a few templates)."""
-    done: dict[str, RolePlacement] = {}
-    out: dict[Role, RolePlacement] = {}
-    read = {zone_key, *TOPOLOGY_KEYS}.union(*(node_label_keys(r.template) for r in roles))
-    groups = _node_groups(nodes, read)
-    position = {n.name: i for i, n in enumerate(nodes)}
-    for role in roles:
-        claims = (volume_zones or {}).get(role) or {}
-        signature = _filter_signature(role)
-        key = signature + json.dumps(sorted((k, sorted(v)) for k, v in claims.items()))
-        found = done.get(key)
-        if found is None:
-            if role.template.node_name or any(k in signature for k in _NAMES_A_NODE):
-                found = place_role(role, nodes, zone_key, claims)
-            else:
-                found = _place_by_groups(role, groups, zone_key, claims, position)
-            done[key] = found
-        out[role] = RolePlacement(role, found.zones, found.nodes, found.rejected_groups, found.node_order)
-    return out
+def _keys_read(role: Role) -> set[str]:
+    """The node label keys any filter reads for this role."""
+    s = role.template.scheduling
+    keys = node_label_keys(role.template)
+    keys.update(c.topology_key for c in s.spread)
+    keys.update(t.topology_key for t in s.pod_affinity.required)
+    keys.update(t.topology_key for t in s.pod_anti_affinity.required)
+    return keys
 
 
-# Node-filter inputs that single out one node: a template using them is filtered node by node.
-_NAMES_A_NODE = (HOSTNAME_KEY, "metadata.name")
+def _names_a_node(role: Role) -> bool:
+    """A template whose filters single out one node is filtered node by node."""
+    t = role.template
+    if t.node_name is not None or HOSTNAME_KEY in _keys_read(role):
+        return True
+    required = t.scheduling.node_affinity.required or ()
+    return any(term.match_fields for term in required)
 
 
 def _node_groups(nodes: Sequence[Node], read: set[str]) -> list[list[Node]]:
@@ -161,24 +272,390 @@ def _node_groups(nodes: Sequence[Node], read: set[str]) -> list[list[Node]]:
     return list(groups.values())
 
 
-def _place_by_groups(
+def _static_filter(
     role: Role,
-    groups: Sequence[Sequence[Node]],
-    zone_key: str,
+    node: Node,
     claims: Mapping[str, frozenset[str]],
-    position: Mapping[str, int],
-) -> RolePlacement:
+    spread: TopologySpread | None,
+    options: PlacementOptions,
+) -> FilterResult:
+    """The filters that need no other pod: node-level ones, then the topology keys PodTopologySpread
+    and InterPodAffinity require of a node."""
+    template = role.template
+    tolerations = admitted_tolerations(role, options)
+    if tolerations is not template.tolerations:
+        from dataclasses import replace
+
+        template = replace(template, tolerations=tolerations)
+    result = filter_node(template, node, claims)
+    if not result.ok:
+        return result
+    if spread is not None:
+        # No pod placed yet: the spread filter rejects only nodes lacking a constraint's key.
+        result = spread.filter(node)
+        if not result.ok:
+            return result
+    for term in template.scheduling.pod_affinity.required:
+        if term.topology_key not in node.label_map:
+            return FilterResult(
+                node.name,
+                False,
+                "InterPodAffinity",
+                f"node lacks the topology key {term.topology_key}",
+                "UnschedulableAndUnresolvable",
+            )
+    return FilterResult(node.name, True)
+
+
+def _feasible(
+    role: Role,
+    nodes: Sequence[Node],
+    groups: Sequence[Sequence[Node]] | None,
+    claims: Mapping[str, frozenset[str]],
+    options: PlacementOptions,
+) -> tuple[list[Node], list[tuple[FilterResult, tuple[str, ...]]]]:
+    spread = (
+        TopologySpread.build(role.template, role.workload.namespace, nodes, ())
+        if role.template.scheduling.hard_spread
+        else None
+    )
     ok: list[Node] = []
     rejected: list[tuple[FilterResult, tuple[str, ...]]] = []
-    for group in groups:
-        result = filter_node(role.template, group[0], claims)
+    for group in groups if groups is not None else [[n] for n in nodes]:
+        result = _static_filter(role, group[0], claims, spread, options)
         if result.ok:
             ok.extend(group)
         else:
             rejected.append((result, tuple(n.name for n in group)))
-    ok.sort(key=lambda n: position[n.name])  # node order, as filtering one by one gives
-    zones = sorted({z for n in ok if (z := n.label_map.get(zone_key))})
-    return RolePlacement(role, tuple(zones), tuple(n.name for n in ok), tuple(rejected), position)
+    return ok, rejected
+
+
+@dataclass(frozen=True, slots=True)
+class _Matches:
+    """The roles whose pods a role's required podAffinity terms select (all terms at once)."""
+
+    others: tuple[Role, ...]
+    itself: bool  # the role's own pods match all its terms (the first-pod exemption applies)
+
+
+def _selects(term: AffinityTerm, owner: Role, other: Role, options: PlacementOptions) -> bool:
+    ns = other.workload.namespace
+    return term.matches(
+        owner.workload.namespace,
+        ns,
+        other.template.label_map,
+        namespace_label_map(ns, options.namespace_labels),
+    )
+
+
+def _affinity_matches(role: Role, roles: Iterable[Role], options: PlacementOptions) -> _Matches:
+    terms = role.template.scheduling.pod_affinity.required
+    others = tuple(r for r in roles if r is not role and all(_selects(t, role, r, options) for t in terms))
+    return _Matches(others, bool(terms) and all(_selects(t, role, role, options) for t in terms))
+
+
+def _near_matching_pods(
+    role: Role,
+    matches: _Matches,
+    ok: Sequence[Node],
+    feasible: Mapping[Role, Sequence[Node]],
+    options: PlacementOptions,
+) -> tuple[list[Node], list[tuple[FilterResult, tuple[str, ...]]]]:
+    """InterPodAffinity for a follower: the nodes whose domains hold a pod of a role it follows,
+    judged by the scheduler's own filter with one pod of each such role on each node it can use."""
+    existing = [
+        ExistingPod(r.workload.namespace, r.template.labels, n.name)
+        for r in matches.others
+        for n in feasible[r]
+    ]
+    nodes = list({n.name: n for n in [*ok, *(n for r in matches.others for n in feasible[r])]}.values())
+    affinity = InterPodAffinity.build(
+        role.template, role.workload.namespace, nodes, existing, options.namespace_labels
+    )
+    kept: list[Node] = []
+    rejected: list[tuple[FilterResult, tuple[str, ...]]] = []
+    for n in ok:
+        result = affinity.filter(n)
+        if result.ok:
+            kept.append(n)
+        else:
+            rejected.append((result, (n.name,)))
+    return kept, rejected
+
+
+@dataclass(frozen=True, slots=True)
+class _Cap:
+    """A constraint that bounds how many replicas of a role fit in a set of zones."""
+
+    reason: str
+    key: str
+    per_domain: int  # replicas per domain of `key` at most
+    eligible: frozenset[str] | None  # spread: the domains counted; None: anti-affinity (no minimum)
+    min_domains: int = 1
+
+    def within(self, ok: Sequence[Node], zones: set[str] | None, zone_key: str) -> int | None:
+        """At most this many replicas on the nodes `ok` in `zones` (all of them when None);
+        None: no bound."""
+        in_zones = [n for n in ok if zones is None or n.label_map.get(zone_key) in zones]
+        if self.eligible is None:
+            if any(self.key not in n.label_map for n in in_zones):
+                return None  # a node without the key never violates the anti-affinity term
+            return self.per_domain * len({n.label_map[self.key] for n in in_zones})
+        reachable = {n.label_map[self.key] for n in in_zones if self.key in n.label_map}
+        if len(self.eligible) >= self.min_domains and self.eligible <= reachable:
+            return None  # every counted domain can take pods: they spread evenly, without bound
+        # A counted domain no replica can reach stays at 0 (so does the minimum while there are
+        # fewer domains than minDomains): each reachable domain holds at most maxSkew replicas.
+        return self.per_domain * len(reachable)
+
+
+def _caps(role: Role, nodes: Sequence[Node], others: Sequence[Role], options: PlacementOptions) -> list[_Cap]:
+    """The constraints of `role` that bound its own replicas: hard spread whose selector counts only
+    its own pods (other roles' pods might fill the domains it cannot reach), and required
+    podAntiAffinity to its own pods (one per domain)."""
+    caps: list[_Cap] = []
+    labels = role.template.label_map
+    ns = role.workload.namespace
+    for c in role.template.scheduling.hard_spread:
+        if not c.selector.matches(labels):
+            continue
+        if any(o.workload.namespace == ns and c.selector.matches(o.template.label_map) for o in others):
+            continue
+        eligible = TopologySpread.build(role.template, ns, nodes, (), [c]).counts[0]
+        caps.append(
+            _Cap(
+                f"its DoNotSchedule topology spread on {c.topology_key} (maxSkew {c.max_skew}"
+                + (f", minDomains {c.min_domains}" if c.min_domains > 1 else "")
+                + ")",
+                c.topology_key,
+                c.max_skew,
+                frozenset(eligible),
+                c.min_domains,
+            )
+        )
+    for t in role.template.scheduling.pod_anti_affinity.required:
+        if _selects(t, role, role, options):
+            caps.append(
+                _Cap(
+                    f"its required podAntiAffinity to its own pods on {t.topology_key}",
+                    t.topology_key,
+                    1,
+                    None,
+                )
+            )
+    return caps
+
+
+def _fit(
+    caps: Sequence[_Cap], ok: Sequence[Node], zones: set[str] | None, zone_key: str
+) -> tuple[int | None, str]:
+    """The tightest bound of `caps` on the nodes in `zones`, and its reason."""
+    best: tuple[int | None, str] = (None, "")
+    for cap in caps:
+        value = cap.within(ok, zones, zone_key)
+        if value is not None and (best[0] is None or value < best[0]):
+            best = (value, cap.reason)
+    return best
+
+
+def _replica_bounds(
+    role: Role, ok: Sequence[Node], zones: Sequence[str], one_zone: str, caps: Sequence[_Cap], zone_key: str
+) -> tuple[int | None, str, str]:
+    """(how many replicas can be placed at most or None, why, why they cannot share one zone)."""
+    if not caps or not ok:
+        return None, "", ""
+    per_zone = {z: _fit(caps, ok, {z}, zone_key) for z in zones}
+    unbounded_zone = any(v is None for v, _ in per_zone.values())
+    best_zone = max((v for v, _ in per_zone.values() if v is not None), default=0)
+    best_reason = next((r for v, r in per_zone.values() if v == best_zone), "")
+    if one_zone:
+        total, reason = (None, "") if unbounded_zone or not zones else (best_zone, best_reason)
+    else:
+        total, reason = _fit(caps, ok, None, zone_key)
+    max_replicas = total if total is not None and total < role.replicas else None
+    placed = role.replicas if max_replicas is None else max_replicas
+    forced = ""
+    if not one_zone and len(zones) >= 2 and not unbounded_zone and best_zone < placed:
+        forced = (
+            f"{role}: {best_reason} allows at most {best_zone} of its {role.replicas} replicas in one zone"
+        )
+    return max_replicas, reason, forced
+
+
+def _self_colocation(role: Role, zones: Sequence[str], matches: _Matches, topology: Topology) -> str:
+    if len(zones) <= 1:
+        return f"{role} can land in one zone only"
+    exclusive = _annotation(role, EXCLUSIVE)
+    if exclusive and _jobs(role) == 1 and topology.nests(exclusive):
+        return f"{role} is one Job with JobSet exclusive topology on {_describe(exclusive, topology)}"
+    lws = _annotation(role, LWS_EXCLUSIVE)
+    if lws and topology.nests(lws) and role.replicas <= max(1, _int_annotation(role, LWS_SIZE, 1)):
+        return f"{role} is one LeaderWorkerSet group, kept in one domain of {_describe(lws, topology)}"
+    kueue = _annotation(role, KUEUE_REQUIRED)
+    if kueue and topology.nests(kueue):
+        return f"{role} has {KUEUE_REQUIRED}: {_describe(kueue, topology)}"
+    terms = role.template.scheduling.pod_affinity.required
+    if matches.itself and not matches.others:
+        key = next((t.topology_key for t in terms if topology.nests(t.topology_key)), "")
+        if key:
+            return f"{role} requires podAffinity to its own pods on {_describe(key, topology)}"
+    return ""
+
+
+def place_role(
+    role: Role,
+    nodes: Sequence[Node],
+    zone_key: str,
+    volume_zones: Mapping[str, frozenset[str]] | None = None,
+    options: PlacementOptions | None = None,
+) -> RolePlacement:
+    """One role placed on its own (no other role's pods to follow or avoid)."""
+    opts = options or PlacementOptions(zone_key)
+    return place_roles([role], nodes, zone_key, {role: volume_zones or {}}, opts)[role]
+
+
+def place_roles(
+    roles: Sequence[Role],
+    nodes: Sequence[Node],
+    zone_key: str,
+    volume_zones: Mapping[Role, Mapping[str, frozenset[str]]] | None = None,
+    options: PlacementOptions | None = None,
+) -> dict[Role, RolePlacement]:
+    """Where each role can land, and how many of its replicas. Roles whose templates ask the same of
+    nodes share one filtering pass (on a large repository most jobs come from a few templates)."""
+    opts = options or PlacementOptions(zone_key)
+    topology = Topology(nodes, zone_key)
+    read = {zone_key, *TOPOLOGY_KEYS}.union(*(_keys_read(r) for r in roles))
+    groups = _node_groups(nodes, read)
+    position = {n.name: i for i, n in enumerate(nodes)}
+    done: dict[object, tuple[list[Node], list[tuple[FilterResult, tuple[str, ...]]]]] = {}
+    feasible: dict[Role, list[Node]] = {}
+    rejected: dict[Role, list[tuple[FilterResult, tuple[str, ...]]]] = {}
+    for role in roles:
+        claims = (volume_zones or {}).get(role) or {}
+        key = _filter_signature(role, claims, opts)
+        found = done.get(key)
+        if found is None:
+            found = done[key] = _feasible(role, nodes, None if _names_a_node(role) else groups, claims, opts)
+        feasible[role], rejected[role] = found[0], list(found[1])
+    # Required podAffinity: a follower lands only near pods of the roles its terms select; with
+    # none among the manifests it waits, unless its own pods match (the first may start anywhere).
+    matches: dict[Role, _Matches] = {}
+    for role in roles:
+        if not role.template.scheduling.pod_affinity.required:
+            continue
+        m = matches[role] = _affinity_matches(role, roles, opts)
+        if m.itself:
+            continue
+        kept, more = _near_matching_pods(role, m, feasible[role], feasible, opts)
+        feasible[role] = kept
+        rejected[role] = rejected[role] + more
+    out: dict[Role, RolePlacement] = {}
+    for role in roles:
+        ok = sorted(feasible[role], key=lambda n: position[n.name])
+        zones = tuple(sorted({z for n in ok if (z := n.label_map.get(zone_key))}))
+        m = matches.get(role, _Matches((), False))
+        one_zone = _self_colocation(role, zones, m, topology) if ok else ""
+        caps = _caps(role, nodes, [r for r in roles if r is not role], opts)
+        max_replicas, capacity_reason, forced = _replica_bounds(role, ok, zones, one_zone, caps, zone_key)
+        notes = _admission_notes(role, rejected[role], ok, opts)
+        out[role] = RolePlacement(
+            role,
+            zones,
+            tuple(n.name for n in ok),
+            tuple((r, names) for r, names in rejected[role]),
+            position if len(nodes) else None,
+            max_replicas,
+            capacity_reason,
+            one_zone,
+            forced,
+            notes,
+        )
+    return _propagate_followers(out, matches, topology)
+
+
+def _admission_notes(
+    role: Role,
+    rejected: Sequence[tuple[FilterResult, tuple[str, ...]]],
+    ok: Sequence[Node],
+    options: PlacementOptions,
+) -> tuple[str, ...]:
+    """Say when the ExtendedResourceToleration admission plugin would change where the role lands."""
+    resources = extended_resources(role.template)
+    if not resources:
+        return ()
+    if options.extended_resource_toleration:
+        return (
+            "the ExtendedResourceToleration admission plugin adds tolerations for "
+            f"{', '.join(sorted(resources))}",
+        )
+    tainted = [
+        r
+        for r, _ in rejected
+        if r.plugin == "TaintToleration"
+        and any(r.reason.startswith(f"untolerated taint {k}") for k in resources)
+    ]
+    if not tainted:
+        return ()
+    return (
+        "the ExtendedResourceToleration admission plugin is assumed off (as upstream); where it runs "
+        f"(kubernetes.extended_resource_toleration: true; GKE does the same for GPUs), pods requesting "
+        f"{', '.join(sorted(resources))} tolerate NoSchedule taints of that key and could use the "
+        f"{sum(len(n) for r, n in rejected if r in tainted)} node(s) rejected for it",
+    )
+
+
+def _propagate_followers(
+    placements: dict[Role, RolePlacement], matches: Mapping[Role, _Matches], topology: Topology
+) -> dict[Role, RolePlacement]:
+    """A role that must follow pods of one role that keeps to one zone keeps to that zone too."""
+    from dataclasses import replace
+
+    for role, m in matches.items():
+        group = {role, *m.others}
+        key = _zone_nested_key(role, topology)
+        if not m.itself or not m.others or not key or placements[role].one_zone:
+            continue
+        # Every pod of the group matches every member's terms: after the first pod (which may start
+        # anywhere), each one must join a domain holding a pod of the group — the first one's.
+        if all(o in matches and matches[o].itself and {o, *matches[o].others} == group for o in m.others):
+            names = ", ".join(sorted(str(r) for r in group))
+            placements[role] = replace(
+                placements[role],
+                one_zone=f"{names} require podAffinity to one another's pods on {_describe(key, topology)}: "
+                "the first pod decides the zone",
+            )
+    changed = True
+    while changed:
+        changed = False
+        for role, m in matches.items():
+            p = placements[role]
+            if p.one_zone or m.itself or len(m.others) != 1 or p.role.replicas <= 1:
+                continue
+            (leader,) = m.others
+            key = _zone_nested_key(role, topology)
+            if key and leader in placements and placements[leader].single_zone:
+                placements[role] = replace(
+                    p,
+                    one_zone=f"{role} follows {leader} (podAffinity on {_describe(key, topology)}), "
+                    "whose pods share one zone",
+                )
+                changed = True
+    return placements
+
+
+def _zone_nested_key(role: Role, topology: Topology) -> str:
+    return next(
+        (
+            t.topology_key
+            for t in role.template.scheduling.pod_affinity.required
+            if topology.nests(t.topology_key)
+        ),
+        "",
+    )
+
+
+# --- per pair ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,186 +665,263 @@ class PairPlacement:
     coupling: str  # the constraint that decided, in words
 
 
-def _affinity_terms(role: Role, kind: str, required: bool) -> list[Mapping[str, Any]]:
-    affinity = role.template.affinity if isinstance(role.template.affinity, Mapping) else {}
-    section = affinity.get(kind)
-    if not isinstance(section, Mapping):
-        return []
-    if required:
-        terms = section.get("requiredDuringSchedulingIgnoredDuringExecution") or []
-        return [t for t in terms if isinstance(t, Mapping)]
-    weighted = section.get("preferredDuringSchedulingIgnoredDuringExecution") or []
-    return [
-        t["podAffinityTerm"]
-        for t in weighted
-        if isinstance(t, Mapping) and isinstance(t.get("podAffinityTerm"), Mapping)
-    ]
+class PairContext:
+    """What pair_placement needs besides the two roles: the nodes' topology and the options."""
+
+    def __init__(self, nodes: Sequence[Node], options: PlacementOptions) -> None:
+        self.topology = Topology(nodes, options.zone_key)
+        self.options = options
+
+    @cached_property
+    def zone_key(self) -> str:
+        return self.options.zone_key
 
 
-def _zone_level(key: str, zone_key: str) -> bool:
-    """A topology key whose domains lie within one zone (the zone itself, a rack, a host)."""
-    return key == zone_key or (
-        bool(key) and key not in (REGION_KEY, "failure-domain.beta.kubernetes.io/region")
+def _terms_select(x: Role, y: Role, kind: str, ctx: PairContext, zone_only: bool) -> str:
+    """The topology key of a required term of `x`'s `kind` that selects `y`'s pods, if its domains
+    nest inside zones (`zone_only`: are the zones); "" otherwise."""
+    block = (
+        x.template.scheduling.pod_affinity
+        if kind == "podAffinity"
+        else x.template.scheduling.pod_anti_affinity
     )
-
-
-def term_selects(term: Mapping[str, Any], owner: Role, other: Role) -> bool:
-    """Whether a pod (anti)affinity term of `owner` selects the pods of `other`."""
-    try:
-        selector: LabelSelector = parse_label_selector(term.get("labelSelector"), "labelSelector")
-    except SelectorError:
-        return False
-    if term.get("labelSelector") is None:
-        return False  # a null selector matches no pods
-    namespaces = term.get("namespaces") or []
-    if term.get("namespaceSelector") is None and not namespaces:
-        if other.workload.namespace != owner.workload.namespace:
-            return False
-    elif namespaces and term.get("namespaceSelector") is None and other.workload.namespace not in namespaces:
-        return False
-    return selector.matches(other.template.label_map)
-
-
-def _zone_terms(role: Role, kind: str, required: bool, zone_key: str) -> list[Mapping[str, Any]]:
-    return [t for t in _affinity_terms(role, kind, required) if t.get("topologyKey") == zone_key]
-
-
-def _annotation(role: Role, key: str) -> str:
-    return dict(role.template.annotations).get(key, "")
-
-
-def _spread_forces_split(p: RolePlacement, zone_key: str) -> bool:
-    spec = p.role.template.spec if isinstance(p.role.template.spec, Mapping) else {}
-    for c in spec.get("topologySpreadConstraints") or []:
-        if not isinstance(c, Mapping) or c.get("topologyKey") != zone_key:
-            continue
-        if c.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
-            continue
-        try:
-            sel = parse_label_selector(c.get("labelSelector"), "labelSelector")
-        except SelectorError:
-            continue
-        max_skew = int(c.get("maxSkew") or 1)
-        if (
-            c.get("labelSelector") is not None
-            and sel.matches(p.role.template.label_map)
-            and (len(p.zones) >= 2 and p.role.replicas > max_skew)
-        ):
-            return True
-    return False
-
-
-def _jobs(role: Role) -> int:
-    text = role.template.label_map.get(RJOB_REPLICAS, "1")
-    return int(text) if text.isdigit() else 1
-
-
-def _co_located_within(p: RolePlacement, zone_key: str) -> str:
-    role = p.role
-    if len(p.zones) <= 1:
-        return f"{role} can land in one zone only"
-    exclusive = _annotation(role, EXCLUSIVE)
-    if exclusive and _zone_level(exclusive, zone_key) and _jobs(role) == 1:
-        return f"{role} is one Job with JobSet exclusive topology on {exclusive}"
-    kueue = _annotation(role, KUEUE_REQUIRED)
-    if kueue and _zone_level(kueue, zone_key):
-        return f"{role} has {KUEUE_REQUIRED}: {kueue}"
-    for t in _zone_terms(role, "podAffinity", True, zone_key):
-        if term_selects(t, role, role):
-            return f"{role} requires podAffinity to its own pods on {zone_key}"
+    for t in block.required:
+        key = t.topology_key
+        fits = ctx.topology.is_zone(key) if zone_only else ctx.topology.nests(key)
+        if fits and _selects(t, x, y, ctx.options):
+            return key
     return ""
 
 
-def pair_placement(a: RolePlacement, b: RolePlacement, zone_key: str) -> PairPlacement:
+def _all_terms_select(x: Role, y: Role, ctx: PairContext) -> bool:
+    terms = x.template.scheduling.pod_affinity.required
+    return bool(terms) and all(_selects(t, x, y, ctx.options) for t in terms)
+
+
+def _preferred_selects(x: Role, y: Role, ctx: PairContext) -> bool:
+    return any(
+        ctx.topology.nests(t.topology_key) and _selects(t, x, y, ctx.options)
+        for _, t in x.template.scheduling.pod_affinity.preferred
+    )
+
+
+def pair_placement(a: RolePlacement, b: RolePlacement, ctx: PairContext | str) -> PairPlacement:
     """Allowed zone pairs for traffic from a pod of `a` to a pod of `b`."""
-    za, zb = set(a.zones), set(b.zones)
+    if isinstance(ctx, str):
+        ctx = PairContext((), PlacementOptions(ctx))
     if a.role == b.role:
-        reason = _co_located_within(a, zone_key)
-        if reason:
-            return PairPlacement(tuple((z, z) for z in sorted(za)), None, reason)
-        pairs = tuple((x, y) for x in sorted(za) for y in sorted(za))
-        if a.role.replicas < 2:
-            return PairPlacement(tuple((z, z) for z in sorted(za)), None, f"{a.role} has one replica")
-        if _annotation(a.role, EXCLUSIVE) == zone_key and _jobs(a.role) > 1:
-            return PairPlacement(
-                pairs,
-                "always",
-                f"{a.role}: JobSet exclusive topology puts each of its {_jobs(a.role)} Jobs in its own zone",
-            )
-        if _spread_forces_split(a, zone_key):
-            return PairPlacement(
-                pairs, "always", f"{a.role} has a DoNotSchedule topology spread on {zone_key}"
-            )
-        if _zone_terms(a.role, "podAntiAffinity", True, zone_key) and any(
-            term_selects(t, a.role, a.role) for t in _zone_terms(a.role, "podAntiAffinity", True, zone_key)
-        ):
-            return PairPlacement(
-                tuple(p for p in pairs if p[0] != p[1]),
-                "always",
-                f"{a.role} requires podAntiAffinity to its own pods on {zone_key}",
-            )
+        return _within(a, ctx)
+    return _between(a, b, ctx)
+
+
+def _within(a: RolePlacement, ctx: PairContext) -> PairPlacement:
+    role = a.role
+    za = sorted(a.zones)
+    same = tuple((z, z) for z in za)
+    everywhere = tuple((x, y) for x in za for y in za)
+    topo = ctx.topology
+    if a.one_zone:
+        return PairPlacement(same, None, a.one_zone)
+    if role.replicas < 2 or (a.max_replicas is not None and a.max_replicas < 2):
+        return PairPlacement(same, None, f"{role} has one replica")
+    exclusive = _annotation(role, EXCLUSIVE)
+    if exclusive and _jobs(role) > 1 and topo.is_zone(exclusive):
         return PairPlacement(
-            pairs,
-            "likely",
-            f"{a.role}: nothing keeps its replicas in one zone; default spreading places them apart",
-        )
-    common = sorted(za & zb)
-    # Required podAffinity on the zone key towards the other role: the follower shares its zone.
-    for x, y in ((a, b), (b, a)):
-        if any(term_selects(t, x.role, y.role) for t in _zone_terms(x.role, "podAffinity", True, zone_key)):
-            return PairPlacement(
-                tuple((z, z) for z in common),
-                None,
-                f"{x.role} requires podAffinity to {y.role} on {zone_key}",
-            )
-    for x, y in ((a, b), (b, a)):
-        if any(
-            term_selects(t, x.role, y.role) for t in _zone_terms(x.role, "podAntiAffinity", True, zone_key)
-        ):
-            return PairPlacement(
-                tuple((p, q) for p in sorted(za) for q in sorted(zb) if p != q),
-                "always",
-                f"{x.role} requires podAntiAffinity to {y.role} on {zone_key}",
-            )
-    if (
-        a.role.workload == b.role.workload
-        and _annotation(a.role, EXCLUSIVE) == zone_key
-        and _annotation(b.role, EXCLUSIVE) == zone_key
-    ):
-        return PairPlacement(
-            tuple((p, q) for p in sorted(za) for q in sorted(zb) if p != q),
+            everywhere,
             "always",
-            f"JobSet exclusive topology on {zone_key} puts each child Job in its own zone",
+            f"{role}: JobSet exclusive topology on {_describe(exclusive, topo)} puts each "
+            f"of its {_jobs(role)} Jobs in its own zone",
         )
-    group_a, group_b = _annotation(a.role, KUEUE_GROUP), _annotation(b.role, KUEUE_GROUP)
-    same_workload = a.role.workload == b.role.workload
-    if (
-        same_workload
-        and group_a
-        and group_a == group_b
-        and _zone_level(_annotation(a.role, KUEUE_REQUIRED) or _annotation(b.role, KUEUE_REQUIRED), zone_key)
-    ):
+    if a.forced_spread:
+        return PairPlacement(everywhere, "always", a.forced_spread)
+    anti = _terms_select(role, role, "podAntiAffinity", ctx, zone_only=True)
+    if anti:
         return PairPlacement(
-            tuple((z, z) for z in common),
-            None,
-            f"{a.role} and {b.role} share Kueue pod-set group {group_a!r} with a required topology",
+            tuple(p for p in everywhere if p[0] != p[1]),
+            "always",
+            f"{role} requires podAntiAffinity to its own pods on {_describe(anti, topo)}",
         )
-    pairs = tuple((p, q) for p in sorted(za) for q in sorted(zb))
+    preferred = _annotation(role, KUEUE_PREFERRED)
+    if preferred and topo.nests(preferred):
+        return PairPlacement(
+            everywhere,
+            "possible",
+            f"{role} has {KUEUE_PREFERRED}: {_describe(preferred, topo)} — Kueue packs the pod "
+            "set into one domain unless it does not fit",
+        )
+    if _preferred_selects(role, role, ctx):
+        return PairPlacement(
+            everywhere,
+            "possible",
+            f"a preferred podAffinity pulls {role}'s replicas together but does not force it",
+        )
+    return PairPlacement(
+        everywhere,
+        "likely",
+        f"{role}: nothing keeps its replicas in one zone; default spreading places them apart",
+    )
+
+
+def _follows(x: RolePlacement, y: RolePlacement, ctx: PairContext) -> str:
+    """Why every pod of `x` shares a zone with the pods of `y` it follows ("" if nothing says so)."""
+    key = _terms_select(x.role, y.role, "podAffinity", ctx, zone_only=False)
+    if not key or not _all_terms_select(x.role, y.role, ctx) or _all_terms_select(x.role, x.role, ctx):
+        return ""
+    return key
+
+
+def _between(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> PairPlacement:
+    topo = ctx.topology
+    za, zb = set(a.zones), set(b.zones)
+    common = sorted(za & zb)
+    same = tuple((z, z) for z in common)
+    everywhere = tuple((p, q) for p in sorted(za) for q in sorted(zb))
+    apart = tuple((p, q) for p, q in everywhere if p != q)
+    ra, rb = a.role, b.role
+    # Required podAffinity on a zone-nested key towards the other role's pods.
+    for follower, leader in ((a, b), (b, a)):
+        key = _follows(follower, leader, ctx)
+        if not key:
+            continue
+        if leader.single_zone:
+            return PairPlacement(
+                same, None, f"{follower.role} requires podAffinity to {leader.role} on {_describe(key, topo)}"
+            )
+        return PairPlacement(
+            everywhere,
+            "possible",
+            f"{follower.role} lands next to some pod of {leader.role} "
+            f"(podAffinity on {_describe(key, topo)}), "
+            f"but {leader.role}'s pods can spread over several zones",
+        )
+    mutual_a = _all_terms_select(ra, rb, ctx) and _all_terms_select(ra, ra, ctx)
+    mutual_b = _all_terms_select(rb, ra, ctx) and _all_terms_select(rb, rb, ctx)
+    key_a, key_b = _zone_nested_key(ra, topo), _zone_nested_key(rb, topo)
+    if mutual_a and mutual_b and key_a and key_b:
+        return PairPlacement(
+            same,
+            None,
+            f"{ra} and {rb} both require podAffinity to pods of either role on "
+            f"{_describe(key_a, topo)}: the first pod decides the zone",
+        )
+    for x, y, mutual, key in ((ra, rb, mutual_a, key_a), (rb, ra, mutual_b, key_b)):
+        if mutual and key:
+            return PairPlacement(
+                everywhere,
+                "possible",
+                f"{x}'s podAffinity term also selects its own pods: the first of them may start anywhere "
+                f"before {y}'s pods exist (the first-pod exemption), so {x} does not necessarily follow {y}",
+            )
+    for x, y in ((ra, rb), (rb, ra)):
+        anti = _terms_select(x, y, "podAntiAffinity", ctx, zone_only=True)
+        if anti:
+            return PairPlacement(
+                apart, "always", f"{x} requires podAntiAffinity to {y} on {_describe(anti, topo)}"
+            )
+    same_workload = ra.workload == rb.workload
+    exclusive_a, exclusive_b = _annotation(ra, EXCLUSIVE), _annotation(rb, EXCLUSIVE)
+    if same_workload and exclusive_a and exclusive_a == exclusive_b and topo.is_zone(exclusive_a):
+        return PairPlacement(
+            apart,
+            "always",
+            f"JobSet exclusive topology on {_describe(exclusive_a, topo)} puts "
+            "each child Job in its own zone",
+        )
+    lws = _annotation(ra, LWS_EXCLUSIVE)
+    if same_workload and lws and lws == _annotation(rb, LWS_EXCLUSIVE):
+        subgroup = _lws_subgroups_apart(ra, rb, topo)
+        if subgroup:
+            return PairPlacement(everywhere, "always", subgroup)
+        if topo.nests(lws):
+            return PairPlacement(
+                same,
+                None,
+                f"LeaderWorkerSet exclusive topology on {_describe(lws, topo)} keeps each "
+                "group (leader and workers) in one domain",
+            )
+    elif same_workload and _annotation(ra, LWS_SUBGROUP_EXCLUSIVE):
+        subgroup = _lws_subgroups_apart(ra, rb, topo)
+        if subgroup:
+            return PairPlacement(everywhere, "always", subgroup)
+    group_a, group_b = _annotation(ra, KUEUE_GROUP), _annotation(rb, KUEUE_GROUP)
+    if same_workload and group_a and group_a == group_b:
+        required = _annotation(ra, KUEUE_REQUIRED) or _annotation(rb, KUEUE_REQUIRED)
+        if required and topo.nests(required):
+            return PairPlacement(
+                same,
+                None,
+                f"{ra} and {rb} share Kueue pod-set group {group_a!r} with "
+                f"{KUEUE_REQUIRED}: {_describe(required, topo)}",
+            )
+        preferred = _annotation(ra, KUEUE_PREFERRED) or _annotation(rb, KUEUE_PREFERRED)
+        if preferred and topo.nests(preferred) and common:
+            return PairPlacement(
+                everywhere,
+                "possible",
+                f"{ra} and {rb} share Kueue pod-set group {group_a!r} with {KUEUE_PREFERRED}: "
+                "packed into one domain unless they do not fit",
+            )
     if not common:
         return PairPlacement(
-            pairs,
+            everywhere,
             "always",
-            f"{a.role} can land only in {', '.join(sorted(za))} and {b.role} only in {', '.join(sorted(zb))}",
+            f"{ra} can land only in {', '.join(sorted(za))} and {rb} only in {', '.join(sorted(zb))}",
         )
+    for spread, other in ((a, b), (b, a)):
+        if spread.forced_spread and other.single_zone:
+            return PairPlacement(
+                everywhere, "always", f"{spread.forced_spread}, while {other.role} keeps to one zone"
+            )
+    group = _group_spread(a, b, ctx)
+    if group:
+        return PairPlacement(everywhere, "always", group)
     if len(za | zb) == 1:
-        return PairPlacement(pairs, None, f"both can land only in {common[0]}")
-    preferred = any(
-        term_selects(t, x.role, y.role)
-        for x, y in ((a, b), (b, a))
-        for t in _zone_terms(x.role, "podAffinity", False, zone_key)
-    )
-    if preferred:
+        return PairPlacement(everywhere, None, f"both can land only in {common[0]}")
+    if _preferred_selects(ra, rb, ctx) or _preferred_selects(rb, ra, ctx):
         return PairPlacement(
-            pairs, "possible", "a preferred podAffinity pulls them together but does not force it"
+            everywhere, "possible", "a preferred podAffinity pulls them together but does not force it"
         )
-    return PairPlacement(pairs, "likely", f"nothing couples {a.role} and {b.role} to one zone")
+    return PairPlacement(everywhere, "likely", f"nothing couples {ra} and {rb} to one zone")
+
+
+def _lws_subgroups_apart(a: Role, b: Role, topo: Topology) -> str:
+    """LWS subgroup exclusive topology on a key whose domains are zones, with more than one subgroup
+    per group: the leader's subgroup and the others are in different zones."""
+    key = _annotation(a, LWS_SUBGROUP_EXCLUSIVE)
+    if not key or key != _annotation(b, LWS_SUBGROUP_EXCLUSIVE) or not topo.is_zone(key):
+        return ""
+    size = _int_annotation(a, LWS_SIZE, 1)
+    subgroup = _int_annotation(a, LWS_SUBGROUP_SIZE, size)
+    if subgroup >= size:
+        return ""
+    return (
+        f"LeaderWorkerSet subgroup exclusive topology on {_describe(key, topo)}: "
+        f"each group of {size} pods is "
+        f"{-(-size // subgroup)} subgroups of {subgroup}, each in its own zone"
+    )
+
+
+def _group_spread(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> str:
+    """A hard spread over the zones whose selector counts exactly the pods of these two roles: when
+    more of them exist than maxSkew, they cannot all share a zone — and then a pod of one is in
+    another zone than a pod of the other."""
+    for x, y in ((a, b), (b, a)):
+        for c in x.role.template.scheduling.hard_spread:
+            if not ctx.topology.is_zone(c.topology_key):
+                continue
+            if not (
+                c.selector.matches(x.role.template.label_map)
+                and c.selector.matches(y.role.template.label_map)
+            ):
+                continue
+            if x.role.workload.namespace != y.role.workload.namespace:
+                continue
+            zones = set(x.zones) | set(y.zones)
+            total = x.role.replicas + y.role.replicas
+            if len(zones) >= 2 and total > c.max_skew:
+                return (
+                    f"{x.role} has a DoNotSchedule topology spread on "
+                    f"{c.topology_key} (maxSkew {c.max_skew}) "
+                    f"counting the {total} pods of both roles: they cannot share one zone"
+                )
+    return ""

@@ -13,12 +13,11 @@ Filters that need the pods already running (topology spread, inter-pod affinity)
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from auditor.model.objects import REGION_KEY, ZONE_KEY, Node, PodTemplate, Taint
+from auditor.model.scheduling import NodeRequirement, NodeSelectorTerm, parse_int64
 from auditor.placement.resources import insufficient_resources
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
@@ -40,72 +39,9 @@ class FilterResult:
     code: str = ""  # "" when ok, else Unschedulable | UnschedulableAndUnresolvable
 
 
-# apimachinery's label syntax: a requirement that breaks it makes its whole term match nothing.
-_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_INT64 = re.compile(r"^[+-]?[0-9]+$")
-
-
-def _valid_label_key(key: str) -> bool:
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        return False
-    return 0 < len(name) <= 63 and bool(_NAME.match(name))
-
-
-def _valid_label_value(value: str) -> bool:
-    return len(value) <= 63 and bool(_VALUE.match(value))
-
-
-def parse_int64(text: str) -> int | None:
-    """Go's strconv.ParseInt(text, 10, 64): no spaces or underscores, within int64."""
-    if not _INT64.match(text):
-        return None
-    n = int(text)
-    return n if -(2**63) <= n < 2**63 else None
-
-
-def _values(expr: Mapping[str, Any]) -> list[str] | None:
-    raw = expr.get("values")
-    if raw is None:
-        return []
-    # The API server takes strings only (a YAML `true` or `null` is rejected); numbers are let through.
-    if not isinstance(raw, list) or any(isinstance(v, (dict, list, bool)) or v is None for v in raw):
-        return None
-    return [str(v) for v in raw]
-
-
-def _valid_expression(expr: Any) -> bool:
-    """Whether a matchExpressions entry is a requirement apimachinery accepts (labels.NewRequirement)."""
-    if not isinstance(expr, Mapping):
-        return False
-    key, op, values = str(expr.get("key", "")), expr.get("operator"), _values(expr)
-    if values is None or not _valid_label_key(key):
-        return False
-    if op in ("In", "NotIn"):
-        ok = len(values) > 0
-    elif op in ("Exists", "DoesNotExist"):
-        ok = not values
-    elif op in ("Gt", "Lt"):
-        ok = len(values) == 1 and parse_int64(values[0]) is not None
-    else:
-        return False
-    return ok and all(_valid_label_value(v) for v in values)
-
-
-def _valid_field(expr: Any) -> bool:
-    if not isinstance(expr, Mapping):
-        return False
-    values = _values(expr)
-    return expr.get("operator") in ("In", "NotIn") and values is not None and len(values) == 1
-
-
-def _expr_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key = str(expr.get("key", ""))
-    op = expr.get("operator")
-    values = _values(expr) or []
-    value = labels.get(key)
+def _expr_matches(expr: NodeRequirement, labels: Mapping[str, str]) -> bool:
+    op, values = expr.operator, expr.values
+    value = labels.get(expr.key)
     if op == "In":
         return value is not None and value in values
     if op == "NotIn":
@@ -124,54 +60,36 @@ def _expr_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     return False
 
 
-def _field_matches(expr: Mapping[str, Any], node: Node) -> bool:
+def _field_matches(expr: NodeRequirement, node: Node) -> bool:
     # The only node field a selector can name is metadata.name; any other field reads as "".
-    fields = {"metadata.name": node.name}
-    have = fields.get(str(expr.get("key", "")), "")
-    want = (_values(expr) or [""])[0]
-    return have == want if expr.get("operator") == "In" else have != want
+    have = node.name if expr.key == "metadata.name" else ""
+    want = expr.values[0] if expr.values else ""
+    return have == want if expr.operator == "In" else have != want
 
 
-def term_matches(term: Mapping[str, Any], node: Node) -> bool:
-    exprs = list(term.get("matchExpressions") or [])
-    fields = list(term.get("matchFields") or [])
-    if not exprs and not fields:
-        return False  # an empty term matches nothing
-    if not all(_valid_expression(e) for e in exprs) or not all(_valid_field(f) for f in fields):
-        return False  # a term that does not parse matches nothing (the scheduler's lazy parse errors)
+def term_matches(term: NodeSelectorTerm, node: Node) -> bool:
+    if term.empty or not term.valid:
+        return False  # an empty term matches nothing; so does one that does not parse (lazy parse errors)
     labels = node.label_map
-    if not all(_expr_matches(e, labels) for e in exprs):
+    if not all(_expr_matches(e, labels) for e in term.match_expressions):
         return False
-    return all(_field_matches(f, node) for f in fields)
+    return all(_field_matches(f, node) for f in term.match_fields)
 
 
 def node_label_keys(template: PodTemplate) -> set[str]:
     """The node label keys the template's nodeSelector and required node affinity read (the only
-    labels, besides the topology ones, any filter looks at)."""
-    keys = {k for k, _ in template.node_selector}
-    affinity = template.affinity if isinstance(template.affinity, Mapping) else {}
-    na = affinity.get("nodeAffinity")
-    required = na.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(na, Mapping) else None
-    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
-    for term in terms if isinstance(terms, list) else []:
-        exprs = term.get("matchExpressions") if isinstance(term, Mapping) else None
-        for expr in exprs if isinstance(exprs, list) else []:
-            if isinstance(expr, Mapping):
-                keys.add(str(expr.get("key", "")))
-    return keys
+    labels, besides the topology ones, any node filter looks at)."""
+    return {k for k, _ in template.node_selector} | template.scheduling.node_affinity.label_keys
 
 
 def node_affinity_ok(template: PodTemplate, node: Node) -> bool:
     labels = node.label_map
     if any(labels.get(k) != v for k, v in template.node_selector):
         return False
-    affinity = template.affinity if isinstance(template.affinity, Mapping) else {}
-    na = affinity.get("nodeAffinity") if isinstance(affinity.get("nodeAffinity"), Mapping) else {}
-    required = na.get("requiredDuringSchedulingIgnoredDuringExecution") if na else None
-    if not isinstance(required, Mapping):
+    required = template.scheduling.node_affinity.required
+    if required is None:
         return True
-    terms = required.get("nodeSelectorTerms") or []
-    return any(term_matches(t, node) for t in terms if isinstance(t, Mapping))
+    return any(term_matches(t, node) for t in required)
 
 
 def untolerated_taint(template: PodTemplate, node: Node) -> str | None:

@@ -33,8 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from auditor.model.labels import LabelSelector, Requirement, SelectorError, parse_label_selector
 from auditor.model.objects import Labels, Node, PodTemplate, freeze_labels
+from auditor.model.scheduling import AffinityTerm, SpreadConstraint, namespace_label_map
 from auditor.placement.filters import (
     UNRESOLVABLE,
     UNSCHEDULABLE,
@@ -42,83 +42,10 @@ from auditor.placement.filters import (
     node_affinity_ok,
     untolerated_taint,
 )
+from auditor.workloads.scheduling import pod_affinity
 
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 TOPOLOGY_SPREAD = "PodTopologySpread"
 INTER_POD_AFFINITY = "InterPodAffinity"
-
-
-def namespace_label_map(
-    namespace: str, namespace_labels: Mapping[str, Mapping[str, str]] | None
-) -> dict[str, str]:
-    """A namespace's labels, with the `kubernetes.io/metadata.name` label the API server always sets."""
-    labels = dict((namespace_labels or {}).get(namespace, {}))
-    labels[NAMESPACE_NAME_LABEL] = namespace
-    return labels
-
-
-def _with_label_keys(
-    selector: LabelSelector, raw: Mapping[str, Any], labels: Mapping[str, str], at: str
-) -> LabelSelector:
-    """Merge matchLabelKeys (In) and mismatchLabelKeys (NotIn) with the pod's own label values."""
-    extra: list[Requirement] = []
-    for name, op in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn")):
-        keys = raw.get(name) or []
-        if not isinstance(keys, list):
-            raise SelectorError(f"{at}.{name}", "must be a list of label keys")
-        extra.extend(Requirement(str(k), op, (labels[str(k)],)) for k in keys if str(k) in labels)
-    return selector.and_(LabelSelector(tuple(extra))) if extra else selector
-
-
-@dataclass(frozen=True, slots=True)
-class AffinityTerm:
-    """A required pod (anti-)affinity term with its namespaces resolved."""
-
-    selector: LabelSelector  # LabelSelector.nothing() for a null labelSelector
-    namespaces: frozenset[str]
-    namespace_selector: LabelSelector  # LabelSelector.nothing() for a null namespaceSelector
-    topology_key: str
-
-    def matches(self, namespace: str, labels: Mapping[str, str], namespace_labels: Mapping[str, str]) -> bool:
-        """Whether a pod in `namespace` (whose namespace carries `namespace_labels`) is selected."""
-        if namespace in self.namespaces or self.namespace_selector.matches(namespace_labels):
-            return self.selector.matches(labels)
-        return False
-
-
-def parse_affinity_term(raw: Any, namespace: str, labels: Mapping[str, str], at: str) -> AffinityTerm:
-    """One PodAffinityTerm of a pod in `namespace` carrying `labels`."""
-    if not isinstance(raw, Mapping):
-        raise SelectorError(at, "must be a mapping (a PodAffinityTerm)")
-    if raw.get("labelSelector") is None:
-        selector = LabelSelector.nothing()  # the API server merges no label keys into a null selector
-    else:
-        selector = _with_label_keys(
-            parse_label_selector(raw.get("labelSelector"), f"{at}.labelSelector"), raw, labels, at
-        )
-    names = raw.get("namespaces") or []
-    if not isinstance(names, list):
-        raise SelectorError(f"{at}.namespaces", "must be a list of namespace names")
-    ns_raw = raw.get("namespaceSelector")
-    namespaces = frozenset(str(n) for n in names) if names or ns_raw is not None else frozenset({namespace})
-    ns_selector = (
-        LabelSelector.nothing() if ns_raw is None else parse_label_selector(ns_raw, f"{at}.namespaceSelector")
-    )
-    return AffinityTerm(selector, namespaces, ns_selector, str(raw.get("topologyKey") or ""))
-
-
-def required_terms(
-    affinity: Any, kind: str, namespace: str, labels: Mapping[str, str], at: str = "spec.affinity"
-) -> tuple[AffinityTerm, ...]:
-    """The required terms of `affinity[kind]` ("podAffinity" or "podAntiAffinity")."""
-    block = affinity.get(kind) if isinstance(affinity, Mapping) else None
-    raw = block.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(block, Mapping) else None
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise SelectorError(f"{at}.{kind}.requiredDuringSchedulingIgnoredDuringExecution", "must be a list")
-    where = f"{at}.{kind}.requiredDuringSchedulingIgnoredDuringExecution"
-    return tuple(parse_affinity_term(t, namespace, labels, f"{where}[{i}]") for i, t in enumerate(raw))
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +55,7 @@ class ExistingPod:
     namespace: str
     labels: Labels
     node_name: str
-    anti_affinity: tuple[AffinityTerm, ...] = ()  # its required podAntiAffinity terms
+    anti_affinity: tuple[AffinityTerm, ...] = ()  # its required podAntiAffinity terms (of its namespace)
     terminating: bool = False  # metadata.deletionTimestamp is set
 
     @property
@@ -143,7 +70,12 @@ def existing_pod(obj: Mapping[str, Any]) -> ExistingPod:
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
     namespace = str(meta.get("namespace") or "default")
     labels = freeze_labels(meta.get("labels") if isinstance(meta.get("labels"), Mapping) else None)
-    anti = required_terms(spec.get("affinity"), "podAntiAffinity", namespace, dict(labels))
+    raw_affinity = spec.get("affinity")
+    anti = pod_affinity(
+        raw_affinity.get("podAntiAffinity") if isinstance(raw_affinity, Mapping) else None,
+        dict(labels),
+        "spec.affinity.podAntiAffinity",
+    ).required
     return ExistingPod(
         namespace,
         labels,
@@ -165,72 +97,6 @@ def _pods_by_node(existing: Iterable[ExistingPod], nodes: Sequence[Node]) -> dic
 
 
 @dataclass(frozen=True, slots=True)
-class SpreadConstraint:
-    """A DoNotSchedule topology spread constraint, defaults applied."""
-
-    max_skew: int
-    topology_key: str
-    selector: LabelSelector
-    min_domains: int = 1
-    honor_node_affinity: bool = True  # nodeAffinityPolicy: Honor (default) / Ignore
-    honor_taints: bool = False  # nodeTaintsPolicy: Ignore (default) / Honor
-    # The scheduler counts no existing pod for an empty selector (labels.Everything().Empty()),
-    # while the incoming pod still matches it.
-    count_existing: bool = True
-
-
-def _policy(raw: Mapping[str, Any], name: str, default: str, at: str) -> bool:
-    value = raw.get(name) or default
-    if value not in ("Honor", "Ignore"):
-        raise SelectorError(f"{at}.{name}", f"must be Honor or Ignore, got {value!r}")
-    return value == "Honor"
-
-
-def _positive_int(raw: Any, at: str, default: int | None = None) -> int:
-    if raw is None and default is not None:
-        return default
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        raise SelectorError(at, f"must be an integer >= 1, got {raw!r}")
-    return raw
-
-
-def spread_constraints(
-    template: PodTemplate, raw: Sequence[Mapping[str, Any]] | None = None
-) -> tuple[SpreadConstraint, ...]:
-    """The pod's DoNotSchedule constraints (from `raw`, else `spec.topologySpreadConstraints`)."""
-    if raw is None:
-        spec = template.spec if isinstance(template.spec, Mapping) else {}
-        found = spec.get("topologySpreadConstraints")
-        raw = found if isinstance(found, list) else []
-    labels = template.label_map
-    out: list[SpreadConstraint] = []
-    for i, c in enumerate(raw):
-        at = f"spec.topologySpreadConstraints[{i}]"
-        if not isinstance(c, Mapping):
-            raise SelectorError(at, "must be a mapping")
-        if c.get("whenUnsatisfiable") != "DoNotSchedule":
-            continue
-        if c.get("labelSelector") is None:
-            selector = LabelSelector.nothing()
-        else:
-            selector = _with_label_keys(
-                parse_label_selector(c.get("labelSelector"), f"{at}.labelSelector"), c, labels, at
-            )
-        out.append(
-            SpreadConstraint(
-                max_skew=_positive_int(c.get("maxSkew"), f"{at}.maxSkew"),
-                topology_key=str(c.get("topologyKey") or ""),
-                selector=selector,
-                min_domains=_positive_int(c.get("minDomains"), f"{at}.minDomains", 1),
-                honor_node_affinity=_policy(c, "nodeAffinityPolicy", "Honor", at),
-                honor_taints=_policy(c, "nodeTaintsPolicy", "Ignore", at),
-                count_existing=not selector.is_everything(),
-            )
-        )
-    return tuple(out)
-
-
-@dataclass(frozen=True, slots=True)
 class TopologySpread:
     """The per-domain counts of one incoming pod's DoNotSchedule constraints (the scheduler's PreFilter)."""
 
@@ -244,9 +110,10 @@ class TopologySpread:
         namespace: str,
         nodes: Sequence[Node],
         existing: Iterable[ExistingPod],
-        constraints: Sequence[Mapping[str, Any]] | None = None,
+        constraints: Sequence[SpreadConstraint] | None = None,
     ) -> TopologySpread:
-        parsed = spread_constraints(template, constraints)
+        """Counts for `constraints` (default: the template's DoNotSchedule constraints)."""
+        parsed = tuple(template.scheduling.hard_spread if constraints is None else constraints)
         counts: list[Counter[str]] = [Counter() for _ in parsed]
         by_node = _pods_by_node(existing, nodes)
         for node in nodes:
@@ -260,7 +127,7 @@ class TopologySpread:
                     continue
                 value = labels[c.topology_key]
                 matching = 0
-                if c.count_existing:
+                if c.counts_existing:
                     matching = sum(
                         1
                         for p in by_node[node.name]
@@ -301,7 +168,7 @@ def topology_spread_filter(
     node: Node,
     nodes: Sequence[Node],
     existing: Iterable[ExistingPod],
-    constraints: Sequence[Mapping[str, Any]] | None = None,
+    constraints: Sequence[SpreadConstraint] | None = None,
 ) -> FilterResult:
     return TopologySpread.build(template, namespace, nodes, existing, constraints).filter(node)
 
@@ -312,7 +179,7 @@ def topology_spread_ok(
     node: Node,
     nodes: Sequence[Node],
     existing: Iterable[ExistingPod],
-    constraints: Sequence[Mapping[str, Any]] | None = None,
+    constraints: Sequence[SpreadConstraint] | None = None,
 ) -> bool:
     """Whether `node` satisfies the pod's hard spread constraints (default: its own)."""
     return topology_spread_filter(template, namespace, node, nodes, existing, constraints).ok
@@ -343,10 +210,10 @@ class InterPodAffinity:
         namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
     ) -> InterPodAffinity:
         labels = template.label_map
-        affinity = required_terms(template.affinity, "podAffinity", namespace, labels)
-        anti = required_terms(template.affinity, "podAntiAffinity", namespace, labels)
+        affinity = template.scheduling.pod_affinity.required
+        anti = template.scheduling.pod_anti_affinity.required
         own_ns = namespace_label_map(namespace, namespace_labels)
-        self_match = bool(affinity) and all(t.matches(namespace, labels, own_ns) for t in affinity)
+        self_match = bool(affinity) and all(t.matches(namespace, namespace, labels, own_ns) for t in affinity)
         aff: Counter[Pair] = Counter()
         anti_counts: Counter[Pair] = Counter()
         existing_anti: Counter[Pair] = Counter()
@@ -357,15 +224,19 @@ class InterPodAffinity:
                 pod_labels = pod.label_map
                 pod_ns = namespace_label_map(pod.namespace, namespace_labels)
                 # An existing pod counts for affinity only if it matches all the terms at once.
-                if affinity and all(t.matches(pod.namespace, pod_labels, pod_ns) for t in affinity):
+                if affinity and all(
+                    t.matches(namespace, pod.namespace, pod_labels, pod_ns) for t in affinity
+                ):
                     for t in affinity:
                         if t.topology_key in node_labels:
                             aff[(t.topology_key, node_labels[t.topology_key])] += 1
                 for t in anti:
-                    if t.topology_key in node_labels and t.matches(pod.namespace, pod_labels, pod_ns):
+                    if t.topology_key in node_labels and t.matches(
+                        namespace, pod.namespace, pod_labels, pod_ns
+                    ):
                         anti_counts[(t.topology_key, node_labels[t.topology_key])] += 1
                 for t in pod.anti_affinity:
-                    if t.topology_key in node_labels and t.matches(namespace, labels, own_ns):
+                    if t.topology_key in node_labels and t.matches(pod.namespace, namespace, labels, own_ns):
                         existing_anti[(t.topology_key, node_labels[t.topology_key])] += 1
         return InterPodAffinity(affinity, anti, self_match, aff, anti_counts, existing_anti)
 

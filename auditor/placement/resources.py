@@ -126,6 +126,22 @@ def is_scalar_resource(name: str) -> bool:
     return "/" in name and not name.startswith("requests.")
 
 
+def is_extended_resource(name: str) -> bool:
+    """apimachinery's IsExtendedResourceName: a domain-qualified name outside `kubernetes.io/`
+    (`nvidia.com/gpu`), not a quota `requests.` name."""
+    prefix, slash, _ = name.partition("/")
+    if not slash or prefix == "kubernetes.io" or prefix.endswith(".kubernetes.io"):
+        return False
+    return not name.startswith("requests.")
+
+
+def extended_resources(template: PodTemplate) -> frozenset[str]:
+    """The extended resources any container of the pod requests (what ExtendedResourceToleration reads)."""
+    return frozenset(
+        name for container in template.requests for name, _ in container if is_extended_resource(name)
+    )
+
+
 def _is_pod_level_resource(name: str) -> bool:
     return name in (CPU, MEMORY) or name.startswith(HUGEPAGES_PREFIX)
 

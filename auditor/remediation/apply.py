@@ -173,7 +173,7 @@ def kustomize_patch(
         template["metadata"] = meta
     spec: dict[str, Any] = {}
     affinity = {k: fragment[k] for k in ("nodeAffinity", "podAffinity") if k in fragment}
-    existing = patch.role.template.affinity if isinstance(patch.role.template.affinity, Mapping) else {}
+    existing = patch.role.template.scheduling.affinity_kinds
     for key in affinity:
         if key in existing:
             raise FixError(f"the pod template already has affinity.{key}; merge the change by hand")

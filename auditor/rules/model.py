@@ -10,7 +10,14 @@ from typing import Any
 from auditor.inventory import Inventory, role_claim_zones
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.model.objects import Node, Role, Workload
-from auditor.placement.coupling import PairPlacement, RolePlacement, pair_placement, place_roles
+from auditor.placement.coupling import (
+    PairContext,
+    PairPlacement,
+    PlacementOptions,
+    RolePlacement,
+    pair_placement,
+    place_roles,
+)
 from auditor.placement.observed import ObservedRole, observed_pair
 from auditor.progress import Progress, silent
 from auditor.reachability.endpoints import PodEndpoint
@@ -111,6 +118,15 @@ class _Endpoints:
         return found
 
 
+def placement_options(inv: Inventory) -> PlacementOptions:
+    """The settings placement reads, from the inventory's."""
+    return PlacementOptions(
+        inv.settings.topology.zone_key,
+        inv.settings.kubernetes.extended_resource_toleration,
+        {ns: dict(labels) for ns, labels in inv.namespaces.items()},
+    )
+
+
 def edge_allowed(edge: CommEdge, conns_ports: PortSet) -> bool:
     if edge.port is not None:
         return edge.port in conns_ports
@@ -127,10 +143,14 @@ def build_model(
     """The model rules read. With `observed`, placements are where the pods actually run (only
     edges between roles with running pods are analysed), instead of where they could land."""
     engine = engine or inv.engine()
-    zone_key = inv.settings.topology.zone_key
+    options = placement_options(inv)
+    zone_key = options.zone_key
+    pair_context = PairContext(inv.nodes, options)
     if observed is None:
         roles = [r for w in inv.workloads for r in w.roles]
-        placements = place_roles(roles, inv.nodes, zone_key, {r: role_claim_zones(inv, r) for r in roles})
+        placements = place_roles(
+            roles, inv.nodes, zone_key, {r: role_claim_zones(inv, r) for r in roles}, options
+        )
         edges = comm_edges(inv.workloads, inv.services)
     else:
         placements = {r: o.placement() for r, o in observed.items() if o.pods}
@@ -150,7 +170,7 @@ def build_model(
         if a.unschedulable or b.unschedulable:
             continue
         if observed is None:
-            pp = pair_placement(a, b, zone_key)
+            pp = pair_placement(a, b, pair_context)
         else:
             pp = observed_pair(observed[edge.source], observed[edge.destination])
         verdicts = []

@@ -22,6 +22,10 @@ EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 RJOB_REPLICAS = "jobset.sigs.k8s.io/replicatedjob-replicas"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+LWS_SUBGROUP_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
+LWS_SUBGROUP_SIZE = "leaderworkerset.sigs.k8s.io/subgroup-size"
+LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 
 
 def _int(raw: Any, field: str, default: int) -> int:
@@ -202,16 +206,32 @@ def leaderworkerset(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
     lwt = specs.mapping(spec.get("leaderWorkerTemplate"), "spec.leaderWorkerTemplate", optional=False)
     size = _int(lwt.get("size"), "spec.leaderWorkerTemplate.size", 1)
     labels = {"leaderworkerset.sigs.k8s.io/name": ref.name}
+    # The LWS pod webhook turns these into pod (anti-)affinity on the key; placement reads them
+    # from the pods' annotations, as it does JobSet's.
+    own = _annotations(obj)
+    placement = {k: own[k] for k in (LWS_EXCLUSIVE, LWS_SUBGROUP_EXCLUSIVE) if own.get(k)}
+    policy = specs.mapping(lwt.get("subGroupPolicy"), "spec.leaderWorkerTemplate.subGroupPolicy")
+    if policy.get("subGroupSize") is not None:
+        subgroup = _int(
+            policy.get("subGroupSize"), "spec.leaderWorkerTemplate.subGroupPolicy.subGroupSize", 1
+        )
+        placement[LWS_SUBGROUP_SIZE] = str(subgroup)
+    if placement:
+        placement[LWS_SIZE] = str(size)
     worker_raw = lwt.get("workerTemplate")
     leader_raw = lwt.get("leaderTemplate") or worker_raw
     leader = parse_pod_template(
-        leader_raw,
+        _with_annotations(leader_raw, placement) if placement else leader_raw,
         "spec.leaderWorkerTemplate.leaderTemplate",
         {**labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"},
     )
     roles = [Role(ref, "leader", groups, leader, _line(leader_raw, ref))]
     if size > 1:
-        worker = parse_pod_template(worker_raw, "spec.leaderWorkerTemplate.workerTemplate", labels)
+        worker = parse_pod_template(
+            _with_annotations(worker_raw, placement) if placement else worker_raw,
+            "spec.leaderWorkerTemplate.workerTemplate",
+            labels,
+        )
         roles.append(Role(ref, "worker", groups * (size - 1), worker, _line(worker_raw, ref)))
     return roles
 

@@ -10,6 +10,7 @@ from auditor.reachability import specs
 from auditor.reachability.endpoints import NamedPort
 from auditor.reachability.ports import normalise_protocol
 from auditor.reachability.specs import PolicyError
+from auditor.workloads.scheduling import parse_scheduling
 
 
 def parse_pod_template(
@@ -78,11 +79,12 @@ def parse_pod(
         lim = specs.mapping(res.get("limits"), f"{cf}.resources.limits")
         # A request defaults to the limit when absent (as for nvidia.com/gpu).
         requests.append(tuple(sorted((str(k), str(v)) for k, v in {**lim, **req}.items())))
+    frozen_labels = freeze_labels(labels)
     return PodTemplate(
-        labels=freeze_labels(labels),
+        labels=frozen_labels,
         annotations=freeze_labels(annotations),
         node_selector=freeze_labels(node_selector),
-        affinity=spec.get("affinity"),
+        scheduling=parse_scheduling(spec, dict(frozen_labels), f"{at}spec"),
         tolerations=tuple(tolerations),
         named_ports=tuple(named),
         container_ports=tuple(declared),

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 from support import inventory
 
-from auditor.placement.coupling import pair_placement, place_role
+from auditor.placement.coupling import PairContext, PlacementOptions, pair_placement, place_role, place_roles
 
 ZONE = "topology.kubernetes.io/zone"
 NODES = """\
 apiVersion: v1
 kind: NodeList
 items:
-- {apiVersion: v1, kind: Node, metadata: {name: a, labels: {topology.kubernetes.io/zone: za, pool: gpu}}}
-- {apiVersion: v1, kind: Node, metadata: {name: b, labels: {topology.kubernetes.io/zone: zb, pool: cpu}}}
-- {apiVersion: v1, kind: Node, metadata: {name: c, labels: {topology.kubernetes.io/zone: zc, pool: cpu}}}
+- {apiVersion: v1, kind: Node, metadata: {name: a, labels: {topology.kubernetes.io/zone: za, pool: gpu, rack: r1, block: b1}}}
+- {apiVersion: v1, kind: Node, metadata: {name: b, labels: {topology.kubernetes.io/zone: zb, pool: cpu, rack: r2, block: b1}}}
+- {apiVersion: v1, kind: Node, metadata: {name: c, labels: {topology.kubernetes.io/zone: zc, pool: cpu, rack: r3, block: b2}}}
 """
 
 
@@ -40,7 +40,8 @@ def placement(
     inv = inventory(text=NODES + text)
     assert not inv.errors, inv.errors
     roles = {r.name: r for w in inv.workloads for r in w.roles}
-    p = pair_placement(place_role(roles[src], inv.nodes, ZONE), place_role(roles[dst], inv.nodes, ZONE), ZONE)
+    placed = place_roles(list(roles.values()), inv.nodes, ZONE)
+    p = pair_placement(placed[roles[src]], placed[roles[dst]], PairContext(inv.nodes, PlacementOptions(ZONE)))
     return list(p.pairs), p.split
 
 
@@ -82,11 +83,25 @@ def test_between_roles(worker: str, master: str, pairs: int, split: str | None) 
         ("", 4, "", "likely"),
         ("", 1, "", None),
         (SELF_SPREAD, 4, "", "always"),  # DoNotSchedule spread with maxSkew 1 forces the replicas apart
-        ("", 4, '"kueue.x-k8s.io/podset-required-topology": cloud.provider.com/topology-rack', None),
+        ("", 4, '"kueue.x-k8s.io/podset-required-topology": rack', None),  # racks nest in zones here
+        # `block` spans zones za and zb on these nodes: one block does not mean one zone.
+        ("", 4, '"kueue.x-k8s.io/podset-required-topology": block', "likely"),
+        # A key no node carries decides nothing.
+        ("", 4, '"kueue.x-k8s.io/podset-required-topology": cloud.provider.com/topology-rack', "likely"),
         ("", 4, '"kueue.x-k8s.io/podset-required-topology": topology.kubernetes.io/region', "likely"),
-        ("", 4, '"kueue.x-k8s.io/podset-preferred-topology": topology.kubernetes.io/zone', "likely"),
+        # Kueue packs a preferred topology unless it cannot fit: possible, not likely.
+        ("", 4, '"kueue.x-k8s.io/podset-preferred-topology": topology.kubernetes.io/zone', "possible"),
     ],
-    ids=["free", "one-replica", "hard-spread", "kueue-rack", "kueue-region", "kueue-preferred"],
+    ids=[
+        "free",
+        "one-replica",
+        "hard-spread",
+        "kueue-rack",
+        "kueue-block-spans-zones",
+        "kueue-unknown-key",
+        "kueue-region",
+        "kueue-preferred",
+    ],
 )
 def test_within_a_role(worker: str, replicas: int, annotations: str, split: str | None) -> None:
     _, got = placement(pytorchjob("", worker, replicas, annotations), "Worker", "Worker")
