@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from auditor.inventory import Inventory, role_claim_zones
 from auditor.model.objects import Role
-from auditor.placement.filters import feasible_zones
+from auditor.placement.coupling import RolePlacement, place_roles
 from auditor.placement.pods import representative_node
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import FlowVerdict
@@ -79,15 +79,24 @@ def find_role(inv: Inventory, name: str) -> Role:
     return roles[0]
 
 
-def _zones(inv: Inventory, role: Role, wanted: str | None) -> list[str | None]:
+def _placements(inv: Inventory, *wanted: Role) -> dict[Role, RolePlacement]:
+    """Where the roles can land, by the model `scan` uses (all roles: affinity terms follow others)."""
+    from auditor.rules.model import placement_options
+
+    roles = [r for w in inv.workloads for r in w.roles]
+    roles += [r for r in wanted if r not in set(roles)]
+    claims = {r: role_claim_zones(inv, r) for r in roles}
+    return place_roles(roles, inv.nodes, inv.settings.topology.zone_key, claims, placement_options(inv))
+
+
+def _zones(inv: Inventory, role: Role, wanted: str | None, placement: RolePlacement) -> list[str | None]:
     zone_key = inv.settings.topology.zone_key
     if wanted:
         return [wanted]
     if role.template.node_name:
         node = next((n for n in inv.nodes if n.name == role.template.node_name), None)
         return [node.label_map.get(zone_key) if node else None]
-    zones = feasible_zones(role.template, inv.nodes, zone_key, role_claim_zones(inv, role))
-    return list(zones) if zones else [None]
+    return list(placement.zones) if placement.zones else [None]
 
 
 def endpoint_for(inv: Inventory, role: Role, zone: str | None) -> PodEndpoint:
@@ -122,7 +131,10 @@ def explain(
     src_role, dst_role = find_role(inv, source), find_role(inv, destination)
     engine = inv.engine()
     placements = []
-    src_zones, dst_zones = _zones(inv, src_role, source_zone), _zones(inv, dst_role, destination_zone)
+    placed = _placements(inv, src_role, dst_role) if inv.nodes else {}
+    none = RolePlacement(src_role, (), ())
+    src_zones = _zones(inv, src_role, source_zone, placed.get(src_role, none))
+    dst_zones = _zones(inv, dst_role, destination_zone, placed.get(dst_role, none))
     for sz, dz in itertools.product(src_zones, dst_zones):
         src, dst = endpoint_for(inv, src_role, sz), endpoint_for(inv, dst_role, dz)
         number = resolve_port(port, dst, protocol)
