@@ -48,38 +48,47 @@ def certainty(analysis: EdgeAnalysis) -> str:
     return "possible"
 
 
+RANK = {"always": 0, "likely": 1, "possible": 2}
+
+
 def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]:
+    # One finding per workload: its ring edges share the cause (the same policies on the same range).
+    by_workload: dict[object, list[EdgeAnalysis]] = {}
     for analysis in model.edges:
-        partial = analysis.partly_denied
-        if not partial:
-            continue
-        edge = analysis.edge
+        if analysis.partly_denied:
+            by_workload.setdefault(analysis.edge.source.workload, []).append(analysis)
+    for analyses in by_workload.values():
+        analyses.sort(key=lambda a: RANK[certainty(a)])  # stable: edges keep their sorted order
+        top = analyses[0]
+        edge = top.edge
+        partial = [v for a in analyses for v in a.partly_denied]
         denied = PortSet()
         for v in partial:
             denied = denied | v.denied_ports
-        share = len(denied) / max(len(edge_ports(edge)), 1)
+        share = len(denied & edge_ports(edge)) / max(len(edge_ports(edge)), 1)
         policies = mentions([d for v in partial for d in v.deciders])
         names = ", ".join(f"{p.kind} {p.namespace + '/' if p.namespace else ''}{p.name}" for p in policies)
-        where = ", ".join(f"{v.source_zone}→{v.destination_zone}" for v in partial)
+        where = ", ".join(sorted({f"{v.source_zone}→{v.destination_zone}" for v in partial}))
+        edges = ", ".join(f"{a.edge.source.name} → {a.edge.destination.name}" for a in analyses)
         yield Finding(
             rule=META.id,
             severity=META.severity,
-            certainty=certainty(analysis),
+            certainty=certainty(top),
             symptoms=META.symptoms,
             workload=object_ref(edge.source),
             message=(
                 f"{edge.source} → {edge.destination} ({edge.reason}) connects on kernel-chosen ports "
                 f"{edge.protocol}/{edge.ports_text}; ports {denied} of them are denied "
-                f"(placements: {where}; deciding policies: {names or 'none'}). The kernel picks a "
-                f"random port of the range for each connection, so the ~{share:.2%} of connections "
-                "that land on a denied port fail or hang while the rest succeed: failures are "
-                "intermittent, not a clean 'blocked'"
+                f"(edges: {edges}; placements: {where}; deciding policies: {names or 'none'}). The "
+                f"kernel picks a random port of the range for each connection, so the ~{share:.2%} of "
+                "connections that land on a denied port fail or hang while the rest succeed: "
+                "failures are intermittent, not a clean 'blocked'"
             ),
             edge=EdgeRef(
                 edge.source.name,
-                tuple(sorted({v.source_zone for v in partial})),
+                tuple(sorted({v.source_zone for v in top.partly_denied})),
                 edge.destination.name,
-                tuple(sorted({v.destination_zone for v in partial})),
+                tuple(sorted({v.destination_zone for v in top.partly_denied})),
                 edge.port,
                 edge.protocol,
             ),
