@@ -446,7 +446,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="source: NS/POD, NS/WORKLOAD or NS/WORKLOAD/ROLE",
     )
     ex.add_argument("--to", required=True, metavar="NS/NAME", help="destination, same forms")
-    ex.add_argument("--port", required=True, help="destination port number or container port name")
+    ex.add_argument(
+        "--port",
+        required=True,
+        help="destination port: a number, a container port name, a range LO-HI, or ephemeral "
+        "(the data-plane range scan uses for this destination)",
+    )
     ex.add_argument("--protocol", default="TCP", help="TCP (default), UDP or SCTP")
     ex.add_argument(
         "--from-zone", help="zone the source lands in (default: its node's or only feasible zone)"

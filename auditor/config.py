@@ -14,6 +14,7 @@ Every setting says its unit, default and why. The config file is YAML:
       cni: auto                  # auto | generic | cilium | calico
       ipblock_matches_pod_ips: true
       host_network_pods: node    # node | pod: how a generic CNI treats hostNetwork pods
+      ephemeral_ports: 32768-60999  # nodes' net.ipv4.ip_local_port_range: NCCL/Gloo/MPI data ports
       cilium:
         enforcement_mode: default
         labels: ""               # Cilium's `labels` setting (identity-relevant labels)
@@ -45,6 +46,7 @@ from auditor.service_config import (
     ServiceSettings,
     TargetSettings,
 )
+from auditor.workloads.dataports import LINUX_EPHEMERAL, PortRange, parse_range
 
 SECTIONS = (
     "kubernetes",
@@ -115,6 +117,10 @@ class NetworkConfig:
     ipblock_matches_pod_ips: bool = True
     host_network_pods: str = "node"  # node | pod (generic CNI only; see reachability/cni.py)
     cilium: CiliumConfig = field(default_factory=CiliumConfig)
+    # Ports (inclusive) the kernel picks from when NCCL, Gloo or MPI's TCP transport listen on
+    # port 0: the nodes' net.ipv4.ip_local_port_range. Default: Linux's 32768-60999. A pod's own
+    # sysctl of that name narrows it for that pod (workloads/dataports.py).
+    ephemeral_ports: PortRange = LINUX_EPHEMERAL
 
     def to_settings(self, cni_kind: str, source: str) -> cni_settings.NetworkSettings:
         if cni_kind == "cilium":
@@ -193,7 +199,13 @@ class Settings:
 _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "kubernetes": {"version": str, "default_namespace": str, "extended_resource_toleration": bool},
     "topology": {"zone_key": str, "region_key": str, "pod_zone_labels": (list, dict, type(None))},
-    "network": {"cni": str, "ipblock_matches_pod_ips": bool, "host_network_pods": str, "cilium": dict},
+    "network": {
+        "cni": str,
+        "ipblock_matches_pod_ips": bool,
+        "host_network_pods": str,
+        "ephemeral_ports": str,
+        "cilium": dict,
+    },
     "cost": {
         "provider": str,
         "prices": dict,
@@ -279,6 +291,17 @@ def parse_settings(data: Any, file: str) -> Settings:
             "network.host_network_pods",
             "must be node or pod",
         )
+    if "ephemeral_ports" in net:
+        ports = parse_range(net["ephemeral_ports"])
+        if ports is None:
+            raise ConfigError(
+                file,
+                yamlio.key_line(data.get("network"), "ephemeral_ports"),
+                "network.ephemeral_ports",
+                "must be LO-HI with 1 <= LO <= HI <= 65535 (e.g. 32768-60999), "
+                f"got {net['ephemeral_ports']!r}",
+            )
+        net["ephemeral_ports"] = ports
     if cil.get("enforcement_mode", "default") not in cni_settings.ENFORCEMENT_MODES:
         raise ConfigError(
             file,

@@ -1,7 +1,10 @@
 """`auditor explain`: one reachability question, answered with the deciding policies and rules.
 
 Pure: takes an inventory and the question, returns an Explanation value; rendering is text or
-JSON. A name is `NS/POD`, `NS/WORKLOAD` (one-role workloads) or `NS/WORKLOAD/ROLE`.
+JSON. A name is `NS/POD`, `NS/WORKLOAD` (one-role workloads) or `NS/WORKLOAD/ROLE`. The port is a
+number, a container port name, a range `LO-HI`, or `ephemeral`: the range a data-plane edge to the
+destination uses in `scan` (workloads/dataports.py). A range is answered as `scan` judges a
+data-plane edge: denied only when every port of it is denied, `partial` when some are.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from auditor.placement.pods import representative_node
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import FlowVerdict
 from auditor.reachability.policy import DirectionalVerdict, Segment
+from auditor.reachability.ports import PortSet
+from auditor.workloads.dataports import PortRange, data_port_range, parse_range, range_text
+from auditor.workloads.edges import comm_edges
 
 
 class ExplainError(ValueError):
@@ -27,30 +33,48 @@ class Placement:
     source: PodEndpoint
     destination: PodEndpoint
     verdict: FlowVerdict
-    egress: Segment
+    egress: Segment  # each direction's piece at the first port it denies (else the first asked)
     ingress: Segment
+    ports: PortSet = PortSet()  # the ports asked about
+    denied: PortSet = PortSet()  # those that egress or ingress denies
 
     @property
     def allowed(self) -> bool:
-        return self.egress.allowed and self.ingress.allowed
+        """Not blocked: the port, or for a range at least one port of it, is allowed."""
+        return self.denied != self.ports if self.ports else self.egress.allowed and self.ingress.allowed
+
+    @property
+    def outcome(self) -> str:
+        """allow | partial (a range with some ports denied) | deny."""
+        return "deny" if not self.allowed else "partial" if self.denied else "allow"
 
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
     protocol: str
-    port: int
+    port: int  # the asked port; for a range, its first port
     placements: tuple[Placement, ...]
     network: str
     zone_note: str
+    ports: PortRange | None = None  # the asked range, when the question is about one
 
     @property
     def allowed(self) -> bool:
         return all(p.allowed for p in self.placements)
 
     @property
+    def outcome(self) -> str:
+        outcomes = {p.outcome for p in self.placements}
+        return next(o for o in ("deny", "partial", "allow") if o in outcomes)
+
+    @property
     def decisive(self) -> Placement:
-        """The placement reported at the top: the first that denies, else the first."""
-        return next((p for p in self.placements if not p.allowed), self.placements[0])
+        """The placement reported at the top: the first that denies, else partly denies, else the first."""
+        return next((p for p in self.placements if p.outcome == self.outcome), self.placements[0])
+
+    @property
+    def ports_text(self) -> str:
+        return range_text(self.ports) if self.ports else str(self.port)
 
 
 def find_role(inv: Inventory, name: str) -> Role:
@@ -104,6 +128,35 @@ def endpoint_for(inv: Inventory, role: Role, zone: str | None) -> PodEndpoint:
     return inv.pod_endpoint(role, zone, node)
 
 
+def data_plane_range(inv: Inventory, source: Role, destination: Role) -> PortRange:
+    """The range `scan` gives a data-plane edge source → destination (its own one when `scan` has
+    such an edge, else the destination's kernel range)."""
+    workloads = [w for w in inv.workloads if destination in w.roles]
+    for edge in comm_edges(workloads, (), inv.settings.network.ephemeral_ports):
+        if edge.port is None and edge.source == source and edge.destination == destination:
+            return edge.ports
+    return data_port_range(destination, inv.settings.network.ephemeral_ports)
+
+
+def resolve_range(port: str, inv: Inventory, source: Role, destination: Role) -> PortRange | None:
+    """`LO-HI` or `ephemeral` as a range; None for a single port or a port name."""
+    if port == "ephemeral":
+        return data_plane_range(inv, source, destination)
+    if "-" in port:
+        found = parse_range(port)
+        if found is None:
+            raise ExplainError(f"--port {port}: a range must be LO-HI with 1 <= LO <= HI <= 65535")
+        return found
+    return None
+
+
+def _first_denied(side: DirectionalVerdict, protocol: str, ports: PortSet) -> Segment:
+    for segment in side.segments:
+        if not segment.allowed and segment.conns.ports(protocol) & ports:
+            return side.at(protocol, (segment.conns.ports(protocol) & ports).intervals[0][0])
+    return side.at(protocol, ports.intervals[0][0])
+
+
 def resolve_port(port: str, destination: PodEndpoint, protocol: str) -> int:
     if port.isdigit():
         value = int(port)
@@ -135,10 +188,18 @@ def explain(
     none = RolePlacement(src_role, (), ())
     src_zones = _zones(inv, src_role, source_zone, placed.get(src_role, none))
     dst_zones = _zones(inv, dst_role, destination_zone, placed.get(dst_role, none))
+    asked = resolve_range(port, inv, src_role, dst_role)
     for sz, dz in itertools.product(src_zones, dst_zones):
         src, dst = endpoint_for(inv, src_role, sz), endpoint_for(inv, dst_role, dz)
-        number = resolve_port(port, dst, protocol)
         verdict = engine.flow(src, dst)
+        if asked is not None:
+            number, ports = asked[0], PortSet.of(asked)
+            denied = ports - verdict.allowed_conns().ports(protocol)
+            egress = _first_denied(verdict.egress, protocol, ports)
+            ingress = _first_denied(verdict.ingress, protocol, ports)
+            placements.append(Placement(src, dst, verdict, egress, ingress, ports, denied))
+            continue
+        number = resolve_port(port, dst, protocol)
         placements.append(
             Placement(
                 src, dst, verdict, verdict.egress.at(protocol, number), verdict.ingress.at(protocol, number)
@@ -150,7 +211,7 @@ def explain(
             f"{len(placements)} zone placements are possible ({', '.join(map(str, src_zones))} → "
             f"{', '.join(map(str, dst_zones))}); each is shown"
         )
-    return Explanation(protocol, number, tuple(placements), inv.network.describe(), note)
+    return Explanation(protocol, number, tuple(placements), inv.network.describe(), note, asked)
 
 
 def _side_json(seg: Segment, side: DirectionalVerdict) -> dict[str, object]:
@@ -167,17 +228,19 @@ def to_json(exp: Explanation, errors: list[dict[str, object]]) -> dict[str, obje
         return {
             "from": {"pod": p.source.name, "zone": p.source.zone, "node": p.source.node},
             "to": {"pod": p.destination.name, "zone": p.destination.zone, "node": p.destination.node},
-            "verdict": "allow" if p.allowed else "deny",
+            "verdict": p.outcome,
             "egress": _side_json(p.egress, p.verdict.egress),
             "ingress": _side_json(p.ingress, p.verdict.ingress),
+            **({"denied_ports": str(p.denied)} if p.ports else {}),
         }
 
     top = placement(exp.decisive)
     return {
         "schema": "placement-auditor/explain/v1",
-        "verdict": "allow" if exp.allowed else "deny",
+        "verdict": exp.outcome,
         "protocol": exp.protocol,
-        "port": exp.port,
+        "port": exp.port if exp.ports is None else None,
+        **({"ports": exp.ports_text} if exp.ports is not None else {}),
         "from": top["from"],
         "to": top["to"],
         "egress": top["egress"],
@@ -193,10 +256,17 @@ def to_text(exp: Explanation) -> str:
     for p in exp.placements:
         head = (
             f"{p.source.name} ({p.source.zone or 'zone unknown'}) → {p.destination.name} "
-            f"({p.destination.zone or 'zone unknown'}) {exp.protocol}/{exp.port}: "
-            f"{'ALLOWED' if p.allowed else 'DENIED'}"
+            f"({p.destination.zone or 'zone unknown'}) {exp.protocol}/{exp.ports_text}: "
+            f"{ {'allow': 'ALLOWED', 'deny': 'DENIED', 'partial': 'PARTLY DENIED'}[p.outcome] }"
         )
         lines.append(head)
+        if p.outcome == "partial":
+            lines.append(
+                f"  ports {p.denied} are denied: the kernel picks a random port of the range per "
+                "connection, so connections that land on them fail or hang (intermittent failures)"
+            )
+        elif p.ports and p.outcome == "deny":
+            lines.append("  every port of the range is denied")
         for label, seg, side in (
             ("egress of " + p.source.name, p.egress, p.verdict.egress),
             ("ingress of " + p.destination.name, p.ingress, p.verdict.ingress),

@@ -61,9 +61,27 @@ def test_custom_price_needs_date_and_source(tmp_path: Path) -> None:
         ("prometheus:\n  url: http://p\n  timeout_seconds: true\n", "prometheus.timeout_seconds", 3),
         ("cost:\n  intra_zone_gbps: false\n", "cost.intra_zone_gbps", 2),
         ("service:\n  port: true\n", "service.port", 2),
+        ("network:\n  cni: generic\n  ephemeral_ports: 60999-32768\n", "network.ephemeral_ports", 3),
+        ("network:\n  ephemeral_ports: 0-1000\n", "network.ephemeral_ports", 2),
+        ("network:\n  ephemeral_ports: 32768-65536\n", "network.ephemeral_ports", 2),
+        ("network:\n  ephemeral_ports: lots\n", "network.ephemeral_ports", 2),
+        ("network:\n  ephemeral_ports: 32768\n", "network.ephemeral_ports", 2),  # an int, not a range
+        ("network:\n  ephemeral_port: 32768-60999\n", "network.ephemeral_port", 2),
     ],
 )
 def test_bad_keys_are_named(tmp_path: Path, text: str, key: str, line: int) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(write(tmp_path, text))
     assert err.value.key == key and err.value.line == line and str(tmp_path) in err.value.file
+
+
+def test_ephemeral_ports_default_to_linux_and_can_be_set(tmp_path: Path) -> None:
+    assert load_settings(None).network.ephemeral_ports == (32768, 60999)
+    s = load_settings(write(tmp_path, "network:\n  ephemeral_ports: 1024-65535\n"))
+    assert s.network.ephemeral_ports == (1024, 65535)
+    assert load_settings(
+        write(tmp_path, "network: {ephemeral_ports: '49152 65535'}\n")
+    ).network.ephemeral_ports == (
+        49152,
+        65535,
+    )

@@ -10,6 +10,7 @@ from auditor.model.findings import Finding
 from auditor.rules import (
     cross_zone_blocked,
     cross_zone_traffic,
+    data_ports_partly_denied,
     ineffective_policy_selector,
     role_unschedulable,
     traffic_blocked,
@@ -21,6 +22,7 @@ RULES: tuple[ModuleType, ...] = (
     cross_zone_blocked,
     traffic_blocked,
     cross_zone_traffic,
+    data_ports_partly_denied,
     role_unschedulable,
     zone_label_mismatch,
     ineffective_policy_selector,
@@ -41,6 +43,12 @@ def rules_markdown() -> str:
         "# Rules\n",
         "Built-in rules, with a failing and a passing example each. Severity is the default; "
         "`cross-zone-traffic` is high when the split is `always` and medium otherwise.\n",
+        "An edge's port is the one the manifest declares (a containerPort, `MASTER_PORT`, a plugin "
+        "`--port`); a data-plane edge (NCCL/Gloo all-reduce, MPI's TCP transport) has none: it "
+        "connects on kernel-chosen ports of the destination's ephemeral range (`network.ephemeral_ports`, "
+        "Linux default 32768-60999, narrowed by the pod's `net.ipv4.ip_local_port_range` sysctl or Open "
+        "MPI's `btl_tcp_port_min_v4`/`btl_tcp_port_range_v4`). Such an edge is blocked only when every "
+        "port of its range is denied; a deny of some of them is `data-ports-partly-denied`.\n",
         "| rule | severity | symptoms |",
         "|---|---|---|",
     ]

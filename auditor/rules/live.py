@@ -20,7 +20,7 @@ from auditor.placement.observed import Observation
 from auditor.rules import role_unschedulable
 from auditor.rules.model import object_ref
 
-EDGE_RULES = ("cross-zone-blocked", "traffic-blocked", "cross-zone-traffic")
+EDGE_RULES = ("cross-zone-blocked", "traffic-blocked", "cross-zone-traffic", "data-ports-partly-denied")
 
 
 def observed_edge_findings(findings: Iterable[Finding]) -> list[Finding]:

@@ -21,24 +21,35 @@ from auditor.placement.coupling import (
 from auditor.placement.observed import ObservedRole, observed_pair
 from auditor.progress import Progress, silent
 from auditor.reachability.endpoints import PodEndpoint
-from auditor.reachability.engine import PolicyEngine
+from auditor.reachability.engine import FlowVerdict, PolicyEngine
 from auditor.reachability.policy import Decider
 from auditor.reachability.ports import PortSet
-from auditor.workloads.edges import EPHEMERAL, CommEdge, comm_edges
+from auditor.workloads.edges import CommEdge, comm_edges
 
 SCOPE_NAMESPACE = "namespace"
 
 
 @dataclass(frozen=True, slots=True)
 class ZoneVerdict:
+    """One zone placement of an edge. `allowed`: the edge's port, or for a data-plane edge at least
+    one port of its range, is allowed (the kernel picks a port per connection, so a range edge is
+    blocked only when every port of it is denied). `denied_ports`: the edge's ports denied here;
+    `deciders`: the policies denying them."""
+
     source_zone: str
     destination_zone: str
     allowed: bool
     deciders: tuple[Decider, ...]
+    denied_ports: PortSet = PortSet()
 
     @property
     def same_zone(self) -> bool:
         return self.source_zone == self.destination_zone
+
+    @property
+    def partly_denied(self) -> bool:
+        """Allowed, but some ports of the edge's range are denied: connections fail at random."""
+        return self.allowed and bool(self.denied_ports)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +61,10 @@ class EdgeAnalysis:
     @property
     def denied(self) -> list[ZoneVerdict]:
         return [v for v in self.verdicts if not v.allowed]
+
+    @property
+    def partly_denied(self) -> list[ZoneVerdict]:
+        return [v for v in self.verdicts if v.partly_denied]
 
 
 @dataclass
@@ -127,11 +142,26 @@ def placement_options(inv: Inventory) -> PlacementOptions:
     )
 
 
-def edge_allowed(edge: CommEdge, conns_ports: PortSet) -> bool:
-    if edge.port is not None:
-        return edge.port in conns_ports
-    lo, hi = EPHEMERAL
-    return not (PortSet.of((lo, hi)) - conns_ports)
+def edge_ports(edge: CommEdge) -> PortSet:
+    """The destination ports an edge's connections use: its port, or its data-plane range."""
+    return PortSet.of(edge.ports)
+
+
+def denying(flow: FlowVerdict, protocol: str, ports: PortSet) -> tuple[Decider, ...]:
+    """The deciders of every denied piece of either direction that overlaps `ports`."""
+    found: dict[Decider, None] = {}
+    for side in (flow.egress, flow.ingress):
+        for segment in side.segments:
+            if not segment.allowed and segment.conns.ports(protocol) & ports:
+                found.update(dict.fromkeys(segment.deciders))
+    return tuple(found)
+
+
+def zone_verdict(edge: CommEdge, flow: FlowVerdict, source_zone: str, destination_zone: str) -> ZoneVerdict:
+    wanted = edge_ports(edge)
+    denied = wanted - flow.allowed_conns().ports(edge.protocol)
+    deciders = denying(flow, edge.protocol, denied) if denied else ()
+    return ZoneVerdict(source_zone, destination_zone, denied != wanted, deciders, denied)
 
 
 def build_model(
@@ -151,12 +181,12 @@ def build_model(
         placements = place_roles(
             roles, inv.nodes, zone_key, {r: role_claim_zones(inv, r) for r in roles}, options
         )
-        edges = comm_edges(inv.workloads, inv.services)
+        edges = comm_edges(inv.workloads, inv.services, inv.settings.network.ephemeral_ports)
     else:
         placements = {r: o.placement() for r, o in observed.items() if o.pods}
         edges = [
             e
-            for e in comm_edges(inv.workloads, inv.services)
+            for e in comm_edges(inv.workloads, inv.services, inv.settings.network.ephemeral_ports)
             if e.source in placements and e.destination in placements
         ]
     endpoints = _Endpoints(inv)
@@ -177,29 +207,7 @@ def build_model(
         for za, zb in pp.pairs:
             src = endpoints.get(edge.source, za, a)
             dst = endpoints.get(edge.destination, zb, b)
-            flow = engine.flow(src, dst)
-            allowed_ports = flow.allowed_conns().ports(edge.protocol)
-            ok = edge_allowed(edge, allowed_ports)
-            deciders: tuple[Decider, ...] = ()
-            if not ok:
-                port = edge.port if edge.port is not None else EPHEMERAL[0]
-                if port not in allowed_ports:
-                    deciders = tuple(
-                        s
-                        for side in (flow.egress, flow.ingress)
-                        for s in side.at(edge.protocol, port).deciders
-                        if not side.at(edge.protocol, port).allowed
-                    )
-                else:
-                    missing = PortSet.of(EPHEMERAL) - allowed_ports
-                    first = missing.intervals[0][0]
-                    deciders = tuple(
-                        s
-                        for side in (flow.egress, flow.ingress)
-                        for s in side.at(edge.protocol, first).deciders
-                        if not side.at(edge.protocol, first).allowed
-                    )
-            verdicts.append(ZoneVerdict(za, zb, ok, deciders))
+            verdicts.append(zone_verdict(edge, engine.flow(src, dst), za, zb))
         analyses.append(EdgeAnalysis(edge, pp, tuple(verdicts)))
     return AuditModel(inv, engine, placements, analyses, notes)
 

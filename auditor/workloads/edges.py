@@ -4,34 +4,45 @@ Training kinds have built-in edges (DESIGN.md "Training kinds and their edges").
 also gets an edge wherever a container's env, args or command names a Service's DNS name
 (`svc`, `svc.ns`, `svc.ns.svc`, `svc.ns.svc.cluster.local`, optionally `:port`) → the roles that
 Service selects, and wherever the annotation `placement-auditor.io/talks-to: "svc[:port],..."`
-says so. An edge without a port (NCCL, MPI data) means the ephemeral TCP range.
+says so. An edge without a port (NCCL, Gloo, MPI data) is a data-plane edge: its connections land
+on kernel-chosen ports of `port_range` (workloads/dataports.py says which range), unless the
+manifest declares the port the peers use (a declared containerPort beats the range).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from auditor.model.objects import Role, Service, Workload
+from auditor.workloads.dataports import LINUX_EPHEMERAL, PortRange, data_port_range, ompi_range, range_text
 
 TALKS_TO = "placement-auditor.io/talks-to"
-# NCCL and MPI open sockets on ephemeral ports unless told otherwise.
-EPHEMERAL = (1024, 65535)
 
 
 @dataclass(frozen=True, slots=True)
 class CommEdge:
     source: Role
     destination: Role
-    port: int | None  # None: the ephemeral range EPHEMERAL
+    port: int | None  # None: a data-plane edge on the ports of port_range
     protocol: str
     reason: str
+    # For a data-plane edge: the destination's ports its connections can use (comm_edges fills it).
+    port_range: PortRange | None = None
+
+    @property
+    def ports(self) -> PortRange:
+        """The destination ports the edge's connections use: its port, or its data-plane range."""
+        if self.port is not None:
+            return self.port, self.port
+        return self.port_range or LINUX_EPHEMERAL
 
     @property
     def ports_text(self) -> str:
-        return str(self.port) if self.port is not None else f"{EPHEMERAL[0]}-{EPHEMERAL[1]}"
+        return range_text(self.ports)
 
 
 def _role(w: Workload, *names: str) -> Role | None:
@@ -117,7 +128,7 @@ def _kubeflow_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
         if launcher is not None and worker is not None:
             yield CommEdge(launcher, worker, 22, "TCP", "MPI: launcher → workers (ssh)")
         if worker is not None:
-            yield from _ring([worker], "MPI data between workers")
+            yield from _ring([worker], "MPI data between workers", mpi=True, launcher=launcher)
 
 
 def _env(role: Role, *names: str) -> str | None:
@@ -173,7 +184,8 @@ def _operator_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
                     node, node, 29500, "TCP", "torchrun rendezvous: nodes → node-0-0 (PET_MASTER_PORT)"
                 )
             if node is not None:
-                yield from _ring([node], "all-reduce between training nodes")
+                reason = "all-reduce between training nodes"
+                yield from _ring([node], reason, mpi=launcher is not None, launcher=launcher)
     elif kind in ("RayCluster", "RayJob"):
         head = _role(w, "head")
         cluster = spec.get("rayClusterSpec", spec) if kind == "RayJob" else spec
@@ -195,27 +207,74 @@ def _operator_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
         if leader is not None and worker is not None:
             yield CommEdge(worker, leader, _first_port(leader), "TCP", "LeaderWorkerSet: worker → leader")
     elif kind == "Job" and w.ref.api_version.startswith("batch.volcano.sh/"):
-        raw_plugins = spec.get("plugins")
-        plugins: Mapping[str, Any] = raw_plugins if isinstance(raw_plugins, Mapping) else {}
-        if "svc" in plugins:
-            yield from _ring(list(w.roles), "Volcano svc plugin: tasks reach each other")
-        if "mpi" in plugins:
-            master, worker = _role(w, "master", "mpimaster"), _role(w, "worker", "mpiworker")
-            if master is not None and worker is not None:
-                yield CommEdge(master, worker, 22, "TCP", "Volcano mpi plugin: master → workers (ssh)")
-        if "pytorch" in plugins:
-            master, worker = _role(w, "master"), _role(w, "worker")
-            if master is not None and worker is not None:
-                yield CommEdge(worker, master, 23456, "TCP", "Volcano pytorch plugin: workers → master")
+        yield from _volcano_edges(w, spec)
 
 
-def _ring(roles: Sequence[Role], reason: str) -> Iterator[CommEdge]:
+def _plugin_args(plugins: Mapping[str, Any], name: str) -> dict[str, str]:
+    """A Volcano job plugin's `--key=value` arguments."""
+    args = plugins.get(name)
+    out: dict[str, str] = {}
+    for arg in args if isinstance(args, list) else []:
+        key, _, value = str(arg).partition("=")
+        if key.startswith("--") and value:
+            out[key[2:]] = value
+    return out
+
+
+def _port_arg(args: Mapping[str, str], default: int) -> int:
+    text = args.get("port", "")
+    return int(text) if text.isdigit() and 1 <= int(text) <= 65535 else default
+
+
+def _volcano_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
+    raw_plugins = spec.get("plugins")
+    plugins: Mapping[str, Any] = raw_plugins if isinstance(raw_plugins, Mapping) else {}
+    rings: list[CommEdge] = []  # the data plane of the frameworks the plugins name
+    if "mpi" in plugins:
+        args = _plugin_args(plugins, "mpi")
+        master = _role(w, args.get("master", ""), "master", "mpimaster")
+        worker = _role(w, args.get("worker", ""), "worker", "mpiworker")
+        if master is not None and worker is not None:
+            ssh = _port_arg(args, 22)
+            yield CommEdge(master, worker, ssh, "TCP", "Volcano mpi plugin: master → workers (ssh)")
+        if worker is not None:
+            rings += _ring([worker], "MPI data between workers", mpi=True, launcher=master)
+    if "pytorch" in plugins:
+        args = _plugin_args(plugins, "pytorch")
+        master, worker = _role(w, args.get("master", "master")), _role(w, args.get("worker", "worker"))
+        if master is not None and worker is not None:
+            port = _port_arg(args, 23456)
+            yield CommEdge(worker, master, port, "TCP", "Volcano pytorch plugin: workers → master")
+        group = [r for r in (master, worker) if r is not None]
+        rings += _ring(group, "NCCL/Gloo all-reduce between ranks")
+    yield from rings
+    if "svc" in plugins and sum(r.replicas for r in w.roles) >= 2:
+        # The svc plugin makes every task reachable by name; a task's declared containerPorts are
+        # the ports its peers use (they beat the ephemeral range), else the data-plane range.
+        covered = {(e.source, e.destination) for e in rings}
+        reason = "Volcano svc plugin: tasks reach each other"
+        for a in w.roles:
+            for b in w.roles:
+                if a is b and a.replicas < 2:
+                    continue
+                if b.template.container_ports:
+                    for protocol, port in sorted(set(b.template.container_ports)):
+                        yield CommEdge(a, b, port, protocol, f"{reason} (declared containerPort)")
+                elif (a, b) not in covered:
+                    yield CommEdge(a, b, None, "TCP", reason)
+
+
+def _ring(
+    roles: Sequence[Role], reason: str, mpi: bool = False, launcher: Role | None = None
+) -> Iterator[CommEdge]:
+    """Data-plane edges between every pair of ranks (`mpi`: Open MPI's TCP BTL port settings of
+    the destination, else of its `launcher`, apply)."""
     if sum(r.replicas for r in roles) < 2:
         return
     for a in roles:
         for b in roles:
             if a is not b or a.replicas > 1:
-                yield CommEdge(a, b, None, "TCP", reason)
+                yield CommEdge(a, b, None, "TCP", reason, ompi_range(b, launcher) if mpi else None)
 
 
 def _dns_names(svc: Service) -> list[str]:
@@ -332,7 +391,11 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
                     yield CommEdge(role, target, tport, "TCP", reason)
 
 
-def comm_edges(workloads: Sequence[Workload], services: Sequence[Service]) -> list[CommEdge]:
+def comm_edges(
+    workloads: Sequence[Workload], services: Sequence[Service], ephemeral: PortRange = LINUX_EPHEMERAL
+) -> list[CommEdge]:
+    """Every edge; a data-plane edge gets the range its destination's connections use
+    (`ephemeral`: the cluster's range, `network.ephemeral_ports`)."""
     edges: list[CommEdge] = []
     for w in workloads:
         spec = w.raw.get("spec") if isinstance(w.raw, Mapping) else None
@@ -340,4 +403,10 @@ def comm_edges(workloads: Sequence[Workload], services: Sequence[Service]) -> li
         edges.extend(_operator_edges(w, spec if isinstance(spec, Mapping) else {}))
     roles = [r for w in workloads for r in w.roles]
     edges.extend(service_edges(roles, services))
-    return sorted(set(edges), key=lambda e: (str(e.source), str(e.destination), e.port or 0))
+    edges = [
+        dataclasses.replace(e, port_range=data_port_range(e.destination, ephemeral))
+        if e.port is None and e.port_range is None
+        else e
+        for e in edges
+    ]
+    return sorted(set(edges), key=lambda e: (str(e.source), str(e.destination), e.port or 0, e.ports))
