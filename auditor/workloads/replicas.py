@@ -137,7 +137,7 @@ def split_role(role: Role, tests: Sequence[ReplicaTest], version: tuple[int, int
     for outcome, indexes in classes.items():
         first = indexes[0]
         own = dict(role.template.labels)
-        own.update({rl.key: rl.value(first) for rl in read})
+        own.update({rl.key: rl.value(first) for rl in labels})
         template = dataclasses.replace(role.template, labels=tuple(sorted(own.items())))
         cls = ReplicaClass(tuple(tests), outcome, first, _runs(indexes)) if len(classes) > 1 else None
         out.append(dataclasses.replace(role, replicas=len(indexes), template=template, replica_class=cls))
