@@ -459,3 +459,23 @@ def test_scan_json_byte_identical_without_per_replica_selectors(
     monkeypatch.chdir(ROOT)
     main(["scan", *args, "--format", "json", "--fail-on", "none"])
     assert capsys.readouterr().out == (GOLDEN / golden).read_text()
+
+
+def test_explain_names_a_part() -> None:
+    from auditor.explain import find_role
+
+    inv = inventory(text=PYTORCHJOB + "---" + NODES)
+    assert find_role(inv, "ml/bert/Worker[1-3]").replicas == 3
+    assert find_role(inv, "ml/bert/Worker").label == "Worker[0]"
+
+
+def test_pod_affinity_on_pod_name_splits_for_placement() -> None:
+    text = STATEFULSET.replace(
+        "    spec:\n      containers:",
+        "    spec:\n      affinity:\n        podAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n"
+        "          - topologyKey: topology.kubernetes.io/zone\n"
+        "            labelSelector: {matchLabels: {statefulset.kubernetes.io/pod-name: trainer-0}}\n"
+        "      containers:",
+    ).replace("statefulset.kubernetes.io/pod-name: trainer-0}\n  ports", "app: trainer}\n  ports")
+    model = build_model(inventory(text=text + "---" + NODES))
+    assert _roles(model) == {"ml/trainer/trainer[0]": 1, "ml/trainer/trainer[1-3]": 3}
