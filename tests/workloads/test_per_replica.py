@@ -479,3 +479,9 @@ def test_pod_affinity_on_pod_name_splits_for_placement() -> None:
     ).replace("statefulset.kubernetes.io/pod-name: trainer-0}\n  ports", "app: trainer}\n  ports")
     model = build_model(inventory(text=text + "---" + NODES))
     assert _roles(model) == {"ml/trainer/trainer[0]": 1, "ml/trainer/trainer[1-3]": 3}
+    follow = next(
+        a
+        for a in model.edges
+        if a.edge.source.label == "trainer[1-3]" and a.edge.destination.label == "trainer[0]"
+    )
+    assert all(x == y for x, y in follow.placement.pairs)  # followers share rank 0's zone
