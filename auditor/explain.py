@@ -89,7 +89,7 @@ def find_role(inv: Inventory, name: str) -> Role:
         raise ExplainError(f"{name!r}: no pod or workload {ns}/{wname} in the manifests{hint}")
     roles = [r for w in workloads for r in w.roles]
     if len(parts) == 3:
-        match = [r for r in roles if r.name.lower() == parts[2].lower()]
+        match = [r for r in roles if parts[2].lower() in (r.name.lower(), r.label.lower())]
         if not match:
             raise ExplainError(
                 f"{name!r}: {ns}/{wname} has no role {parts[2]!r} (roles: {', '.join(r.name for r in roles)})"

@@ -31,6 +31,7 @@ from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import NAMESPACE_TIER, PolicyEngine, standard_tiers
 from auditor.reachability.policy import CompiledPolicy
+from auditor.workloads import replicas
 from auditor.workloads.adapters import ADAPTERS, CONTEXT_KINDS, adapt
 
 CILIUM_KINDS = ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy")
@@ -312,7 +313,27 @@ def build_inventory(
                 "Node",
             )
             inv.errors.append(_error(raw, exc, None if cluster_scoped else raw.namespace(default_ns)))
+    _split_per_replica(objects, inv)
     return inv
+
+
+POLICY_KINDS = ("NetworkPolicy", "GlobalNetworkPolicy", *CILIUM_KINDS, *ADMIN_KINDS)
+
+
+def _split_per_replica(objects: Sequence[RawObject], inv: Inventory) -> None:
+    """Roles whose per-replica labels some selector reads become one role per class of replicas
+    (workloads/replicas.py); elsewhere nothing changes."""
+    if not replicas.replica_keys(inv.workloads):
+        return
+    tests = replicas.mentioned_tests(
+        inv.workloads, inv.services, (raw.obj for raw in objects if raw.kind in POLICY_KINDS)
+    )
+    if tests:
+        inv.workloads, notes = replicas.split_workloads(
+            inv.workloads, tests, inv.settings.kubernetes.version_tuple()
+        )
+        inv.notes.extend(notes)
+        inv._by_name_for = []  # workloads replaced: index again on next use
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -550,6 +571,7 @@ def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) 
         inv.policies.extend(policies)
         inv.errors.extend(errors)
         inv.notes.extend(notes)
+        inv._by_name_for = []  # workloads replaced: index again on next use
     elif kind in ADMIN_KINDS:
         specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "status"))
         inv.policies.append(adminpolicy.compile_admin_policy(raw.obj, raw.source))

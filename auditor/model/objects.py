@@ -116,29 +116,125 @@ class WorkloadRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaLabel:
+    """A label its controller sets on each replica with a value derived from the replica's index
+    `i` in the role: `prefix` + ((i // stride) % period + offset), `period` 0 meaning unbounded.
+
+    StatefulSet pod-name is `ReplicaLabel(key, "<set>-")`; a JobSet child job's index is
+    `ReplicaLabel(key, stride=pods_per_job, period=jobs)`. `since` is the Kubernetes (major, minor)
+    from which the controller sets it (the PodIndexLabel gate, beta and on from 1.28).
+    """
+
+    key: str
+    prefix: str = ""
+    stride: int = 1
+    period: int = 0
+    offset: int = 0
+    since: tuple[int, int] = (0, 0)
+
+    def value(self, index: int) -> str:
+        n = index // self.stride
+        if self.period:
+            n %= self.period
+        return f"{self.prefix}{n + self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaTest:
+    """A comparison some selector makes on a per-replica label: `==` (matchLabels, In, NotIn,
+    Calico `==`/`in`) or Calico's `starts with` / `ends with` / `contains`."""
+
+    key: str
+    op: str  # "==" | "starts with" | "ends with" | "contains"
+    literal: str
+
+    def holds(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        if value is None:
+            return False
+        if self.op == "starts with":
+            return value.startswith(self.literal)
+        if self.op == "ends with":
+            return value.endswith(self.literal)
+        if self.op == "contains":
+            return self.literal in value
+        return value == self.literal
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaClass:
+    """The replicas of a split role that every selector in the inventory treats alike: those for
+    which each of `tests` comes out as `outcome`. `first` is the lowest such index (its labels are
+    the class's), `part` the indexes as text (`0`, `1-7`)."""
+
+    tests: tuple[ReplicaTest, ...]
+    outcome: tuple[bool, ...]
+    first: int
+    part: str
+
+    def holds(self, labels: Mapping[str, str]) -> bool:
+        return all(t.holds(labels) == o for t, o in zip(self.tests, self.outcome, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
 class Role:
-    """One pod template × replica count of a workload (PyTorchJob Worker ×8, a Deployment's pods)."""
+    """One pod template × replica count of a workload (PyTorchJob Worker ×8, a Deployment's pods).
+
+    `replica_labels` describe the labels the controller sets per replica (they are added to the
+    template only when some selector reads them, see workloads/replicas.py); a role split by them
+    keeps its name and carries the `replica_class` its replicas form.
+    """
 
     workload: WorkloadRef
     name: str
     replicas: int
     template: PodTemplate
     source: SourceRef
+    replica_labels: tuple[ReplicaLabel, ...] = ()
+    replica_class: ReplicaClass | None = None
     # Roles key placements, claims and endpoint caches: hash the (deep) fields once.
     _hash: int = field(default=0, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(
-            self, "_hash", hash((self.workload, self.name, self.replicas, self.template, self.source))
+            self,
+            "_hash",
+            hash(
+                (
+                    self.workload,
+                    self.name,
+                    self.replicas,
+                    self.template,
+                    self.source,
+                    self.replica_labels,
+                    self.replica_class,
+                )
+            ),
         )
 
     def __hash__(self) -> int:
         return self._hash
 
+    @property
+    def label(self) -> str:
+        """The role's name, with the replica indexes of a split role (`Worker[0]`, `Worker[1-7]`)."""
+        return f"{self.name}[{self.replica_class.part}]" if self.replica_class else self.name
+
+    def replica_labels_of(self, index: int) -> dict[str, str]:
+        return {rl.key: rl.value(index) for rl in self.replica_labels}
+
+    def holds_pod(self, labels: Mapping[str, str]) -> bool:
+        """Whether a pod with `labels` is one of this role's replicas: it carries the template's
+        labels (per-replica ones aside) and falls in the role's replica class."""
+        per_replica = {rl.key for rl in self.replica_labels}
+        if not all(labels.get(k) == v for k, v in self.template.labels if k not in per_replica):
+            return False
+        return self.replica_class is None or self.replica_class.holds(labels)
+
     def __str__(self) -> str:
-        if self.name == self.workload.name:
+        if self.name == self.workload.name and self.replica_class is None:
             return f"{self.workload.namespace}/{self.workload.name}"
-        return f"{self.workload.namespace}/{self.workload.name}/{self.name}"
+        return f"{self.workload.namespace}/{self.workload.name}/{self.label}"
 
 
 @dataclass(frozen=True, slots=True)

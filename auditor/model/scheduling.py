@@ -153,6 +153,17 @@ class Scheduling:
         return tuple(c for c in self.spread if c.hard)
 
     @property
+    def selectors(self) -> tuple[LabelSelector, ...]:
+        """Every pod label selector of the pod (affinity and anti-affinity terms, spread constraints)."""
+        terms = [
+            *self.pod_affinity.required,
+            *(t for _, t in self.pod_affinity.preferred),
+            *self.pod_anti_affinity.required,
+            *(t for _, t in self.pod_anti_affinity.preferred),
+        ]
+        return (*(t.selector for t in terms), *(c.selector for c in self.spread))
+
+    @property
     def affinity_kinds(self) -> frozenset[str]:
         """Which of spec.affinity's blocks the template sets (remediation must not overwrite them)."""
         kinds = set()

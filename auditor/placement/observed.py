@@ -41,7 +41,7 @@ def _role_of(pod: LivePod, roles: Sequence[Role]) -> Role | None:
     best: tuple[int, Role] | None = None
     for role in roles:
         wanted = role.template.labels
-        if all(labels.get(k) == v for k, v in wanted) and (best is None or len(wanted) > best[0]):
+        if role.holds_pod(labels) and (best is None or len(wanted) > best[0]):
             best = (len(wanted), role)
     if best is not None:
         return best[1]

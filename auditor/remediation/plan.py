@@ -89,8 +89,8 @@ def _group(model: AuditModel, finding: Finding) -> tuple[list[Role], Role | None
             e = analysis.edge
             if (
                 object_ref(e.source).identity == finding.workload.identity
-                and e.source.name == finding.edge.from_role
-                and e.destination.name == finding.edge.to_role
+                and e.source.label == finding.edge.from_role
+                and e.destination.label == finding.edge.to_role
             ):
                 peer = e.destination
                 break

@@ -88,7 +88,9 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
                 f"{edge.source} → {edge.destination} ({edge.reason}) is allowed but crosses zones "
                 f"({top.placement.coupling}){cost_text}"
             ),
-            edge=EdgeRef(edge.source.name, zones_a, edge.destination.name, zones_b, edge.port, edge.protocol),
+            edge=EdgeRef(
+                edge.source.label, zones_a, edge.destination.label, zones_b, edge.port, edge.protocol
+            ),
             estimated_monthly_cost_usd=monthly,
             estimated_slowdown_pct=slowdown,
             assumptions=assumptions,

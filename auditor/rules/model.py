@@ -89,7 +89,7 @@ def object_ref(role: Role) -> ObjectRef:
 
 
 def role_label(role: Role) -> str:
-    return role.name
+    return role.label
 
 
 def mentions(deciders: Sequence[Decider]) -> tuple[PolicyMention, ...]:
@@ -251,6 +251,8 @@ def edge_finding(meta: Any, analysis: EdgeAnalysis, certainty: str) -> Finding:
         symptoms=meta.symptoms,
         workload=object_ref(edge.source),
         message=message,
-        edge=EdgeRef(edge.source.name, src_zones, edge.destination.name, dst_zones, edge.port, edge.protocol),
+        edge=EdgeRef(
+            edge.source.label, src_zones, edge.destination.label, dst_zones, edge.port, edge.protocol
+        ),
         policies=policies,
     )

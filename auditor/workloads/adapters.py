@@ -10,11 +10,11 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from auditor.model.objects import Role, Workload, WorkloadRef, freeze_labels
+from auditor.model.objects import ReplicaLabel, Role, Workload, WorkloadRef, freeze_labels
 from auditor.model.source import SourceRef
 from auditor.reachability import specs
 from auditor.reachability.endpoints import parse_ip
-from auditor.workloads import operators
+from auditor.workloads import operators, replicas
 from auditor.workloads.podspec import parse_pod, parse_pod_template
 
 Adapter = Callable[[Mapping[str, Any], WorkloadRef], list[Role]]
@@ -58,9 +58,21 @@ def _single_template(replicas_field: str | None, default_replicas: int) -> Adapt
         if claims and isinstance(template_raw, Mapping):
             template_raw = _with_claim_volumes(template_raw, claims, ref.name)
         template = parse_pod_template(template_raw, "spec.template")
-        return [Role(ref, ref.name, replicas, template, ref.source)]
+        return [Role(ref, ref.name, replicas, template, ref.source, _per_pod_labels(ref, spec))]
 
     return adapt
+
+
+def _per_pod_labels(ref: WorkloadRef, spec: Mapping[str, Any]) -> tuple[ReplicaLabel, ...]:
+    """A StatefulSet's pods are <set>-<ordinal>, ordinals from `spec.ordinals.start` (default 0)."""
+    if ref.kind != "StatefulSet":
+        return ()
+    ordinals = specs.mapping(spec.get("ordinals"), "spec.ordinals")
+    start = _replicas(ordinals.get("start"), "spec.ordinals.start", 0)
+    return (
+        ReplicaLabel(replicas.POD_NAME, f"{ref.name}-", offset=start),
+        ReplicaLabel(replicas.POD_INDEX, offset=start, since=replicas.POD_INDEX_LABEL_SINCE),
+    )
 
 
 def _with_claim_volumes(template: Mapping[str, Any], claims: list[Any], owner: str) -> dict[str, Any]:
@@ -88,7 +100,11 @@ def _job(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
     if completions is not None:
         count = min(count, _replicas(completions, "spec.completions", 1))
     template = parse_pod_template(spec.get("template"), "spec.template", _job_labels(ref))
-    return [Role(ref, ref.name, count, template, ref.source)]
+    indexed = spec.get("completionMode") == "Indexed"
+    per_pod = (
+        (ReplicaLabel(replicas.COMPLETION_INDEX, since=replicas.POD_INDEX_LABEL_SINCE),) if indexed else ()
+    )
+    return [Role(ref, ref.name, count, template, ref.source, per_pod)]
 
 
 def _cronjob(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
@@ -134,6 +150,7 @@ def _kubeflow(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
                 _replicas(body.get("replicas"), f"{field}.replicas", 1),
                 template,
                 SourceRef(ref.source.file, int(getattr(rspec, "line", ref.source.line)), ref.source.document),
+                (ReplicaLabel(replicas.KUBEFLOW_INDEX),),
             )
         )
     return roles

@@ -14,11 +14,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from auditor.model.objects import Role, Service, Workload
 from auditor.workloads.dataports import LINUX_EPHEMERAL, PortRange, data_port_range, ompi_range, range_text
+from auditor.workloads.operators import RJOB_REPLICAS
+from auditor.workloads.replicas import replica_holding
 
 TALKS_TO = "placement-auditor.io/talks-to"
 
@@ -32,6 +34,9 @@ class CommEdge:
     reason: str
     # For a data-plane edge: the destination's ports its connections can use (comm_edges fills it).
     port_range: PortRange | None = None
+    # The one replica of `destination` the edge reaches (rank 0, a pod named by its DNS name),
+    # where that matters: a role split by per-replica labels (workloads/replicas.py).
+    to_replica: int | None = field(default=None, compare=False)
 
     @property
     def ports(self) -> PortRange:
@@ -64,7 +69,9 @@ def _kubeflow_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
         elif worker is not None and spec.get("elasticPolicy") is not None:
             elastic = spec.get("elasticPolicy") or {}
             port = int(elastic.get("rdzvPort") or 29400) if isinstance(elastic, Mapping) else 29400
-            yield CommEdge(worker, worker, port, "TCP", "elastic c10d rendezvous: workers → worker-0")
+            yield CommEdge(
+                worker, worker, port, "TCP", "elastic c10d rendezvous: workers → worker-0", to_replica=0
+            )
         group = [r for r in (master, worker) if r is not None]
         yield from _ring(group, "NCCL/Gloo all-reduce between ranks")
     elif kind == "TFJob":
@@ -111,7 +118,12 @@ def _kubeflow_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
         worker = _role(w, "Worker")
         if worker is not None:
             yield CommEdge(
-                worker, worker, _named_port(worker, "master", 36543), "TCP", "Paddle: workers → worker-0"
+                worker,
+                worker,
+                _named_port(worker, "master", 36543),
+                "TCP",
+                "Paddle: workers → worker-0",
+                to_replica=0,
             )
     elif kind == "JAXJob":
         worker = _role(w, "Worker")
@@ -122,6 +134,7 @@ def _kubeflow_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
                 _named_port(worker, "jaxjob-port", 6666),
                 "TCP",
                 "JAX coordinator: workers → worker-0",
+                to_replica=0,
             )
     elif kind == "MPIJob":
         launcher, worker = _role(w, "Launcher"), _role(w, "Worker")
@@ -161,7 +174,9 @@ def _pod_dns_edges(w: Workload) -> Iterator[CommEdge]:
                 port_text = _env(role, "MASTER_PORT", "PET_MASTER_PORT")
                 port = int(port_text) if port_text and port_text.isdigit() else _first_port(target)
                 if target is not role or role.replicas > 1:
-                    yield CommEdge(role, target, port, "TCP", f"names pod {m.group(0)}")
+                    jobs = max(int(target.template.label_map.get(RJOB_REPLICAS, "1") or 1), 1)
+                    index = int(m.group(2)) * max(target.replicas // jobs, 1) + int(m.group(3))
+                    yield CommEdge(role, target, port, "TCP", f"names pod {m.group(0)}", to_replica=index)
 
 
 def _operator_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
@@ -181,7 +196,12 @@ def _operator_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
                 yield CommEdge(launcher, node, 22, "TCP", "MPI runtime: launcher → nodes (ssh)")
             elif node is not None and node.replicas > 1:
                 yield CommEdge(
-                    node, node, 29500, "TCP", "torchrun rendezvous: nodes → node-0-0 (PET_MASTER_PORT)"
+                    node,
+                    node,
+                    29500,
+                    "TCP",
+                    "torchrun rendezvous: nodes → node-0-0 (PET_MASTER_PORT)",
+                    to_replica=0,
                 )
             if node is not None:
                 reason = "all-reduce between training nodes"
@@ -391,6 +411,41 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
                     yield CommEdge(role, target, tport, "TCP", reason)
 
 
+def _whole(w: Workload) -> tuple[Workload, dict[Role, list[Role]]]:
+    """A workload whose roles were split by per-replica labels, with each role whole again (what
+    the built-in edges of its kind are written for), and the parts of each such role."""
+    if all(r.replica_class is None for r in w.roles):
+        return w, {}
+    by_name: dict[str, list[Role]] = {}
+    for r in w.roles:
+        by_name.setdefault(r.name, []).append(r)
+    roles: list[Role] = []
+    parts_of: dict[Role, list[Role]] = {}
+    for parts in by_name.values():
+        if len(parts) == 1:
+            roles.append(parts[0])
+            continue
+        role = dataclasses.replace(parts[0], replicas=sum(p.replicas for p in parts), replica_class=None)
+        roles.append(role)
+        parts_of[role] = parts
+    return dataclasses.replace(w, roles=tuple(roles)), parts_of
+
+
+def _onto_parts(edges: Iterable[CommEdge], parts_of: Mapping[Role, list[Role]]) -> Iterator[CommEdge]:
+    """Edges between whole roles as edges between their parts: every part, or the one holding
+    the replica the edge reaches; a single pod does not talk to itself."""
+    for e in edges:
+        sources = parts_of.get(e.source, [e.source])
+        destinations = parts_of.get(e.destination, [e.destination])
+        if e.to_replica is not None and e.destination in parts_of:
+            holder = replica_holding(destinations, e.to_replica)
+            destinations = [holder] if holder is not None else []
+        for s in sources:
+            for d in destinations:
+                if s is not d or s.replicas > 1:
+                    yield dataclasses.replace(e, source=s, destination=d)
+
+
 def comm_edges(
     workloads: Sequence[Workload], services: Sequence[Service], ephemeral: PortRange = LINUX_EPHEMERAL
 ) -> list[CommEdge]:
@@ -399,8 +454,12 @@ def comm_edges(
     edges: list[CommEdge] = []
     for w in workloads:
         spec = w.raw.get("spec") if isinstance(w.raw, Mapping) else None
-        edges.extend(_kubeflow_edges(w, spec if isinstance(spec, Mapping) else {}))
-        edges.extend(_operator_edges(w, spec if isinstance(spec, Mapping) else {}))
+        whole, parts_of = _whole(w)
+        builtin = [
+            *_kubeflow_edges(whole, spec if isinstance(spec, Mapping) else {}),
+            *_operator_edges(whole, spec if isinstance(spec, Mapping) else {}),
+        ]
+        edges.extend(_onto_parts(builtin, parts_of) if parts_of else builtin)
     roles = [r for w in workloads for r in w.roles]
     edges.extend(service_edges(roles, services))
     edges = [

@@ -12,10 +12,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from auditor.model.objects import Role, WorkloadRef
+from auditor.model.objects import ReplicaLabel, Role, WorkloadRef
 from auditor.model.source import SourceRef
 from auditor.reachability import specs
 from auditor.reachability.specs import PolicyError
+from auditor.workloads import replicas
 from auditor.workloads.podspec import parse_pod_template
 
 EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
@@ -56,6 +57,7 @@ def jobset_roles(
     name = ref.name
     exclusive = annotations.get(EXCLUSIVE, "")
     roles = []
+    jobs_before = 0  # child jobs of the earlier replicated jobs: job-global-index counts across them
     for i, rjob in enumerate(specs.seq(spec.get("replicatedJobs"), f"{field}.replicatedJobs")):
         rf = f"{field}.replicatedJobs[{i}]"
         body = specs.mapping(rjob, rf)
@@ -81,10 +83,30 @@ def jobset_roles(
             template = _with_annotations(template, extra_annotations)
         labels = {JOBSET_LABEL: name, RJOB_LABEL: rname, RJOB_REPLICAS: str(jobs)}
         pod_template = parse_pod_template(template, f"{rf}.template.spec.template", labels)
-        roles.append(Role(ref, rname, jobs * parallelism, pod_template, _line(rjob, ref)))
+        per_pod = _jobset_pod_labels(name, rname, jobs, parallelism, jobs_before, job_spec)
+        jobs_before += jobs
+        roles.append(Role(ref, rname, jobs * parallelism, pod_template, _line(rjob, ref), per_pod))
     if not roles:
         raise PolicyError(f"{field}.replicatedJobs", "must list at least one replicated job")
     return roles
+
+
+def _jobset_pod_labels(
+    jobset_name: str, rjob: str, jobs: int, pods: int, jobs_before: int, job_spec: Mapping[str, Any]
+) -> tuple[ReplicaLabel, ...]:
+    """Replica i of a replicated job is pod i % pods of child job i // pods, named
+    <jobset>-<rjob>-<job>; child jobs are Indexed unless their spec says otherwise."""
+    job = f"{jobset_name}-{rjob}-"
+    pods = max(pods, 1)
+    out = [
+        ReplicaLabel(replicas.JOB_INDEX, stride=pods, period=jobs),
+        ReplicaLabel(replicas.JOB_GLOBAL_INDEX, stride=pods, period=jobs, offset=jobs_before),
+        ReplicaLabel("job-name", job, stride=pods, period=jobs),
+        ReplicaLabel("batch.kubernetes.io/job-name", job, stride=pods, period=jobs),
+    ]
+    if job_spec.get("completionMode", "Indexed") == "Indexed":
+        out.append(ReplicaLabel(replicas.COMPLETION_INDEX, period=pods, since=replicas.POD_INDEX_LABEL_SINCE))
+    return tuple(out)
 
 
 def _annotations(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -225,14 +247,23 @@ def leaderworkerset(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
         "spec.leaderWorkerTemplate.leaderTemplate",
         {**labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"},
     )
-    roles = [Role(ref, "leader", groups, leader, _line(leader_raw, ref))]
+    # Leaders are the pods <lws>-<group> of one StatefulSet; workers <lws>-<group>-<1..size-1>.
+    leader_labels = (
+        ReplicaLabel(replicas.LWS_GROUP_INDEX),
+        ReplicaLabel(replicas.POD_NAME, f"{ref.name}-"),
+    )
+    roles = [Role(ref, "leader", groups, leader, _line(leader_raw, ref), leader_labels)]
     if size > 1:
         worker = parse_pod_template(
             _with_annotations(worker_raw, placement) if placement else worker_raw,
             "spec.leaderWorkerTemplate.workerTemplate",
             labels,
         )
-        roles.append(Role(ref, "worker", groups * (size - 1), worker, _line(worker_raw, ref)))
+        worker_labels = (
+            ReplicaLabel(replicas.LWS_GROUP_INDEX, stride=size - 1),
+            ReplicaLabel(replicas.LWS_WORKER_INDEX, period=size - 1, offset=1),
+        )
+        roles.append(Role(ref, "worker", groups * (size - 1), worker, _line(worker_raw, ref), worker_labels))
     return roles
 
 
@@ -248,9 +279,9 @@ def volcano_job(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
             f"{tf}.template",
             {"volcano.sh/job-name": ref.name, "volcano.sh/task-spec": tname},
         )
-        roles.append(
-            Role(ref, tname, _int(body.get("replicas"), f"{tf}.replicas", 1), template, _line(task, ref))
-        )
+        count = _int(body.get("replicas"), f"{tf}.replicas", 1)
+        per_pod = (ReplicaLabel(replicas.VOLCANO_INDEX),)
+        roles.append(Role(ref, tname, count, template, _line(task, ref), per_pod))
     if not roles:
         raise PolicyError("spec.tasks", "must list at least one task")
     return roles
