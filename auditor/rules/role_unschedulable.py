@@ -1,6 +1,11 @@
 """role-unschedulable — a role has no node it can land on (node affinity, taints, cordoned nodes),
 so the group never starts. Needs Node objects.
 
+A pod bound to a node (`spec.nodeName`: a pod a cluster reported, or one in a `kubectl get pods`
+dump) is never unschedulable: it is already where it runs, whatever the Node objects given say
+and whether or not its spec would fit now. Pods the scheduler left Pending are reported from the
+cluster's own verdict (rules/live.py).
+
 Fails: a worker with nodeSelector `gpu: "true"` and no toleration for the GPU nodes' taint.
 Passes: the worker tolerates `gpu=present:NoSchedule`.
 """
@@ -22,7 +27,7 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
     if not model.inventory.nodes:
         return
     for role, placement in model.placements.items():
-        if not placement.unschedulable:
+        if not placement.unschedulable or role.template.node_name:
             continue
         reasons = Counter(f"{r.plugin}: {r.reason}" for r in placement.rejected)
         text = "; ".join(f"{n} node(s) {reason}" for reason, n in reasons.most_common())
