@@ -1,7 +1,9 @@
 """`auditor explain`: one reachability question, answered with the deciding policies and rules.
 
 Pure: takes an inventory and the question, returns an Explanation value; rendering is text or
-JSON. A name is `NS/POD`, `NS/WORKLOAD` (one-role workloads) or `NS/WORKLOAD/ROLE`.
+JSON. A name is `NS/POD`, `NS/WORKLOAD` (one-role workloads) or `NS/WORKLOAD/ROLE`. A pod that is
+an observation of its owner (read from a cluster, a snapshot or a `kubectl get pods` dump) is a
+replica of the owner's role, in the zone of the node it is bound to.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from auditor.inventory import Inventory, role_claim_zones
 from auditor.model.objects import Role
 from auditor.placement.filters import feasible_zones
+from auditor.placement.observed import observe
 from auditor.placement.pods import representative_node
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import FlowVerdict
@@ -79,6 +82,25 @@ def find_role(inv: Inventory, name: str) -> Role:
     return roles[0]
 
 
+def observed_pod(inv: Inventory, name: str) -> tuple[Role, str | None] | None:
+    """The owner's role of the observed pod `NS/POD`, and the zone of its node (None when unknown)."""
+    ns, _, pod_name = name.partition("/")
+    pods = [p for p in inv.live_pods if p.namespace == ns and p.name == pod_name and p.owner is not None]
+    for role, seen in observe(inv.workloads, pods, inv.nodes, inv.settings.topology.zone_key).roles.items():
+        return role, (seen.zones[0] if seen.zones else None)
+    return None
+
+
+def _subject(inv: Inventory, name: str) -> tuple[Role, str | None]:
+    """The role a name stands for, and the zone it runs in when it names an observed pod."""
+    parts = name.split("/")
+    if len(parts) == 2 and all(parts) and not inv.workload(parts[0], parts[1]):
+        pod = observed_pod(inv, name)
+        if pod is not None:
+            return pod
+    return find_role(inv, name), None
+
+
 def _zones(inv: Inventory, role: Role, wanted: str | None) -> list[str | None]:
     zone_key = inv.settings.topology.zone_key
     if wanted:
@@ -119,10 +141,11 @@ def explain(
     protocol = protocol.upper()
     if protocol not in ("TCP", "UDP", "SCTP"):
         raise ExplainError(f"--protocol {protocol}: must be TCP, UDP or SCTP")
-    src_role, dst_role = find_role(inv, source), find_role(inv, destination)
+    (src_role, src_seen), (dst_role, dst_seen) = _subject(inv, source), _subject(inv, destination)
     engine = inv.engine()
     placements = []
-    src_zones, dst_zones = _zones(inv, src_role, source_zone), _zones(inv, dst_role, destination_zone)
+    src_zones = _zones(inv, src_role, source_zone or src_seen)
+    dst_zones = _zones(inv, dst_role, destination_zone or dst_seen)
     for sz, dz in itertools.product(src_zones, dst_zones):
         src, dst = endpoint_for(inv, src_role, sz), endpoint_for(inv, dst_role, dz)
         number = resolve_port(port, dst, protocol)

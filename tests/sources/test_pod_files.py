@@ -387,3 +387,16 @@ def test_pods_map_to_the_operator_role_they_are_labelled_with(tmp_path: Path) ->
         "PyTorchJob",
     )
     assert finding.edge is not None and "zb" in (*finding.edge.from_zones, *finding.edge.to_zones)
+
+
+def test_explain_names_a_dumped_pod_as_a_replica_of_its_owner_where_it_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = seed_tree(tmp_path)
+    args = ["explain", str(tree), "--from", "ml-demo/trainer-workers-8kq2m", "--port", "9999"]
+    assert cli.main([*args, "--to", "ml-demo/trainer-coordinator-7d9f8c6b4-x2x4q", "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert [
+        (p["from"]["pod"], p["from"]["zone"], p["to"]["pod"], p["to"]["zone"]) for p in out["placements"]
+    ] == [("ml-demo/trainer-workers", "zone-a", "ml-demo/trainer-coordinator", "zone-b")]
+    assert out["verdict"] == "deny"
