@@ -4,7 +4,9 @@ Pure: takes an inventory and the question, returns an Explanation value; renderi
 JSON. A name is `NS/POD`, `NS/WORKLOAD` (one-role workloads) or `NS/WORKLOAD/ROLE`. The port is a
 number, a container port name, a range `LO-HI`, or `ephemeral`: the range a data-plane edge to the
 destination uses in `scan` (workloads/dataports.py). A range is answered as `scan` judges a
-data-plane edge: denied only when every port of it is denied, `partial` when some are.
+data-plane edge: denied only when every port of it is denied, `partial` when some are. A pod that is
+an observation of its owner (read from a cluster, a snapshot or a `kubectl get pods` dump) is a
+replica of the owner's role, in the zone of the node it is bound to.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from auditor.inventory import Inventory, role_claim_zones
 from auditor.model.objects import Role
 from auditor.placement.coupling import RolePlacement, place_roles
+from auditor.placement.observed import observe
 from auditor.placement.pods import representative_node
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import FlowVerdict
@@ -103,6 +106,25 @@ def find_role(inv: Inventory, name: str) -> Role:
     return roles[0]
 
 
+def observed_pod(inv: Inventory, name: str) -> tuple[Role, str | None] | None:
+    """The owner's role of the observed pod `NS/POD`, and the zone of its node (None when unknown)."""
+    ns, _, pod_name = name.partition("/")
+    pods = [p for p in inv.live_pods if p.namespace == ns and p.name == pod_name and p.owner is not None]
+    for role, seen in observe(inv.workloads, pods, inv.nodes, inv.settings.topology.zone_key).roles.items():
+        return role, (seen.zones[0] if seen.zones else None)
+    return None
+
+
+def _subject(inv: Inventory, name: str) -> tuple[Role, str | None]:
+    """The role a name stands for, and the zone it runs in when it names an observed pod."""
+    parts = name.split("/")
+    if len(parts) == 2 and all(parts) and not inv.workload(parts[0], parts[1]):
+        pod = observed_pod(inv, name)
+        if pod is not None:
+            return pod
+    return find_role(inv, name), None
+
+
 def _placements(inv: Inventory, *wanted: Role) -> dict[Role, RolePlacement]:
     """Where the roles can land, by the model `scan` uses (all roles: affinity terms follow others)."""
     from auditor.rules.model import placement_options
@@ -181,13 +203,13 @@ def explain(
     protocol = protocol.upper()
     if protocol not in ("TCP", "UDP", "SCTP"):
         raise ExplainError(f"--protocol {protocol}: must be TCP, UDP or SCTP")
-    src_role, dst_role = find_role(inv, source), find_role(inv, destination)
+    (src_role, src_seen), (dst_role, dst_seen) = _subject(inv, source), _subject(inv, destination)
     engine = inv.engine()
     placements = []
     placed = _placements(inv, src_role, dst_role) if inv.nodes else {}
     none = RolePlacement(src_role, (), ())
-    src_zones = _zones(inv, src_role, source_zone, placed.get(src_role, none))
-    dst_zones = _zones(inv, dst_role, destination_zone, placed.get(dst_role, none))
+    src_zones = _zones(inv, src_role, source_zone or src_seen, placed.get(src_role, none))
+    dst_zones = _zones(inv, dst_role, destination_zone or dst_seen, placed.get(dst_role, none))
     asked = resolve_range(port, inv, src_role, dst_role)
     for sz, dz in itertools.product(src_zones, dst_zones):
         src, dst = endpoint_for(inv, src_role, sz), endpoint_for(inv, dst_role, dz)

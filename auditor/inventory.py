@@ -342,33 +342,93 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ownerReference marked `controller: true` (the object that manages this one)."""
     refs = _meta(obj).get("ownerReferences")
     for ref in refs if isinstance(refs, list) else []:
-        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("uid"):
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") and ref.get("name"):
             return ref
     return None
+
+
+class Owners:
+    """The objects read that can own pods, by kind, namespace and name: the one owner resolver,
+    for a live cluster, a snapshot and files in a tree alike.
+
+    A reference matches an object of its kind and name in the referring object's namespace, and
+    by uid too when both carry one (a manifest in Git has none; a dump of a cluster has). A
+    ReplicaSet that is not read stands for the Deployment that created it: its name is the
+    Deployment's plus `-<pod-template-hash>`, and the pod carries that hash as a label.
+    """
+
+    def __init__(self, objects: Iterable[RawObject], default_ns: str) -> None:
+        self.default_ns = default_ns
+        self._by_name: dict[tuple[str, str, str], list[RawObject]] = {}
+        for raw in objects:
+            if raw.kind != "Pod" and (raw.kind in ADAPTERS or raw.kind in CONTEXT_KINDS):
+                self._by_name.setdefault((raw.kind, raw.namespace(default_ns), raw.name), []).append(raw)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_name)
+
+    def _find(self, ref: Mapping[str, Any], kind: str, namespace: str, name: str) -> RawObject | None:
+        uid = str(ref.get("uid") or "")
+        group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+        found: RawObject | None = None
+        for raw in self._by_name.get((kind, namespace, name), ()):
+            have = str(_meta(raw.obj).get("uid") or "")
+            if uid and have and have != uid:
+                continue  # another object of that name: the owner was deleted and recreated
+            if raw.api_version.rpartition("/")[0] == group:
+                return raw  # batch/v1 Job and Volcano Job share a kind name
+            found = found or raw
+        return found
+
+    def parent(self, raw: RawObject) -> tuple[Mapping[str, Any] | None, RawObject | None]:
+        """The controller reference of `raw`, and the object it names among those read."""
+        ref = _controller(raw.obj)
+        if ref is None:
+            return None, None
+        namespace = raw.namespace(self.default_ns)
+        kind, name = str(ref["kind"]), str(ref["name"])
+        found = self._find(ref, kind, namespace, name)
+        if found is None and kind == "ReplicaSet" and raw.kind == "Pod":
+            labels = _meta(raw.obj).get("labels")
+            suffix = f"-{labels.get('pod-template-hash')}" if isinstance(labels, Mapping) else ""
+            read = ("ReplicaSet", namespace, name) in self._by_name
+            if not read and len(suffix) > 1 and name.endswith(suffix):
+                found = self._find({"apiVersion": "apps/v1"}, "Deployment", namespace, name[: -len(suffix)])
+        return ref, found
+
+    def top(self, owner: RawObject) -> RawObject:
+        """The top of the owner chain among the objects read (ReplicaSet → Deployment, Job →
+        JobSet or CronJob); a cycle or a chain longer than 8 stops where it is."""
+        for _ in range(8):
+            _, parent = self.parent(owner)
+            if parent is None:
+                break
+            owner = parent
+        return owner
 
 
 def _live_state(objects: Sequence[RawObject], inv: Inventory, default_ns: str) -> set[int]:
     """Live pods (with their top-level owner) and the controller-created objects to skip.
 
-    Objects read from a cluster carry uids and ownerReferences: a ReplicaSet created by a
-    Deployment, a Job created by a CronJob or a JobSet, a Pod created by any of them is audited
-    through its owner, not again on its own. Returns the ids of the skipped objects.
+    A Pod bound to a node or with a phase (read from a cluster, a snapshot, or a `kubectl get
+    pods -o yaml` dump in the tree) is an observation of the workload its ownerReferences lead to.
+    A ReplicaSet created by a Deployment, a Job created by a CronJob or a JobSet, a Pod created by
+    any of them is audited through its owner, not again on its own. Returns the ids of the skipped
+    objects. A pod whose owner is not read is a workload of its own; a note says how many.
     """
-    by_uid = {
-        str(_meta(raw.obj).get("uid")): raw
-        for raw in objects
-        if _meta(raw.obj).get("uid") and (raw.kind in ADAPTERS or raw.kind in CONTEXT_KINDS)
-    }
-    if not by_uid and not any(raw.kind == "Pod" for raw in objects):
+    owners = Owners(objects, default_ns)
+    if not owners and not any(raw.kind == "Pod" for raw in objects):
         return set()
     skipped: set[int] = set()
+    orphans: list[tuple[RawObject, Mapping[str, Any]]] = []
     for raw in objects:
         if not (raw.kind in ADAPTERS or raw.kind in CONTEXT_KINDS):
             continue
-        owner = _controller(raw.obj)
-        if owner is not None and str(owner.get("uid")) in by_uid:
+        ref, owner = owners.parent(raw)
+        if owner is not None:
             skipped.add(id(raw))
         if raw.kind != "Pod" or raw.api_version != "v1":
             continue
@@ -379,14 +439,11 @@ def _live_state(objects: Sequence[RawObject], inv: Inventory, default_ns: str) -
         if not node and not phase:
             continue  # a manifest, not a pod a cluster reported
         top: tuple[str, str] | None = None
-        current, hops = owner, 0
-        while current is not None and hops < 8:
-            top = (str(current.get("kind", "")), str(current.get("name", "")))
-            parent = by_uid.get(str(current.get("uid")))
-            current = _controller(parent.obj) if parent is not None else None
-            hops += 1
-        if owner is not None and str(owner.get("uid")) not in by_uid:
-            top = None  # an owner we do not read: the pod is audited on its own
+        if owner is not None:
+            found = owners.top(owner)
+            top = (found.kind, found.name)
+        elif ref is not None and ref.get("kind") != "Node":  # a static pod's mirror is bare anyway
+            orphans.append((raw, ref))
         message = ""
         for cond in status.get("conditions") or [] if isinstance(status, Mapping) else []:
             if (
@@ -407,6 +464,13 @@ def _live_state(objects: Sequence[RawObject], inv: Inventory, default_ns: str) -
                 message,
                 raw.source,
             )
+        )
+    if orphans:
+        raw, ref = orphans[0]
+        inv.notes.append(
+            f"{len(orphans)} pod(s) name an owner that is not among the objects read, or whose uid "
+            f"differs (e.g. {raw.namespace(default_ns)}/{raw.name}, owned by {ref.get('kind')} "
+            f"{ref.get('name')}): each is audited as a workload of its own"
         )
     return skipped
 

@@ -13,6 +13,11 @@ Passes: the worker tolerates `gpu=present:NoSchedule`; the spread says `nodeTain
 When the ExtendedResourceToleration admission plugin would change the verdict (a pod requesting
 `nvidia.com/gpu` and a node tainted with that key), the message says so: the plugin is off upstream,
 and `kubernetes.extended_resource_toleration: true` says the cluster runs it (GKE does the same).
+
+A pod bound to a node (`spec.nodeName`: a pod a cluster reported, or one in a `kubectl get pods`
+dump) is never unschedulable: it is already where it runs, whatever the Node objects given say
+and whether or not its spec would fit now. Pods the scheduler left Pending are reported from the
+cluster's own verdict (rules/live.py).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
     if not model.inventory.nodes:
         return
     for role, placement in model.placements.items():
+        if role.template.node_name:
+            continue  # bound: it runs where it is
         notes = "".join(f"; note: {n}" for n in placement.notes)
         if placement.unschedulable and not placement.nodes:
             reasons = Counter(f"{r.plugin}: {r.reason}" for r in placement.rejected)
