@@ -304,3 +304,18 @@ spec:
     assert place_role(role, inv.nodes, "topology.kubernetes.io/zone", role_claim_zones(inv, role)).zones == (
         "zb",
     )
+
+
+def test_two_findings_that_differ_only_in_their_workload_reference_sort(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """before/ and after/ together: the same rule on workloads of one name in two files (findings
+    sort by their references too, which once raised TypeError)."""
+    code, out = run_json(capsys, str(LAB))
+    assert code == 1
+    # Two Jobs named trainer-workers (one per directory), each split from its coordinator by the
+    # other directory's Deployment of the same name: one finding each, in file order.
+    assert [(f["rule"], Path(f["workload"]["file"]).parent.name) for f in out["findings"]] == [
+        ("cross-zone-blocked", "after"),
+        ("cross-zone-blocked", "before"),
+    ]

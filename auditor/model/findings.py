@@ -10,7 +10,7 @@ SEVERITIES = ("critical", "high", "medium", "low")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class ObjectRef:
     api_version: str
     kind: str
@@ -35,7 +35,7 @@ class ObjectRef:
         return f"{group}/{self.kind}/{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class EdgeRef:
     from_role: str
     from_zones: tuple[str, ...]
@@ -53,7 +53,7 @@ class EdgeRef:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class PolicyMention:
     kind: str
     namespace: str
