@@ -52,6 +52,9 @@ class AuditModel:
     placements: dict[Role, RolePlacement]
     edges: list[EdgeAnalysis]
     notes: list[str] = field(default_factory=list)
+    # Every communication edge found, analysed or not (an unschedulable end has no placement to
+    # analyse): what the scan understood, for the groups reports list.
+    comm_edges: list[CommEdge] = field(default_factory=list)
 
     @property
     def zone_key(self) -> str:
@@ -181,7 +184,7 @@ def build_model(
                     )
             verdicts.append(ZoneVerdict(za, zb, ok, deciders))
         analyses.append(EdgeAnalysis(edge, pp, tuple(verdicts)))
-    return AuditModel(inv, engine, placements, analyses, notes)
+    return AuditModel(inv, engine, placements, analyses, notes, list(edges))
 
 
 def annotation(workload: Workload, key: str) -> str | None:
