@@ -84,7 +84,7 @@ def mentions(deciders: Sequence[Decider]) -> tuple[PolicyMention, ...]:
     return tuple(seen.values())
 
 
-class _Endpoints:
+class RoleEndpoints:
     """One endpoint per (role, zone): a replica on the first feasible node of that zone (placement
     already filtered them), whose labels are the ones copied onto the pod at binding."""
 
@@ -142,7 +142,7 @@ def build_model(
             for e in comm_edges(inv.workloads, inv.services)
             if e.source in placements and e.destination in placements
         ]
-    endpoints = _Endpoints(inv)
+    endpoints = RoleEndpoints(inv)
     analyses = []
     notes = []
     if not inv.nodes:
