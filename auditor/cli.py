@@ -130,6 +130,39 @@ def _emit(args: argparse.Namespace, result: ScanResult) -> None:
         sys.stdout.write(text)
 
 
+def _port_range(text: str) -> tuple[int, int]:
+    lo_text, _, hi_text = text.partition("-")
+    try:
+        lo, hi = int(lo_text), int(hi_text or lo_text)
+    except ValueError:
+        lo, hi = 0, -1
+    if not 1 <= lo <= hi <= 65535:
+        raise argparse.ArgumentTypeError(f"a port or range N-M within 1-65535, got {text!r}")
+    return lo, hi
+
+
+def cmd_connectivity(args: argparse.Namespace) -> int:
+    from auditor.connectivity import connectivity
+    from auditor.reports import connectivity_report
+
+    settings = load_settings(Path(args.config) if args.config else None)
+    paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    with gcpause.paused(resume=not args.one_shot):
+        inv = load_inventory(paths, settings, jobs=args.jobs)
+        cmap = connectivity(inv, args.protocol.upper(), args.port or settings.network.ephemeral_ports)
+    if args.format == "csv":
+        text = connectivity_report.render_csv(cmap)
+        for e in inv.errors:
+            print(f"warning: {e}", file=sys.stderr)
+    else:
+        text = connectivity_report.render_json(cmap, inv.network.describe(), list(inv.errors))
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return EXIT_FAILED if not inv.workloads and inv.errors else EXIT_OK
+
+
 def _read_cluster(args: argparse.Namespace) -> ClusterRead | None:
     from auditor.sources import cluster
 
@@ -492,6 +525,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="processes reading a large tree (default 0: one per available CPU; 1: no workers)",
     )
     sc.set_defaults(func=cmd_scan)
+
+    cn = sub.add_parser(
+        "connectivity", help="export who can reach whom, per namespace × zone, for training traffic"
+    )
+    cn.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories")
+    cn.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
+    cn.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
+    cn.add_argument("--config", help="config file (YAML)")
+    cn.add_argument(
+        "--port",
+        type=_port_range,
+        default=None,
+        metavar="N|N-M",
+        help="the probe: a port or range (default: network.ephemeral_ports, where all-reduce connects)",
+    )
+    cn.add_argument("--protocol", default="TCP", choices=("TCP", "UDP", "SCTP"), type=str.upper)
+    cn.add_argument("--format", choices=("json", "csv"), default="json")
+    cn.add_argument("--output", metavar="FILE", help="write the map here instead of stdout")
+    cn.add_argument("--jobs", type=_jobs, default=0, metavar="N", help="processes reading a large tree")
+    cn.set_defaults(func=cmd_connectivity)
 
     def cluster_args(cmd: argparse.ArgumentParser) -> None:
         where = cmd.add_mutually_exclusive_group()

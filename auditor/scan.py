@@ -13,6 +13,7 @@ from auditor.model.source import LoadError
 from auditor.placement.observed import Observation, observe
 from auditor.progress import Progress, silent
 from auditor.rules import live, run_rules
+from auditor.rules.groups import Groups, groups
 from auditor.rules.model import build_model, object_ref
 from auditor.rules.packs import (
     ExpiredWaiver,
@@ -38,6 +39,8 @@ class ScanResult:
     observation: Observation | None = None
     # metadata.labels of the workloads that have findings, by workload identity (digest routing).
     workload_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    # What the scan understood (training groups, roles, edges); None for results not from a scan.
+    groups: Groups | None = None
 
     def at_or_above(self, severity: str) -> list[Finding]:
         if severity == "none":
@@ -58,6 +61,16 @@ class ScanResult:
             "audited_objects": self.audited_objects,
             "waived": len(self.waived),
             "skipped_kinds": dict(sorted(self.skipped_kinds.items())),
+            **(
+                {
+                    "groups": len(self.groups.groups),
+                    "edges": self.groups.edges,
+                    "workloads_without_edges": self.groups.workloads_without_edges,
+                    "unlisted_workloads_by_kind": dict(self.groups.unlisted_by_kind),
+                }
+                if self.groups is not None
+                else {}
+            ),
         }
 
 
@@ -112,6 +125,7 @@ def scan(
         list(applied.expired),
         observation,
         labels,
+        groups(model),
     )
 
 

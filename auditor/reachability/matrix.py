@@ -8,8 +8,10 @@ allows, as a Python int used as a bitset. Rows are shared by every identity in t
 situation, peer sets come from inverted label indexes instead of pairwise matching, so the work
 grows with (situations × rules × pieces) bit operations, not with pods².
 
-`allowed(src, dst, protocol, port)` is then two row look-ups and two bit tests;
-`allowed_pod_pairs(protocol, port)` counts allowed pod pairs for a probe with numpy, block by block.
+`allowed(src, dst, protocol, port)` is then two row look-ups and two bit tests; `Row.bits_over`
+answers for a whole port range, which `auditor connectivity` (connectivity.py) aggregates per
+namespace × zone without numpy. The bulk counts over every pod pair (`allowed_pod_pairs`,
+`ConnectivityMap`, used by the benchmarks) need numpy: the optional extra `placement-auditor[matrix]`.
 
 The per-pair engine (engine.py) stays the reference: the tests check this matrix against it.
 """
@@ -20,8 +22,8 @@ import bisect
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from auditor.model.labels import LabelSelector
 from auditor.reachability.endpoints import Endpoint, PodEndpoint
@@ -40,6 +42,21 @@ from auditor.reachability.policy import (
 )
 from auditor.reachability.ports import MAX_PORT, PROTOCOLS, ConnSet, PortSet
 
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def _numpy() -> ModuleType:
+    """numpy, for the bulk all-pairs counts only (the optional extra `matrix`)."""
+    try:
+        import numpy
+    except ImportError:
+        raise ImportError(
+            "counting every pod pair needs numpy: pip install 'placement-auditor[matrix]'"
+        ) from None
+    return numpy
+
+
 # (tier, some policy applies, some applicable policy isolates, [(action, [(connections, peers)])])
 _CompiledTier = tuple[TierDef, bool, bool, list[tuple[Action, list[tuple[ConnSet, int]]]]]
 
@@ -54,6 +71,18 @@ class Row:
         for proto, starts, bitsets in self.pieces:
             if proto == protocol:
                 return bitsets[bisect.bisect_right(starts, port) - 1]
+        return 0
+
+    def bits_over(self, protocol: str, lo: int, hi: int) -> int:
+        """Peer identities allowed on every port of lo..hi (the pieces it overlaps, ANDed)."""
+        for proto, starts, bitsets in self.pieces:
+            if proto == protocol:
+                first = bisect.bisect_right(starts, lo) - 1
+                last = bisect.bisect_right(starts, hi) - 1
+                bits = bitsets[first]
+                for more in bitsets[first + 1 : last + 1]:
+                    bits &= more
+                return bits
         return 0
 
 
@@ -294,8 +323,9 @@ class ClassMatrix:
 
     def allowed_pod_pairs(self, protocol: str, port: int, block: int = 4096) -> int:
         """Ordered pod pairs (self-pairs included) allowed on this probe."""
+        nd = _numpy()
         n = len(self.identities)
-        weights = np.array(self.weights, dtype=np.float64)
+        weights = nd.array(self.weights, dtype=nd.float64)
         egress_rows, ingress_rows = self.row_of[Direction.EGRESS], self.row_of[Direction.INGRESS]
         total = 0.0
         for lo in range(0, n, block):
@@ -314,6 +344,7 @@ class ConnectivityMap:
     connection set of each pattern; pod-pair counts per connection set."""
 
     def __init__(self, matrix: ClassMatrix) -> None:
+        nd = _numpy()
         n = len(matrix.identities)
         egress_rows, ingress_rows = matrix.row_of[Direction.EGRESS], matrix.row_of[Direction.INGRESS]
         self.segments = _segments([*egress_rows, *ingress_rows])
@@ -321,14 +352,14 @@ class ConnectivityMap:
         for proto, lo, _ in self.segments:
             allowed = _bits_matrix(egress_rows, proto, lo, n) & _bits_matrix(ingress_rows, proto, lo, n).T
             columns.append(allowed.reshape(-1))
-        patterns = np.packbits(np.stack(columns, axis=1), axis=1)  # one row of bits per (src, dst)
-        unique, self.pattern_of = np.unique(patterns, axis=0, return_inverse=True)
+        patterns = nd.packbits(nd.stack(columns, axis=1), axis=1)  # one row of bits per (src, dst)
+        unique, self.pattern_of = nd.unique(patterns, axis=0, return_inverse=True)
         self.pattern_of = self.pattern_of.reshape(n, n)
-        self.conns = [self._conns(np.unpackbits(u)[: len(self.segments)]) for u in unique]
-        weights = np.array(matrix.weights, dtype=np.float64)
-        pairs = np.outer(weights, weights)
-        np.fill_diagonal(pairs, pairs.diagonal() - weights)  # a pod with itself is not a pair
-        counts = np.bincount(self.pattern_of.reshape(-1), weights=pairs.reshape(-1), minlength=len(unique))
+        self.conns = [self._conns(nd.unpackbits(u)[: len(self.segments)]) for u in unique]
+        weights = nd.array(matrix.weights, dtype=nd.float64)
+        pairs = nd.outer(weights, weights)
+        nd.fill_diagonal(pairs, pairs.diagonal() - weights)  # a pod with itself is not a pair
+        counts = nd.bincount(self.pattern_of.reshape(-1), weights=pairs.reshape(-1), minlength=len(unique))
         self.pod_pairs: dict[ConnSet, int] = {}
         for conns, count in zip(self.conns, counts, strict=True):
             if count:
@@ -355,10 +386,12 @@ def _segments(rows: Sequence[Row]) -> list[tuple[str, int, int]]:
 
 
 def _bits_matrix(rows: Sequence[Row], protocol: str, port: int, n: int) -> np.ndarray:
+    nd = _numpy()
     nbytes = (n + 7) // 8
     buf = b"".join(r.bits(protocol, port).to_bytes(nbytes, "little") for r in rows)
-    packed = np.frombuffer(buf, dtype=np.uint8).reshape(len(rows), nbytes)
-    return np.unpackbits(packed, axis=1, bitorder="little")[:, :n].astype(bool)
+    packed = nd.frombuffer(buf, dtype=nd.uint8).reshape(len(rows), nbytes)
+    unpacked: np.ndarray = nd.unpackbits(packed, axis=1, bitorder="little")[:, :n].astype(bool)
+    return unpacked
 
 
 def _hit(hits: list[tuple[ConnSet, int]], protocol: str, port: int) -> int:

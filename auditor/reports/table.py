@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
+from auditor.rules.groups import Groups
 from auditor.scan import ScanResult
 
 _COLOURS = {"critical": "\033[1;31m", "high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
@@ -53,8 +54,27 @@ def render(result: ScanResult, colour: bool = False) -> str:
         f"{s['findings']} finding(s) ({by}); {len(result.errors)} error(s); "
         f"{result.audited_objects} objects audited"
     )
+    if result.groups is not None:
+        lines.append(understood(result.groups))
     for e in result.errors:
         lines.append(f"error: {e}")
     for n in result.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def understood(groups: Groups) -> str:
+    """One line: what the scan recognised, so "no findings" can be told from "nothing recognised"."""
+    other = len(groups.groups) - groups.training
+    unlisted = ", ".join(f"{n} {kind}" for kind, n in groups.unlisted_by_kind)
+    return (
+        f"understood: {_count(groups.training, 'training group')} and "
+        f"{_count(other, 'other workload')} with edges ({_count(groups.roles, 'role')}, "
+        f"{_count(groups.edges, 'edge')}); "
+        f"{_count(groups.workloads_without_edges, 'workload')} with no communication edges"
+        + (f" (not listed: {unlisted})" if unlisted else "")
+    )

@@ -74,6 +74,9 @@ class AuditModel:
     placements: dict[Role, RolePlacement]
     edges: list[EdgeAnalysis]
     notes: list[str] = field(default_factory=list)
+    # Every communication edge found, analysed or not (an unschedulable end has no placement to
+    # analyse): what the scan understood, for the groups reports list.
+    comm_edges: list[CommEdge] = field(default_factory=list)
 
     @property
     def zone_key(self) -> str:
@@ -103,7 +106,7 @@ def mentions(deciders: Sequence[Decider]) -> tuple[PolicyMention, ...]:
     return tuple(seen.values())
 
 
-class _Endpoints:
+class RoleEndpoints:
     """One endpoint per (role, zone): a replica on the first feasible node of that zone (placement
     already filtered them), whose labels are the ones copied onto the pod at binding."""
 
@@ -189,7 +192,7 @@ def build_model(
             for e in comm_edges(inv.workloads, inv.services, inv.settings.network.ephemeral_ports)
             if e.source in placements and e.destination in placements
         ]
-    endpoints = _Endpoints(inv)
+    endpoints = RoleEndpoints(inv)
     analyses = []
     notes = []
     if not inv.nodes:
@@ -209,7 +212,7 @@ def build_model(
             dst = endpoints.get(edge.destination, zb, b)
             verdicts.append(zone_verdict(edge, engine.flow(src, dst), za, zb))
         analyses.append(EdgeAnalysis(edge, pp, tuple(verdicts)))
-    return AuditModel(inv, engine, placements, analyses, notes)
+    return AuditModel(inv, engine, placements, analyses, notes, list(edges))
 
 
 def annotation(workload: Workload, key: str) -> str | None:

@@ -15,14 +15,38 @@ import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from auditor.model.objects import Role, Service, Workload
+from auditor.model.objects import Role, Service, Workload, WorkloadRef
+from auditor.workloads.adapters import KUBEFLOW_REPLICA_SPECS
 from auditor.workloads.dataports import LINUX_EPHEMERAL, PortRange, data_port_range, ompi_range, range_text
 from auditor.workloads.operators import RJOB_REPLICAS
 from auditor.workloads.replicas import replica_holding
 
 TALKS_TO = "placement-auditor.io/talks-to"
+
+
+# Where an edge came from, for reports that show what was understood:
+# - operator-default: the training kind's built-in edge on the operator's default port (or, with no
+#   port, the ephemeral range its collectives use);
+# - named-port: a built-in edge whose port is the container port the operator names (`pytorchjob-port`);
+# - container-port: a built-in edge whose port is the destination's first declared container port;
+# - spec-field: a built-in edge whose port a field of the workload sets (elasticPolicy.rdzvPort,
+#   rayStartParams.port);
+# - pod-dns-name: a command, argument or env value names a pod (`<jobset>-<job>-0-0.<subdomain>`);
+# - jobset-coordinator: JobSet `spec.coordinator`;
+# - service-reference: a command, argument or env value names a Service's DNS name;
+# - annotation: `placement-auditor.io/talks-to`.
+EdgeOrigin = Literal[
+    "operator-default",
+    "named-port",
+    "container-port",
+    "spec-field",
+    "pod-dns-name",
+    "jobset-coordinator",
+    "service-reference",
+    "annotation",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +61,7 @@ class CommEdge:
     # The one replica of `destination` the edge reaches (rank 0, a pod named by its DNS name),
     # where that matters: a role split by per-replica labels (workloads/replicas.py).
     to_replica: int | None = field(default=None, compare=False)
+    origin: EdgeOrigin = field(kw_only=True)
 
     @property
     def ports(self) -> PortRange:
@@ -55,8 +80,30 @@ def _role(w: Workload, *names: str) -> Role | None:
     return next((r for r in w.roles if r.name.lower() in wanted), None)
 
 
-def _named_port(role: Role, name: str, default: int) -> int:
-    return next((p.port for p in role.template.named_ports if p.name == name), default)
+def _named_port(role: Role, name: str, default: int) -> tuple[int, EdgeOrigin]:
+    """The container port the operator names, else its default, and which of the two it is."""
+    named = next((p.port for p in role.template.named_ports if p.name == name), None)
+    return (default, "operator-default") if named is None else (named, "named-port")
+
+
+def training_kind(ref: WorkloadRef) -> str | None:
+    """The training kind whose built-in edges apply to a workload (its kind, or `Volcano Job`),
+    None for a generic workload whose edges come only from Service references and annotations."""
+    if ref.kind in KUBEFLOW_REPLICA_SPECS or ref.kind in _OPERATOR_KINDS:
+        return ref.kind
+    if ref.kind == "Job" and ref.api_version.startswith(VOLCANO_GROUP):
+        return "Volcano Job"
+    return None
+
+
+_OPERATOR_KINDS = ("JobSet", "TrainJob", "RayCluster", "RayJob", "LeaderWorkerSet")
+VOLCANO_GROUP = "batch.volcano.sh/"
+
+
+def _named_edge(source: Role, destination: Role, port_name: str, default: int, reason: str) -> CommEdge:
+    """A built-in edge on the destination's named container port, else the operator's default."""
+    port, origin = _named_port(destination, port_name, default)
+    return CommEdge(source, destination, port, "TCP", reason, origin=origin)
 
 
 def _kubeflow_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
@@ -64,13 +111,20 @@ def _kubeflow_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
     if kind == "PyTorchJob":
         master, worker = _role(w, "Master"), _role(w, "Worker")
         if master is not None and worker is not None:
-            port = _named_port(master, "pytorchjob-port", 23456)
-            yield CommEdge(worker, master, port, "TCP", "PyTorch rendezvous: workers → master (MASTER_ADDR)")
+            yield _named_edge(
+                worker, master, "pytorchjob-port", 23456, "PyTorch rendezvous: workers → master (MASTER_ADDR)"
+            )
         elif worker is not None and spec.get("elasticPolicy") is not None:
             elastic = spec.get("elasticPolicy") or {}
-            port = int(elastic.get("rdzvPort") or 29400) if isinstance(elastic, Mapping) else 29400
+            rdzv = elastic.get("rdzvPort") if isinstance(elastic, Mapping) else None
             yield CommEdge(
-                worker, worker, port, "TCP", "elastic c10d rendezvous: workers → worker-0", to_replica=0
+                worker,
+                worker,
+                int(rdzv or 29400),
+                "TCP",
+                "elastic c10d rendezvous: workers → worker-0",
+                to_replica=0,
+                origin="spec-field" if rdzv else "operator-default",
             )
         group = [r for r in (master, worker) if r is not None]
         yield from _ring(group, "NCCL/Gloo all-reduce between ranks")
@@ -79,67 +133,36 @@ def _kubeflow_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
         others = [r for r in w.roles if r.name.lower() in ("worker", "chief", "master", "evaluator")]
         for r in others:
             if ps is not None:
-                yield CommEdge(
-                    r,
-                    ps,
-                    _named_port(ps, "tfjob-port", 2222),
-                    "TCP",
-                    "TensorFlow: worker/chief ↔ parameter server",
-                )
-                yield CommEdge(
-                    ps,
-                    r,
-                    _named_port(r, "tfjob-port", 2222),
-                    "TCP",
-                    "TensorFlow: parameter server ↔ worker/chief",
-                )
+                yield _named_edge(r, ps, "tfjob-port", 2222, "TensorFlow: worker/chief ↔ parameter server")
+                yield _named_edge(ps, r, "tfjob-port", 2222, "TensorFlow: parameter server ↔ worker/chief")
         trainers = [r for r in others if r.name.lower() != "evaluator"]
         for a in trainers:
             for b in trainers:
                 if a.replicas > 1 or a is not b:
-                    yield CommEdge(
-                        a,
-                        b,
-                        _named_port(b, "tfjob-port", 2222),
-                        "TCP",
-                        "TensorFlow collective: worker ↔ worker",
-                    )
+                    yield _named_edge(a, b, "tfjob-port", 2222, "TensorFlow collective: worker ↔ worker")
     elif kind == "XGBoostJob":
         master, worker = _role(w, "Master"), _role(w, "Worker")
         if master is not None and worker is not None:
-            yield CommEdge(
-                worker,
-                master,
-                _named_port(master, "xgboostjob-port", 9999),
-                "TCP",
-                "XGBoost tracker: workers → master",
-            )
+            yield _named_edge(worker, master, "xgboostjob-port", 9999, "XGBoost tracker: workers → master")
     elif kind == "PaddleJob":
         worker = _role(w, "Worker")
         if worker is not None:
-            yield CommEdge(
-                worker,
-                worker,
-                _named_port(worker, "master", 36543),
-                "TCP",
-                "Paddle: workers → worker-0",
-                to_replica=0,
+            yield dataclasses.replace(
+                _named_edge(worker, worker, "master", 36543, "Paddle: workers → worker-0"), to_replica=0
             )
     elif kind == "JAXJob":
         worker = _role(w, "Worker")
         if worker is not None:
-            yield CommEdge(
-                worker,
-                worker,
-                _named_port(worker, "jaxjob-port", 6666),
-                "TCP",
-                "JAX coordinator: workers → worker-0",
+            yield dataclasses.replace(
+                _named_edge(worker, worker, "jaxjob-port", 6666, "JAX coordinator: workers → worker-0"),
                 to_replica=0,
             )
     elif kind == "MPIJob":
         launcher, worker = _role(w, "Launcher"), _role(w, "Worker")
         if launcher is not None and worker is not None:
-            yield CommEdge(launcher, worker, 22, "TCP", "MPI: launcher → workers (ssh)")
+            yield CommEdge(
+                launcher, worker, 22, "TCP", "MPI: launcher → workers (ssh)", origin="operator-default"
+            )
         if worker is not None:
             yield from _ring([worker], "MPI data between workers", mpi=True, launcher=launcher)
 
@@ -176,7 +199,15 @@ def _pod_dns_edges(w: Workload) -> Iterator[CommEdge]:
                 if target is not role or role.replicas > 1:
                     jobs = max(int(target.template.label_map.get(RJOB_REPLICAS, "1") or 1), 1)
                     index = int(m.group(2)) * max(target.replicas // jobs, 1) + int(m.group(3))
-                    yield CommEdge(role, target, port, "TCP", f"names pod {m.group(0)}", to_replica=index)
+                    yield CommEdge(
+                        role,
+                        target,
+                        port,
+                        "TCP",
+                        f"names pod {m.group(0)}",
+                        to_replica=index,
+                        origin="pod-dns-name",
+                    )
 
 
 def _operator_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
@@ -189,11 +220,25 @@ def _operator_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
             if target is not None:
                 for r in w.roles:
                     if r is not target:
-                        yield CommEdge(r, target, _first_port(target), "TCP", "JobSet coordinator endpoint")
+                        yield CommEdge(
+                            r,
+                            target,
+                            _first_port(target),
+                            "TCP",
+                            "JobSet coordinator endpoint",
+                            origin="jobset-coordinator",
+                        )
         if kind == "TrainJob":
             node, launcher = _role(w, "node"), _role(w, "launcher")
             if launcher is not None and node is not None:
-                yield CommEdge(launcher, node, 22, "TCP", "MPI runtime: launcher → nodes (ssh)")
+                yield CommEdge(
+                    launcher,
+                    node,
+                    22,
+                    "TCP",
+                    "MPI runtime: launcher → nodes (ssh)",
+                    origin="operator-default",
+                )
             elif node is not None and node.replicas > 1:
                 yield CommEdge(
                     node,
@@ -202,6 +247,7 @@ def _operator_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
                     "TCP",
                     "torchrun rendezvous: nodes → node-0-0 (PET_MASTER_PORT)",
                     to_replica=0,
+                    origin="operator-default",
                 )
             if node is not None:
                 reason = "all-reduce between training nodes"
@@ -214,19 +260,25 @@ def _operator_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
             if isinstance(cluster, Mapping)
             else None
         )
-        port = (
-            int(params["port"])
-            if isinstance(params, Mapping) and str(params.get("port", "")).isdigit()
-            else 6379
-        )
+        declared = isinstance(params, Mapping) and str(params.get("port", "")).isdigit()
+        port = int(params["port"]) if isinstance(params, Mapping) and declared else 6379
+        port_origin: EdgeOrigin = "spec-field" if declared else "operator-default"
         for r in w.roles:
             if head is not None and r is not head:
-                yield CommEdge(r, head, port, "TCP", "Ray: worker → head GCS")
+                yield CommEdge(r, head, port, "TCP", "Ray: worker → head GCS", origin=port_origin)
     elif kind == "LeaderWorkerSet":
         leader, worker = _role(w, "leader"), _role(w, "worker")
         if leader is not None and worker is not None:
-            yield CommEdge(worker, leader, _first_port(leader), "TCP", "LeaderWorkerSet: worker → leader")
-    elif kind == "Job" and w.ref.api_version.startswith("batch.volcano.sh/"):
+            leader_port = _first_port(leader)
+            yield CommEdge(
+                worker,
+                leader,
+                leader_port,
+                "TCP",
+                "LeaderWorkerSet: worker → leader",
+                origin="operator-default" if leader_port is None else "container-port",
+            )
+    elif kind == "Job" and w.ref.api_version.startswith(VOLCANO_GROUP):
         yield from _volcano_edges(w, spec)
 
 
@@ -256,7 +308,10 @@ def _volcano_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
         worker = _role(w, args.get("worker", ""), "worker", "mpiworker")
         if master is not None and worker is not None:
             ssh = _port_arg(args, 22)
-            yield CommEdge(master, worker, ssh, "TCP", "Volcano mpi plugin: master → workers (ssh)")
+            origin: EdgeOrigin = "spec-field" if "port" in args else "operator-default"
+            yield CommEdge(
+                master, worker, ssh, "TCP", "Volcano mpi plugin: master → workers (ssh)", origin=origin
+            )
         if worker is not None:
             rings += _ring([worker], "MPI data between workers", mpi=True, launcher=master)
     if "pytorch" in plugins:
@@ -264,7 +319,10 @@ def _volcano_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
         master, worker = _role(w, args.get("master", "master")), _role(w, args.get("worker", "worker"))
         if master is not None and worker is not None:
             port = _port_arg(args, 23456)
-            yield CommEdge(worker, master, port, "TCP", "Volcano pytorch plugin: workers → master")
+            origin = "spec-field" if "port" in args else "operator-default"
+            yield CommEdge(
+                worker, master, port, "TCP", "Volcano pytorch plugin: workers → master", origin=origin
+            )
         group = [r for r in (master, worker) if r is not None]
         rings += _ring(group, "NCCL/Gloo all-reduce between ranks")
     yield from rings
@@ -279,9 +337,16 @@ def _volcano_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
                     continue
                 if b.template.container_ports:
                     for protocol, port in sorted(set(b.template.container_ports)):
-                        yield CommEdge(a, b, port, protocol, f"{reason} (declared containerPort)")
+                        yield CommEdge(
+                            a,
+                            b,
+                            port,
+                            protocol,
+                            f"{reason} (declared containerPort)",
+                            origin="container-port",
+                        )
                 elif (a, b) not in covered:
-                    yield CommEdge(a, b, None, "TCP", reason)
+                    yield CommEdge(a, b, None, "TCP", reason, origin="operator-default")
 
 
 def _ring(
@@ -294,7 +359,15 @@ def _ring(
     for a in roles:
         for b in roles:
             if a is not b or a.replicas > 1:
-                yield CommEdge(a, b, None, "TCP", reason, ompi_range(b, launcher) if mpi else None)
+                yield CommEdge(
+                    a,
+                    b,
+                    None,
+                    "TCP",
+                    reason,
+                    ompi_range(b, launcher) if mpi else None,
+                    origin="operator-default",
+                )
 
 
 def _dns_names(svc: Service) -> list[str]:
@@ -378,7 +451,7 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
     for role in roles:
         ns = role.workload.namespace
         seen: set[tuple[Role, int]] = set()
-        references: list[tuple[Service, int | None, str]] = []
+        references: list[tuple[Service, int | None, str, EdgeOrigin]] = []
         for text in _texts(role):
             for m in _HOST.finditer(text):
                 host = m.group(1).lower()
@@ -390,6 +463,7 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
                                 svc,
                                 int(m.group(2)) if m.group(2) else None,
                                 f"names Service {svc.namespace}/{svc.name}",
+                                "service-reference",
                             )
                         )
         talks = dict(role.template.annotations).get(TALKS_TO, "")
@@ -402,13 +476,14 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
                         referenced,
                         int(port_text) if port_text.isdigit() else None,
                         f"annotation {TALKS_TO}: {item}",
+                        "annotation",
                     )
                 )
-        for svc, port, reason in references:
+        for svc, port, reason, origin in references:
             for target, tport in _service_targets(svc, port, selected_by(svc)):
                 if (target is not role or role.replicas > 1) and (target, tport) not in seen:
                     seen.add((target, tport))
-                    yield CommEdge(role, target, tport, "TCP", reason)
+                    yield CommEdge(role, target, tport, "TCP", reason, origin=origin)
 
 
 def _whole(w: Workload) -> tuple[Workload, dict[Role, list[Role]]]:

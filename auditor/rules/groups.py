@@ -1,0 +1,149 @@
+"""What a scan understood: the workloads it recognised as groups of pods that must talk, with
+their roles, feasible zones and communication edges, and the verdict of each edge. Computed once
+from the audit model (pure); the JSON report lists it and the table prints a one-line summary, so a
+user can tell "understood and fine" from "not recognised".
+
+A workload is listed when it is a training kind (it has built-in edges, `recognised_as` names the
+kind, even when it has no edge: "recognised, nothing to check") or when some edge starts or ends
+at one of its roles (`recognised_as: generic`: its edges come from Service references or the
+talks-to annotation). Other workloads (plain Deployments, DaemonSets without edges) are only
+counted by kind: a repository of 20,000 objects holds thousands of them, and listing each would
+bury the groups.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from auditor.model.findings import ObjectRef
+from auditor.model.objects import Role, Workload, WorkloadRef
+from auditor.rules.model import AuditModel, EdgeAnalysis
+from auditor.workloads.edges import CommEdge, training_kind
+
+GENERIC = "generic"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRole:
+    name: str
+    replicas: int
+    feasible_zones: tuple[str, ...]
+    unschedulable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEdge:
+    """One communication edge from a role of the group, with what the audit concluded about it."""
+
+    source: str  # role name, in the group's workload
+    destination: str  # role name
+    destination_workload: ObjectRef | None  # None: a role of the same workload
+    port: int | None  # None: the ephemeral range (`ports` says which)
+    ports: str
+    protocol: str
+    origin: str
+    reason: str
+    # False when an end has no node to land on: no placement, no verdict (role-unschedulable says so).
+    analysed: bool
+    allowed: tuple[tuple[str, str], ...]  # (source zone, destination zone) placements allowed
+    denied: tuple[tuple[str, str], ...]
+    split: str | None  # certainty that the pair is split across zones; None: never split
+    coupling: str  # the constraint that decided the zone pairs, in words
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    workload: ObjectRef
+    recognised_as: str  # the training kind, or GENERIC
+    roles: tuple[GroupRole, ...]
+    edges: tuple[GroupEdge, ...]
+    # Other workloads with an edge into this one, e.g. workers that reach this coordinator through
+    # its Service: their edges are listed under them.
+    reached_from: tuple[ObjectRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Groups:
+    groups: tuple[Group, ...]
+    # Every workload with roles but no edge in or out, listed or not.
+    workloads_without_edges: int
+    # Generic workloads without edges (not listed), counted by kind.
+    unlisted_by_kind: tuple[tuple[str, int], ...]
+
+    @property
+    def edges(self) -> int:
+        return sum(len(g.edges) for g in self.groups)
+
+    @property
+    def roles(self) -> int:
+        return sum(len(g.roles) for g in self.groups)
+
+    @property
+    def training(self) -> int:
+        return sum(1 for g in self.groups if g.recognised_as != GENERIC)
+
+
+def _ref(r: WorkloadRef) -> ObjectRef:
+    return ObjectRef(r.api_version, r.kind, r.namespace, r.name, r.source.file, r.source.line)
+
+
+def _edge(edge: CommEdge, analysis: EdgeAnalysis | None, own: Workload) -> GroupEdge:
+    other = edge.destination.workload
+    verdicts = analysis.verdicts if analysis is not None else ()
+    return GroupEdge(
+        source=edge.source.name,
+        destination=edge.destination.name,
+        destination_workload=None if other == own.ref else _ref(other),
+        port=edge.port,
+        ports=edge.ports_text,
+        protocol=edge.protocol,
+        origin=edge.origin,
+        reason=edge.reason,
+        analysed=analysis is not None,
+        allowed=tuple((v.source_zone, v.destination_zone) for v in verdicts if v.allowed),
+        denied=tuple((v.source_zone, v.destination_zone) for v in verdicts if not v.allowed),
+        split=analysis.placement.split if analysis is not None else None,
+        coupling=analysis.placement.coupling if analysis is not None else "",
+    )
+
+
+def _role(role: Role, model: AuditModel) -> GroupRole:
+    placement = model.placements.get(role)
+    zones = placement.zones if placement is not None else ()
+    return GroupRole(role.name, role.replicas, zones, placement is None or placement.unschedulable)
+
+
+def groups(model: AuditModel) -> Groups:
+    analyses = {a.edge: a for a in model.edges}
+    outgoing: dict[WorkloadRef, list[CommEdge]] = {}
+    reached: dict[WorkloadRef, set[WorkloadRef]] = {}
+    for e in model.comm_edges:
+        outgoing.setdefault(e.source.workload, []).append(e)
+        if e.destination.workload != e.source.workload:
+            reached.setdefault(e.destination.workload, set()).add(e.source.workload)
+    listed: list[Group] = []
+    without_edges = 0
+    unlisted: Counter[str] = Counter()
+    for w in model.workloads():
+        if not w.roles:
+            continue
+        kind = training_kind(w.ref)
+        edges = outgoing.get(w.ref, [])
+        into = reached.get(w.ref, set())
+        if not edges and not into:
+            without_edges += 1
+            if kind is None:
+                unlisted[w.ref.kind] += 1
+                continue
+        listed.append(
+            Group(
+                _ref(w.ref),
+                kind or GENERIC,
+                tuple(_role(r, model) for r in w.roles),
+                tuple(_edge(e, analyses.get(e), w) for e in edges),
+                tuple(sorted((_ref(r) for r in into), key=lambda r: r.identity)),
+            )
+        )
+    listed.sort(key=lambda g: (g.workload.file, g.workload.line, g.workload.identity))
+    return Groups(tuple(listed), without_edges, tuple(sorted(unlisted.items())))

@@ -1,0 +1,109 @@
+"""`auditor connectivity`: the namespace × zone map must agree with the per-pair engine."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from support import DATA, inventory
+
+from auditor.cli import main
+from auditor.connectivity import UNKNOWN_ZONE, Cell, connectivity
+from auditor.reachability.matrix import ClassMatrix
+from auditor.reachability.ports import PortSet
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import synth
+
+LAB = DATA / "seed-lab"
+
+
+@pytest.mark.parametrize(
+    ("protocol", "ports"),
+    [("TCP", (1024, 65535)), ("TCP", (8080, 8080)), ("TCP", (5000, 9100)), ("UDP", (53, 53))],
+)
+def test_cell_counts_match_the_engine_pair_by_pair(protocol: str, ports: tuple[int, int]) -> None:
+    inv = inventory(objects=synth.generate(300, 40, seed=5, cilium_share=0.3))
+    assert not inv.errors and not inv.nodes
+    cmap = connectivity(inv, protocol, ports)
+    assert cmap.notes and "no Node objects" in cmap.notes[0]
+    roles = [r for w in inv.workloads for r in w.roles]
+    eps = [inv.pod_endpoint(r, None, None) for r in roles]
+    engine = inv.engine()
+    identity = ClassMatrix(engine, eps).pod_identity
+    representative = {identity[i]: ep for i, ep in enumerate(eps)}
+    in_cell: dict[Cell, set[int]] = {}
+    for r, i in zip(roles, identity, strict=True):
+        in_cell.setdefault(Cell(r.workload.namespace, UNKNOWN_ZONE), set()).add(i)
+    probe = PortSet.of(ports)
+    verdict: dict[tuple[int, int], bool] = {}
+    expected = {}
+    for a, srcs in in_cell.items():
+        for b, dsts in in_cell.items():
+            allowed = 0
+            for s in srcs:
+                for d in dsts:
+                    if (s, d) not in verdict:
+                        conns = engine.flow(representative[s], representative[d]).allowed_conns()
+                        verdict[(s, d)] = not (probe - conns.ports(protocol))
+                    allowed += verdict[(s, d)]
+            expected[(a, b)] = (len(srcs) * len(dsts), allowed)
+    got = {(p.source, p.destination): (p.class_pairs, p.allowed) for p in cmap.pairs}
+    assert got == expected
+    states = {p.state for p in cmap.pairs}
+    assert states & {"partial", "closed"}  # the synthetic policies close something
+    assert sum(c.pods for c in cmap.cells) == sum(r.replicas for r in roles)
+
+
+def test_seed_lab_zone_boundary(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [str(LAB / "policies.yaml"), str(LAB / "nodes.yaml")]
+    assert main(["connectivity", str(LAB / "before"), *args]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == "placement-auditor/connectivity/v1"
+    assert doc["probe"] == {"protocol": "TCP", "ports": "32768-60999"}
+    states = {(p["from"]["zone"], p["to"]["zone"]): p["state"] for p in doc["pairs"]}
+    assert states == {
+        ("zone-a", "zone-a"): "open",
+        ("zone-a", "zone-b"): "closed",
+        ("zone-b", "zone-a"): "closed",
+        ("zone-b", "zone-b"): "open",
+    }
+    assert [(c["zone"], c["pods"]) for c in doc["cells"]] == [("zone-a", 4), ("zone-b", 1)]
+    assert main(["connectivity", str(LAB / "after"), *args, "--port", "9999", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "from_namespace,from_zone,to_namespace,to_zone,state,class_pairs,allowed_class_pairs",
+        "ml-demo,zone-a,ml-demo,zone-a,open,4,4",
+    ]
+
+
+def test_bad_port_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["connectivity", "--example", "seed-lab", "--port", "9-2"])
+    assert exc.value.code == 2
+    assert "a port or range" in capsys.readouterr().err
+
+
+def test_numpy_is_only_needed_for_the_bulk_pair_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, auditor.cli, auditor.connectivity, auditor.scan; print('numpy' in sys.modules)",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert loaded.stdout.strip() == "False"
+    monkeypatch.setitem(sys.modules, "numpy", None)  # as if the [matrix] extra were not installed
+    inv = inventory(paths=[LAB / "before", LAB / "policies.yaml", LAB / "nodes.yaml"])
+    assert [p.state for p in connectivity(inv).pairs] == ["open", "closed", "closed", "open"]
+    from auditor.reachability.matrix import ConnectivityMap
+
+    eps = [inv.pod_endpoint(r, None, None) for w in inv.workloads for r in w.roles]
+    with pytest.raises(ImportError, match=r"pip install 'placement-auditor\[matrix\]'"):
+        ConnectivityMap(ClassMatrix(inv.engine(), eps))
