@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from auditor.model.objects import ZONE_KEY, Node, Role, Toleration
+from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, Toleration
 from auditor.model.scheduling import AffinityTerm, namespace_label_map
 from auditor.placement.filters import TOPOLOGY_KEYS, FilterResult, filter_node, node_label_keys
 from auditor.placement.podfilters import ExistingPod, InterPodAffinity, TopologySpread
@@ -278,20 +278,19 @@ def _static_filter(
     claims: Mapping[str, frozenset[str]],
     spread: TopologySpread | None,
     options: PlacementOptions,
+    on_node: Sequence[PodTemplate] = (),
 ) -> FilterResult:
-    """The filters that need no other pod: node-level ones, then the topology keys PodTopologySpread
-    and InterPodAffinity require of a node."""
+    """The node-level filters (with the requests of the pods already on the node), then
+    PodTopologySpread and the topology keys InterPodAffinity requires of a node."""
     template = role.template
     tolerations = admitted_tolerations(role, options)
     if tolerations is not template.tolerations:
-        from dataclasses import replace
-
         template = replace(template, tolerations=tolerations)
-    result = filter_node(template, node, claims)
+    result = filter_node(template, node, claims, on_node)
     if not result.ok:
         return result
     if spread is not None:
-        # No pod placed yet: the spread filter rejects only nodes lacking a constraint's key.
+        # With no pod placed yet, the spread filter rejects only nodes lacking a constraint's key.
         result = spread.filter(node)
         if not result.ok:
             return result
@@ -313,16 +312,21 @@ def _feasible(
     groups: Sequence[Sequence[Node]] | None,
     claims: Mapping[str, frozenset[str]],
     options: PlacementOptions,
+    existing: Sequence[ExistingPod] = (),
 ) -> tuple[list[Node], list[tuple[FilterResult, tuple[str, ...]]]]:
     spread = (
-        TopologySpread.build(role.template, role.workload.namespace, nodes, ())
+        TopologySpread.build(role.template, role.workload.namespace, nodes, existing)
         if role.template.scheduling.hard_spread
         else None
     )
+    on_node: dict[str, list[PodTemplate]] = {}
+    for pod in existing:
+        if pod.template is not None:
+            on_node.setdefault(pod.node_name, []).append(pod.template)
     ok: list[Node] = []
     rejected: list[tuple[FilterResult, tuple[str, ...]]] = []
     for group in groups if groups is not None else [[n] for n in nodes]:
-        result = _static_filter(role, group[0], claims, spread, options)
+        result = _static_filter(role, group[0], claims, spread, options, on_node.get(group[0].name, ()))
         if result.ok:
             ok.extend(group)
         else:
@@ -354,23 +358,29 @@ def _affinity_matches(role: Role, roles: Iterable[Role], options: PlacementOptio
     return _Matches(others, bool(terms) and all(_selects(t, role, role, options) for t in terms))
 
 
-def _near_matching_pods(
+def _inter_pod(
     role: Role,
     matches: _Matches,
     ok: Sequence[Node],
+    nodes: Sequence[Node],
     feasible: Mapping[Role, Sequence[Node]],
+    existing: Sequence[ExistingPod],
     options: PlacementOptions,
 ) -> tuple[list[Node], list[tuple[FilterResult, tuple[str, ...]]]]:
-    """InterPodAffinity for a follower: the nodes whose domains hold a pod of a role it follows,
-    judged by the scheduler's own filter with one pod of each such role on each node it can use."""
-    existing = [
-        ExistingPod(r.workload.namespace, r.template.labels, n.name)
-        for r in matches.others
-        for n in feasible[r]
-    ]
-    nodes = list({n.name: n for n in [*ok, *(n for r in matches.others for n in feasible[r])]}.values())
+    """InterPodAffinity, by the scheduler's own filter, over the pods already running and — for a
+    follower — one pod of each role it follows on each node that role can use (it lands only near
+    them; with none among the manifests it waits)."""
+    synthetic = (
+        []
+        if matches.itself
+        else [
+            ExistingPod(r.workload.namespace, r.template.labels, n.name)
+            for r in matches.others
+            for n in feasible[r]
+        ]
+    )
     affinity = InterPodAffinity.build(
-        role.template, role.workload.namespace, nodes, existing, options.namespace_labels
+        role.template, role.workload.namespace, nodes, [*existing, *synthetic], options.namespace_labels
     )
     kept: list[Node] = []
     rejected: list[tuple[FilterResult, tuple[str, ...]]] = []
@@ -520,9 +530,11 @@ def place_roles(
     zone_key: str,
     volume_zones: Mapping[Role, Mapping[str, frozenset[str]]] | None = None,
     options: PlacementOptions | None = None,
+    existing: Sequence[ExistingPod] = (),
 ) -> dict[Role, RolePlacement]:
-    """Where each role can land, and how many of its replicas. Roles whose templates ask the same of
-    nodes share one filtering pass (on a large repository most jobs come from a few templates)."""
+    """Where each role can land, and how many of its replicas, given the pods already running
+    (`existing`: none for manifests). Roles whose templates ask the same of nodes share one
+    filtering pass (on a large repository most jobs come from a few templates)."""
     opts = options or PlacementOptions(zone_key)
     topology = Topology(nodes, zone_key)
     read = {zone_key, *TOPOLOGY_KEYS}.union(*(_keys_read(r) for r in roles))
@@ -534,20 +546,31 @@ def place_roles(
     for role in roles:
         claims = (volume_zones or {}).get(role) or {}
         key = _filter_signature(role, claims, opts)
+        if existing:  # the pods already running count per namespace and label set
+            key = (key, role.workload.namespace, role.template.labels)
         found = done.get(key)
         if found is None:
-            found = done[key] = _feasible(role, nodes, None if _names_a_node(role) else groups, claims, opts)
+            by_group = None if existing or _names_a_node(role) else groups
+            found = done[key] = _feasible(role, nodes, by_group, claims, opts, existing)
         feasible[role], rejected[role] = found[0], list(found[1])
     # Required podAffinity: a follower lands only near pods of the roles its terms select; with
     # none among the manifests it waits, unless its own pods match (the first may start anywhere).
+    # Pods already running (their anti-affinity too) are judged by the same filter.
+    running_anti = any(p.anti_affinity for p in existing)
     matches: dict[Role, _Matches] = {}
+    static = dict(feasible)
     for role in roles:
-        if not role.template.scheduling.pod_affinity.required:
+        s_ = role.template.scheduling
+        if s_.pod_affinity.required:
+            matches[role] = _affinity_matches(role, roles, opts)
+        m = matches.get(role, _Matches((), True))
+        follower = bool(s_.pod_affinity.required) and not m.itself
+        if not (
+            follower
+            or (existing and (s_.pod_affinity.required or s_.pod_anti_affinity.required or running_anti))
+        ):
             continue
-        m = matches[role] = _affinity_matches(role, roles, opts)
-        if m.itself:
-            continue
-        kept, more = _near_matching_pods(role, m, feasible[role], feasible, opts)
+        kept, more = _inter_pod(role, m, static[role], nodes, static, existing, opts)
         feasible[role] = kept
         rejected[role] = rejected[role] + more
     out: dict[Role, RolePlacement] = {}
@@ -609,8 +632,6 @@ def _propagate_followers(
     placements: dict[Role, RolePlacement], matches: Mapping[Role, _Matches], topology: Topology
 ) -> dict[Role, RolePlacement]:
     """A role that must follow pods of one role that keeps to one zone keeps to that zone too."""
-    from dataclasses import replace
-
     for role, m in matches.items():
         group = {role, *m.others}
         key = _zone_nested_key(role, topology)

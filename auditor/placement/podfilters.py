@@ -57,6 +57,8 @@ class ExistingPod:
     node_name: str
     anti_affinity: tuple[AffinityTerm, ...] = ()  # its required podAntiAffinity terms (of its namespace)
     terminating: bool = False  # metadata.deletionTimestamp is set
+    # Its spec, when known: what it requests of its node (NodeResourcesFit counts it).
+    template: PodTemplate | None = field(default=None, compare=False)
 
     @property
     def label_map(self) -> dict[str, str]:

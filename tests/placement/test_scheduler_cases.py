@@ -9,6 +9,7 @@ InterPodAffinity run alone, as their upstream tests do.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ import pytest
 import yaml
 
 from auditor.inventory import RawObject, parse_node
-from auditor.model.objects import ZONE_KEY, Node, PodTemplate
+from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, WorkloadRef
 from auditor.model.source import SourceRef
+from auditor.placement.coupling import PlacementOptions, place_roles
 from auditor.placement.filters import BETA_ZONE_KEY, FilterResult, filter_node
 from auditor.placement.podfilters import (
     InterPodAffinity,
@@ -128,4 +130,38 @@ def test_upstream_case(plugin: str, case: Mapping[str, Any]) -> None:
                 )
     # "Rejected": the upstream test only says the node does not match (no status code).
     want = {n: (got[n] if v == "Rejected" and got[n] != "Success" else v) for n, v in case["want"].items()}
+    assert got == want
+
+
+@pytest.mark.parametrize(("plugin", "case"), CASES)
+def test_upstream_case_through_the_audit_path(plugin: str, case: Mapping[str, Any]) -> None:
+    """The same case through `place_roles`, the function every audit places roles with: the case's
+    pod as a role of one replica, the case's running pods as pods already placed. Upstream runs
+    PodTopologySpread and InterPodAffinity alone; here every filter runs, so a node that a node-level
+    filter rejects first is rejected by that filter (its upstream comment: "in real case, it's
+    false"), which the test checks instead of the isolated verdict."""
+    namespace, template = _pod(case["pod"])
+    nodes = [_node(n) for n in case["nodes"]]
+    raw_existing = case.get("existing") or []
+    existing = [dataclasses.replace(existing_pod(p), template=_pod(p)[1]) for p in raw_existing]
+    source = SourceRef("<case>")
+    role = Role(WorkloadRef("v1", "Pod", namespace, "case", source), "case", 1, template, source)
+    claims = _volume_zones(case.get("pv_labels") or {})
+    placed = place_roles([role], nodes, ZONE_KEY, {role: claims}, PlacementOptions(ZONE_KEY), existing)[role]
+    got = {name: "Success" for name in placed.nodes}
+    by_plugin = {r.node: r for r in placed.rejected}
+    for node in nodes:
+        result = by_plugin.get(node.name)
+        if result is None:
+            continue
+        if plugin not in NODE_PLUGINS and result.plugin in NODE_PLUGINS:
+            on_node = [t for p in existing if p.node_name == node.name and (t := p.template) is not None]
+            assert not filter_node(template, node, claims, on_node).ok
+            got[node.name] = "rejected first by " + result.plugin
+            continue
+        got[node.name] = _verdict(plugin, result)
+    want = {
+        n: (got[n] if (v == "Rejected" and got[n] != "Success") or got[n].startswith("rejected first") else v)
+        for n, v in case["want"].items()
+    }
     assert got == want
