@@ -148,7 +148,7 @@ def test_upstream_case_through_the_audit_path(plugin: str, case: Mapping[str, An
     role = Role(WorkloadRef("v1", "Pod", namespace, "case", source), "case", 1, template, source)
     claims = _volume_zones(case.get("pv_labels") or {})
     placed = place_roles([role], nodes, ZONE_KEY, {role: claims}, PlacementOptions(ZONE_KEY), existing)[role]
-    got = {name: "Success" for name in placed.nodes}
+    got = dict.fromkeys(placed.nodes, "Success")
     by_plugin = {r.node: r for r in placed.rejected}
     for node in nodes:
         result = by_plugin.get(node.name)
