@@ -7,6 +7,8 @@ from types import ModuleType
 from typing import Any
 
 from auditor.model.findings import Finding
+from auditor.placement import coupling
+from auditor.placement import coupling
 from auditor.rules import (
     cross_zone_blocked,
     cross_zone_traffic,
@@ -56,4 +58,6 @@ def rules_markdown() -> str:
     for rule in RULES:
         doc = (rule.__doc__ or "").strip()
         parts.append(f"\n## `{rule.META.id}` — {rule.META.title}\n\n{doc}\n")
+    # The edge rules' certainty comes from the one placement model; its own words say how.
+    parts.append(f"\n## Where a group can land (certainty)\n\n{(coupling.__doc__ or '').strip()}\n")
     return "\n".join(parts)
