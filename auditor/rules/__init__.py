@@ -8,7 +8,6 @@ from typing import Any
 
 from auditor.model.findings import Finding
 from auditor.placement import coupling
-from auditor.placement import coupling
 from auditor.rules import (
     cross_zone_blocked,
     cross_zone_traffic,
