@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from auditor.model.labels import LabelSelector
 from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, Toleration
 from auditor.model.scheduling import AffinityTerm, namespace_label_map
 from auditor.placement.filters import TOPOLOGY_KEYS, FilterResult, filter_node, node_label_keys
@@ -331,6 +332,9 @@ def _feasible(
             ok.extend(group)
         else:
             rejected.append((result, tuple(n.name for n in group)))
+    if groups is not None:
+        position = {n.name: i for i, n in enumerate(nodes)}
+        ok.sort(key=lambda n: position[n.name])  # node order, as filtering one by one gives
     return ok, rejected
 
 
@@ -352,10 +356,48 @@ def _selects(term: AffinityTerm, owner: Role, other: Role, options: PlacementOpt
     )
 
 
-def _affinity_matches(role: Role, roles: Iterable[Role], options: PlacementOptions) -> _Matches:
+class _RoleIndex:
+    """The roles by namespace and by label, so a selector is matched only against the roles one of
+    its `In` requirements can select (a repository has thousands of roles)."""
+
+    def __init__(self, roles: Sequence[Role]) -> None:
+        self.roles = roles
+        self.by_namespace: dict[str, list[Role]] = {}
+        self.by_label: dict[tuple[str, str], list[Role]] = {}
+        for r in roles:
+            self.by_namespace.setdefault(r.workload.namespace, []).append(r)
+            for kv in r.template.labels:
+                self.by_label.setdefault(kv, []).append(r)
+
+    def candidates(self, selector: LabelSelector, namespace: str | None) -> Iterable[Role]:
+        """A superset of the roles `selector` selects (in `namespace` when given)."""
+        narrowest: list[Role] | None = None
+        for req in selector.requirements:
+            if req.operator != "In":
+                continue
+            found = [r for v in req.values for r in self.by_label.get((req.key, v), ())]
+            if narrowest is None or len(found) < len(narrowest):
+                narrowest = found
+        if narrowest is None:
+            narrowest = (
+                list(self.by_namespace.get(namespace, ())) if namespace is not None else list(self.roles)
+            )
+        if namespace is not None:
+            return [r for r in narrowest if r.workload.namespace == namespace]
+        return narrowest
+
+
+def _affinity_matches(role: Role, index: _RoleIndex, options: PlacementOptions) -> _Matches:
     terms = role.template.scheduling.pod_affinity.required
-    others = tuple(r for r in roles if r is not role and all(_selects(t, role, r, options) for t in terms))
-    return _Matches(others, bool(terms) and all(_selects(t, role, role, options) for t in terms))
+    first = terms[0]
+    pool = index.candidates(first.selector, role.workload.namespace if first.own_namespace else None)
+    seen: set[Role] = set()
+    others = []
+    for r in pool:
+        if r is not role and r not in seen and all(_selects(t, role, r, options) for t in terms):
+            seen.add(r)
+            others.append(r)
+    return _Matches(tuple(others), all(_selects(t, role, role, options) for t in terms))
 
 
 def _inter_pod(
@@ -419,7 +461,7 @@ class _Cap:
         return self.per_domain * len(reachable)
 
 
-def _caps(role: Role, nodes: Sequence[Node], others: Sequence[Role], options: PlacementOptions) -> list[_Cap]:
+def _caps(role: Role, nodes: Sequence[Node], index: _RoleIndex, options: PlacementOptions) -> list[_Cap]:
     """The constraints of `role` that bound its own replicas: hard spread whose selector counts only
     its own pods (other roles' pods might fill the domains it cannot reach), and required
     podAntiAffinity to its own pods (one per domain)."""
@@ -429,7 +471,10 @@ def _caps(role: Role, nodes: Sequence[Node], others: Sequence[Role], options: Pl
     for c in role.template.scheduling.hard_spread:
         if not c.selector.matches(labels):
             continue
-        if any(o.workload.namespace == ns and c.selector.matches(o.template.label_map) for o in others):
+        if any(
+            o is not role and c.selector.matches(o.template.label_map)
+            for o in index.candidates(c.selector, ns)
+        ):
             continue
         eligible = TopologySpread.build(role.template, ns, nodes, (), [c]).counts[0]
         caps.append(
@@ -466,6 +511,12 @@ def _fit(
         if value is not None and (best[0] is None or value < best[0]):
             best = (value, cap.reason)
     return best
+
+
+def s_caps(role: Role) -> bool:
+    """Whether any constraint of the role can bound its own replicas (see `_caps`)."""
+    s = role.template.scheduling
+    return bool(s.hard_spread or s.pod_anti_affinity.required)
 
 
 def _replica_bounds(
@@ -557,12 +608,13 @@ def place_roles(
     # none among the manifests it waits, unless its own pods match (the first may start anywhere).
     # Pods already running (their anti-affinity too) are judged by the same filter.
     running_anti = any(p.anti_affinity for p in existing)
+    index = _RoleIndex(roles)
     matches: dict[Role, _Matches] = {}
     static = dict(feasible)
     for role in roles:
         s_ = role.template.scheduling
         if s_.pod_affinity.required:
-            matches[role] = _affinity_matches(role, roles, opts)
+            matches[role] = _affinity_matches(role, index, opts)
         m = matches.get(role, _Matches((), True))
         follower = bool(s_.pod_affinity.required) and not m.itself
         if not (
@@ -574,12 +626,21 @@ def place_roles(
         feasible[role] = kept
         rejected[role] = rejected[role] + more
     out: dict[Role, RolePlacement] = {}
+    zone_cache: dict[int, tuple[str, ...]] = {}
+
+    def zones_of(ok: list[Node]) -> tuple[str, ...]:
+        # Roles filtered in one pass share their list of nodes: its zones are worked out once.
+        found = zone_cache.get(id(ok))
+        if found is None:
+            found = zone_cache[id(ok)] = tuple(sorted({z for n in ok if (z := n.label_map.get(zone_key))}))
+        return found
+
     for role in roles:
-        ok = sorted(feasible[role], key=lambda n: position[n.name])
-        zones = tuple(sorted({z for n in ok if (z := n.label_map.get(zone_key))}))
+        ok = feasible[role]
+        zones = zones_of(ok)
         m = matches.get(role, _Matches((), False))
         one_zone = _self_colocation(role, zones, m, topology) if ok else ""
-        caps = _caps(role, nodes, [r for r in roles if r is not role], opts)
+        caps = _caps(role, nodes, index, opts) if s_caps(role) else []
         max_replicas, capacity_reason, forced = _replica_bounds(role, ok, zones, one_zone, caps, zone_key)
         notes = _admission_notes(role, rejected[role], ok, opts)
         out[role] = RolePlacement(
