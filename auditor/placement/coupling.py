@@ -823,6 +823,16 @@ def _within(a: RolePlacement, ctx: PairContext) -> PairPlacement:
             "always",
             f"{role} requires podAntiAffinity to its own pods on {_describe(anti, topo)}",
         )
+    key = _zone_nested_key(role, topo)
+    if key and _all_terms_select(role, role, ctx):
+        # Its terms also select other roles' pods (else it would keep to one zone): each replica
+        # joins a domain holding some selected pod, and those can be in several zones.
+        return PairPlacement(
+            everywhere,
+            "possible",
+            f"{role} requires podAffinity on {_describe(key, topo)} to pods that include other roles': "
+            "each replica joins a zone holding one of them, and they can be in several zones",
+        )
     preferred = _annotation(role, KUEUE_PREFERRED)
     if preferred and topo.nests(preferred):
         return PairPlacement(

@@ -343,3 +343,11 @@ def test_extended_resource_toleration_is_a_setting_and_named_when_it_would_matte
     on = Settings(kubernetes=replace(KubernetesSettings(), extended_resource_toleration=True))
     p, _ = placed(text, on)
     assert p[W].nodes == ("a1",)
+
+
+def test_replicas_following_pods_of_several_roles_may_split() -> None:
+    # The workers' term selects the master's pods and their own: each worker joins a zone holding
+    # one of them, the first worker may start before the master (first-pod exemption), so workers
+    # can end up in two zones — possible, not forced together, not merely nudged apart.
+    to_everyone = follower("").replace("app: store", "app: train")
+    assert split(NODES + pytorchjob(to_everyone), W, W) == "possible"
