@@ -99,7 +99,7 @@ def included(directory: Path) -> set[Path]:
     if file is None:
         return out
     for key, entry, _ in references(_load(file)):
-        if key in INCLUDING and not looks_remote(entry):
+        if key in INCLUDING:
             target = (directory / entry).resolve()
             if target.is_dir():
                 out.add(target)
@@ -128,8 +128,8 @@ def check(directory: Path, root: Path, allow_remote: bool) -> list[Refusal]:
                 refusals.append(Refusal(file, line, refusal))
                 continue
             target = current / entry
-            if key in INCLUDING and target.is_dir():
-                pending.append(target)
+            if (key in INCLUDING or key in PLUGINS) and target.is_dir():
+                pending.append(target)  # another kustomization: its references count too
     return refusals
 
 

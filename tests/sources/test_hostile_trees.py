@@ -20,7 +20,7 @@ from seedrepo import seed_files
 
 from auditor.cli import main
 from auditor.config import Settings, SourcesSettings
-from auditor.sources import sandbox
+from auditor.sources import kustomize, sandbox
 from auditor.sources.manifests import Tools, collect, load_inventory
 
 KUBECTL = shutil.which("kubectl")
@@ -350,3 +350,30 @@ def test_a_renderer_over_the_limits_leaves_its_directory_not_audited(tmp_path: P
     out = collect([tree], Tools(loud, None), sources=SourcesSettings(max_render_bytes=10_000))
     (gap,) = out.not_audited
     assert gap.path.endswith("app/kustomization.yaml") and "max_render_bytes" in gap.reason
+
+
+@pytest.mark.parametrize(
+    ("entry", "remote"),
+    [
+        ("https://example.com/x.yaml", True),
+        ("git@github.com:org/repo.git//base", True),
+        ("ssh://git@example.com/org/repo", True),
+        ("github.com/org/repo//path?ref=v1", True),
+        ("gitlab.example.com:8443/org/repo", True),
+        ("git::https://example.com/repo", True),
+        ("../../base", False),
+        ("base", False),
+    ],
+)
+def test_remote_references_are_recognised(entry: str, remote: bool) -> None:
+    assert kustomize.looks_remote(entry) is remote
+
+
+def test_a_local_directory_that_looks_like_a_host_is_local(tmp_path: Path) -> None:
+    (tmp_path / "v1.2" / "base").mkdir(parents=True)
+    (tmp_path / "v1.2" / "base" / "kustomization.yaml").write_text("resources: []\n")
+    (tmp_path / "kustomization.yaml").write_text("resources: [v1.2/base/]\ncomponents: [missing]\n")
+    (refusal,) = kustomize.check(tmp_path, tmp_path, allow_remote=False)
+    assert "'missing' is not a file or directory in the repository" in refusal.message
+    assert refusal.line == 2
+    assert kustomize.check(tmp_path, tmp_path, allow_remote=True) == []
