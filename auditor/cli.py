@@ -1,7 +1,8 @@
 """The one entry point. Errors become exit codes here and nowhere else.
 
 Exit codes: 0 success (explain: allowed); 1 findings at or above --fail-on (explain: denied);
-2 usage or configuration error; 3 the audit itself failed or could not answer.
+2 usage or configuration error; 3 the audit itself failed or could not answer, or was partial
+(something was not audited: 3 wins over 1, so an incomplete audit never looks like a result).
 """
 
 from __future__ import annotations
@@ -107,6 +108,15 @@ def cmd_scan(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    if not result.complete:
+        for n in result.not_audited:
+            print(f"error: not audited: {n}", file=sys.stderr)
+        print(
+            f"error: the audit is partial: {len(result.not_audited)} file(s) or director(ies) "
+            "were not audited (see above); findings from the rest are reported",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     if result.audited_objects == 0 and result.errors:
         return EXIT_FAILED
     return EXIT_FINDINGS if result.at_or_above(args.fail_on) else EXIT_OK

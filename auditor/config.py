@@ -21,6 +21,10 @@ Every setting says its unit, default and why. The config file is YAML:
         policy_cidr_match_mode: ""
         enable_node_selector_labels: false
         cluster_name: default
+    sources:
+      kustomize_remote: false    # allow Kustomize to fetch remote resources (URLs, git repos)
+      render_timeout_seconds: 120
+      max_render_bytes: 16777216 # output of one kubectl kustomize / helm template
     cost: …                      # see CostSettings
     database: …                  # the service's sections: see service_config.py
     service: …
@@ -53,6 +57,7 @@ SECTIONS = (
     "topology",
     "network",
     "cost",
+    "sources",
     "database",
     "service",
     "targets",
@@ -165,6 +170,19 @@ class CostSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SourcesSettings:
+    """How a scanned tree's Kustomize directories and Helm charts are rendered (docs/config.md)."""
+
+    # Remote Kustomize resources, bases and components (URLs, git@…, github.com/…): refused by
+    # default, because auditing a repository must not reach the network or run what it fetches.
+    kustomize_remote: bool = False
+    # Seconds one `kubectl kustomize` or `helm template` may run before it is killed.
+    render_timeout_seconds: float = 120.0
+    # Bytes one render may print; the rendered YAML is read with the same ceiling as a file.
+    max_render_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
 class PrometheusSettings:
     """Measured signals for live audits. Without a URL the model is used, and findings say so."""
 
@@ -187,6 +205,7 @@ class Settings:
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     digest: DigestSettings | None = None
     reports: ReportSettings = field(default_factory=ReportSettings)
+    sources: SourcesSettings = field(default_factory=SourcesSettings)
 
     def target(self, name: str) -> TargetSettings:
         for t in self.targets:
@@ -215,6 +234,11 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
         "inter_zone_gbps": (int, float),
         "intra_zone_latency_ms": (int, float),
         "inter_zone_latency_ms": (int, float),
+    },
+    "sources": {
+        "kustomize_remote": bool,
+        "render_timeout_seconds": (int, float),
+        "max_render_bytes": int,
     },
     "prometheus": {"url": str, "timeout_seconds": (int, float), "window": str, "bearer_token_env": str},
     "cost.prices.*": {"usd_per_unit": (int, float), "unit": str, "charged": str, "as_of": str, "source": str},
@@ -321,7 +345,16 @@ def parse_settings(data: Any, file: str) -> Settings:
         prometheus=_prometheus(data.get("prometheus"), file),
         digest=digest,
         reports=reports,
+        sources=_sources(data.get("sources"), file),
     )
+
+
+def _sources(raw: Any, file: str) -> SourcesSettings:
+    section = _section(raw, "sources", file)
+    for key in ("render_timeout_seconds", "max_render_bytes"):
+        if key in section and section[key] <= 0:
+            raise ConfigError(file, yamlio.key_line(raw, key), f"sources.{key}", "must be a number > 0")
+    return SourcesSettings(**section)
 
 
 def _prometheus(raw: Any, file: str) -> PrometheusSettings:

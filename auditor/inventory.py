@@ -25,7 +25,7 @@ from auditor.model.objects import (
     WorkloadRef,
     freeze_labels,
 )
-from auditor.model.source import LoadError, SourceRef
+from auditor.model.source import LoadError, NotAudited, SourceRef
 from auditor.placement.pods import pod_endpoint
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.endpoints import PodEndpoint
@@ -114,6 +114,8 @@ class Inventory:
     calico_tiers: dict[str, tuple[float, str]] = field(default_factory=dict)
     errors: list[LoadError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Files and directories whose content was not seen (the audit is partial; sources/manifests.py).
+    not_audited: list[NotAudited] = field(default_factory=list)
     # Kinds present but not audited (ConfigMap, Ingress, ...): counted, not errors.
     skipped_kinds: dict[str, int] = field(default_factory=dict)
     # (Cluster)TrainingRuntimes by (kind, namespace or "", name): TrainJobs are built from them.

@@ -9,7 +9,7 @@ from datetime import date
 
 from auditor.inventory import Inventory
 from auditor.model.findings import SEVERITY_RANK, Finding, ObjectRef
-from auditor.model.source import LoadError
+from auditor.model.source import LoadError, NotAudited
 from auditor.placement.observed import Observation, observe
 from auditor.progress import Progress, silent
 from auditor.rules import live, run_rules
@@ -41,6 +41,13 @@ class ScanResult:
     workload_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     # What the scan understood (training groups, roles, edges); None for results not from a scan.
     groups: Groups | None = None
+    # What the audit did not see (a skipped or failed render, an unreadable file): when any,
+    # the audit is partial (`auditor scan` exits 3) and a stored run resolves nothing.
+    not_audited: list[NotAudited] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.not_audited
 
     def at_or_above(self, severity: str) -> list[Finding]:
         if severity == "none":
@@ -58,6 +65,8 @@ class ScanResult:
             "by_severity": {s: by_sev[s] for s in SEVERITY_RANK if by_sev[s]},
             "estimated_monthly_cost_usd": round(sum(costs), 2) if costs else None,
             "errors": len(self.errors),
+            "complete": self.complete,
+            "not_audited": [n.to_json() for n in self.not_audited],
             "audited_objects": self.audited_objects,
             "waived": len(self.waived),
             "skipped_kinds": dict(sorted(self.skipped_kinds.items())),
@@ -126,6 +135,7 @@ def scan(
         observation,
         labels,
         groups(model),
+        list(inv.not_audited),
     )
 
 

@@ -67,12 +67,27 @@ def test_custom_price_needs_date_and_source(tmp_path: Path) -> None:
         ("network:\n  ephemeral_ports: lots\n", "network.ephemeral_ports", 2),
         ("network:\n  ephemeral_ports: 32768\n", "network.ephemeral_ports", 2),  # an int, not a range
         ("network:\n  ephemeral_port: 32768-60999\n", "network.ephemeral_port", 2),
+        ("sources:\n  kustomize_remote: yes please\n", "sources.kustomize_remote", 2),
+        ("sources:\n  kustomise_remote: true\n", "sources.kustomise_remote", 2),
+        (
+            "sources:\n  kustomize_remote: false\n  render_timeout_seconds: 0\n",
+            "sources.render_timeout_seconds",
+            3,
+        ),
+        ("sources:\n  max_render_bytes: 1.5\n", "sources.max_render_bytes", 2),
     ],
 )
 def test_bad_keys_are_named(tmp_path: Path, text: str, key: str, line: int) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(write(tmp_path, text))
     assert err.value.key == key and err.value.line == line and str(tmp_path) in err.value.file
+
+
+def test_sources_default_to_no_remote_and_can_opt_in(tmp_path: Path) -> None:
+    assert load_settings(None).sources.kustomize_remote is False
+    s = load_settings(write(tmp_path, "sources:\n  kustomize_remote: true\n  render_timeout_seconds: 30\n"))
+    assert s.sources.kustomize_remote is True and s.sources.render_timeout_seconds == 30
+    assert s.sources.max_render_bytes == 16 * 1024 * 1024
 
 
 def test_ephemeral_ports_default_to_linux_and_can_be_set(tmp_path: Path) -> None:

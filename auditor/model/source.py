@@ -51,3 +51,19 @@ class LoadError:
         if self.field:
             out["field"] = self.field
         return out
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class NotAudited:
+    """A file or directory whose content the audit did not see (a skipped or failed Kustomize
+    build or Helm chart, an unreadable file): the audit is *partial*, and nothing it did not see
+    may count as fixed. `path` is the file as the user gave it (a kustomization, a Chart.yaml)."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": self.path, "reason": self.reason}

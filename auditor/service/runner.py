@@ -1,8 +1,10 @@
 """One stored audit of one target: claim the slot, fetch, scan, store (the `run` use case).
 
 Used by `auditor run`, by the scheduler and by the API's trigger. A run that cannot fetch or
-scan ends `failed` with the reason; one whose files could only partly be read ends `partial`
-(it records what it saw and resolves nothing); a process killed mid-run leaves a `running` row
+scan ends `failed` with the reason; one that could not see everything ends `partial` (it
+records what it saw and resolves nothing): a file that could not be read, a Kustomize directory
+or Helm chart skipped (renderer missing), refused (remote or outside the target) or failing to
+build; a process killed mid-run leaves a `running` row
 that `recover` marks `interrupted` on the next start.
 """
 
@@ -237,7 +239,7 @@ class AuditRunner:
         nodes = [self._inside(root, n, "node file") for n in target.nodes]
         packs = [self._inside(root, p, "policy pack") for p in target.policies]
         pack = load_packs(packs)
-        inv = load_inventory([*paths, *nodes], self.settings, self.tools)
+        inv = load_inventory([*paths, *nodes], self.settings, self.tools, root=root)
         return scan(inv, pack, self.store.clock().date())
 
     def _audit_cluster(self, target: TargetSettings) -> tuple[ScanResult, str | None]:
@@ -284,7 +286,7 @@ class AuditRunner:
             for e in result.expired_waivers
         ]
         return RunOutcome(
-            "partial" if result.errors else "succeeded",
+            "partial" if result.errors or result.not_audited else "succeeded",
             revision,
             result.findings,
             waived,

@@ -1,30 +1,37 @@
 """Read manifests from the file system: raw YAML through the one loader, Kustomize directories
 rendered with `kubectl kustomize`, Helm charts with `helm template` (each when the tool is
-installed; otherwise the directory is reported as skipped, with the reason).
+installed).
 
 Files inside a kustomization or chart directory are not read raw: the rendered output is what
 reaches a cluster. Only kustomizations that no other scanned kustomization includes are rendered,
 so a base is audited through its overlays, once each. Rendered objects keep the file and line of
 the source document they came from when it can be found.
+
+Rendering never reaches the network or leaves the repository root (sources/kustomize.py checks
+a kustomization first; sources/sandbox.py runs the renderer). What could not be seen — a
+directory skipped because its renderer is missing, a refused or failed build, an unreadable
+file — is an error entry *and* a `NotAudited` entry: the audit is partial.
+
+The repository root of a path is the git work tree holding it, else the path itself (its
+directory, for a file); the service passes its target's root.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from auditor import yamlio
-from auditor.config import Settings
+from auditor.config import Settings, SourcesSettings
 from auditor.inventory import Inventory, build_inventory
-from auditor.model.source import LoadError, SourceRef
+from auditor.model.source import LoadError, NotAudited, SourceRef
 from auditor.progress import Progress, silent
-
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-RENDER_TIMEOUT_S = 120
+from auditor.sources import kustomize, sandbox
+from auditor.sources.kustomize import KUSTOMIZATION_FILES
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +51,12 @@ class Collected:
     documents: list[yamlio.Document] = field(default_factory=list)
     errors: list[LoadError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    not_audited: list[NotAudited] = field(default_factory=list)
+
+    def skip(self, path: str, reason: str, line: int = 0) -> None:
+        """`path` was not audited: an error entry and a NotAudited entry."""
+        self.errors.append(LoadError(path, line, reason))
+        self.not_audited.append(NotAudited(path, reason))
 
 
 def _under(path: Path, roots: set[Path]) -> Path | None:
@@ -55,41 +68,37 @@ def _under(path: Path, roots: set[Path]) -> Path | None:
     return None
 
 
-def _kustomization_file(root: Path) -> Path:
-    return next(root / n for n in KUSTOMIZATION_FILES if (root / n).is_file())
+def repository_root(path: Path) -> Path:
+    """The git work tree holding `path`, else `path` (its directory, for a file); resolved."""
+    start = path.resolve()
+    if not start.is_dir():
+        start = start.parent
+    for parent in (start, *start.parents):
+        if (parent / ".git").exists():
+            return parent
+    return start
 
 
-def _included(root: Path) -> set[Path]:
-    """Directories a kustomization pulls in (resources, bases, components)."""
-    docs, _ = yamlio.load_file(_kustomization_file(root), str(root))
-    out: set[Path] = set()
-    data = docs[0].data if docs else None
-    if isinstance(data, dict):
-        for key in ("resources", "bases", "components"):
-            for entry in data.get(key) or []:
-                if isinstance(entry, str) and "://" not in entry:
-                    target = (root / entry).resolve()
-                    if target.is_dir():
-                        out.add(target)
-    return out
+def _boundary(directory: Path, roots: Sequence[Path]) -> Path:
+    """The widest given root holding `directory`."""
+    holding = [r for r in roots if directory == r or directory.is_relative_to(r)]
+    return min(holding, key=lambda r: len(r.parts)) if holding else directory
 
 
-def _run(cmd: list[str], cwd: Path) -> tuple[int, str, str]:
-    try:
-        proc = subprocess.run(
-            cmd,
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=RENDER_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return 124, "", f"timed out after {RENDER_TIMEOUT_S} s"
-    except OSError as exc:
-        return 127, "", str(exc)
-    return proc.returncode, proc.stdout, proc.stderr
+def _chart_escapes(chart: Path, root: Path) -> str | None:
+    """Why `chart` may not be rendered: a file or directory in it that leads outside `root`."""
+    for directory, dirnames, filenames in os.walk(chart):
+        for name in (*dirnames, *filenames):
+            entry = Path(directory) / name
+            if not entry.is_symlink():
+                continue
+            try:
+                target = entry.resolve(strict=True)
+            except (OSError, RuntimeError):
+                return f"{entry.relative_to(chart)} is a broken symlink"
+            if target != root and not target.is_relative_to(root):
+                return f"{entry.relative_to(chart)} leads outside the repository root {root} (-> {target})"
+    return None
 
 
 def _origin(index: dict[tuple[str, str], SourceRef], data: object, fallback: SourceRef) -> SourceRef:
@@ -103,15 +112,27 @@ def _origin(index: dict[tuple[str, str], SourceRef], data: object, fallback: Sou
 
 
 def _render(
-    kind: str, root: Path, display: str, cmd: list[str], sources: list[yamlio.Document], out: Collected
+    kind: str,
+    root: Path,
+    display: str,
+    cmd: list[str],
+    sources: list[yamlio.Document],
+    out: Collected,
+    limits: SourcesSettings,
 ) -> None:
-    code, stdout, stderr = _run(cmd, root)
+    ran = sandbox.run(
+        cmd,
+        root,
+        limits.render_timeout_seconds,
+        limits.max_render_bytes,
+        allow_network=kind == "Kustomize" and limits.kustomize_remote,
+    )
     anchor = SourceRef(display, 1)
-    if code != 0:
-        detail = " ".join(stderr.strip().split())[:600] or f"exit status {code}"
-        out.errors.append(LoadError(display, 1, f"{kind} build failed: {detail}"))
+    if ran.code != 0:
+        detail = " ".join(ran.stderr.strip().split())[:600] or f"exit status {ran.code}"
+        out.skip(display, f"{kind} build failed: {detail}", 1)
         return
-    docs, errors = yamlio.load_text(stdout, f"{display} (rendered)")
+    docs, errors = yamlio.load_text(ran.stdout, f"{display} (rendered)")
     out.errors.extend(errors)
     # Point rendered objects back at the document they came from (kind + name), for SARIF and fixes.
     index: dict[tuple[str, str], SourceRef] = {}
@@ -125,21 +146,30 @@ def _render(
 
 
 def collect(
-    paths: Sequence[Path], tools: Tools, progress: Progress = silent, jobs: int | None = None
+    paths: Sequence[Path],
+    tools: Tools,
+    progress: Progress = silent,
+    jobs: int | None = None,
+    sources: SourcesSettings | None = None,
+    root: Path | None = None,
 ) -> Collected:
     """Every document under `paths`: raw files, rendered Kustomize directories and Helm charts.
     `jobs`: worker processes for reading files (None: one per CPU for a large tree; see
-    yamlio.load_files)."""
+    yamlio.load_files). `root`: the repository root nothing may be read outside of (default: each
+    path's, see repository_root)."""
     out = Collected()
+    sources = sources or SourcesSettings()
+    roots = [root.resolve()] if root is not None else [repository_root(p) for p in paths]
     files, errors = yamlio.discover_files(list(paths))
-    out.errors.extend(errors)
+    for e in errors:  # a path that could not be listed or read: not audited
+        out.skip(e.file, e.message, e.line)
     resolved = [(p, p, display) for p, display in files]  # discover_files resolves them
     displays = {real: display for real, _, display in resolved}
     kroots = {p.parent for p, _, _ in resolved if p.name in KUSTOMIZATION_FILES}
     charts = {p.parent for p, _, _ in resolved if p.name == "Chart.yaml"}
     included: set[Path] = set()
-    for root in kroots:
-        included |= _included(root)
+    for directory in kroots:
+        included |= kustomize.included(directory)
     raw_by_root: dict[Path, list[yamlio.Document]] = {r: [] for r in kroots | charts}
     owners: dict[Path, tuple[Path | None, Path | None]] = {}  # directory -> (chart, kustomization)
     to_read: list[tuple[Path, str]] = []
@@ -154,29 +184,48 @@ def collect(
         to_read.append((path, display))
         read_for.append(kroot)
     loaded = yamlio.load_files(to_read, jobs=jobs)
-    for n, (kroot, (docs, errs)) in enumerate(zip(read_for, loaded, strict=True), 1):
+    for n, (kroot, (_, display), (docs, errs)) in enumerate(zip(read_for, to_read, loaded, strict=True), 1):
         progress("reading manifests", n, len(to_read))
+        out.errors.extend(errs)
         if kroot is not None:
-            raw_by_root[kroot].extend(docs)
-            out.errors.extend(errs)
+            raw_by_root[kroot].extend(docs)  # read for source locations; the build decides
             continue
         out.documents.extend(docs)
-        out.errors.extend(errs)
-    for root in sorted(kroots - included):
-        display = displays.get(_kustomization_file(root).resolve(), str(_kustomization_file(root)))
-        if tools.kubectl is None:
-            out.notes.append(f"Kustomize directory {display} skipped: kubectl is not installed")
+        if errs:  # the file, or a document in it, could not be read
+            out.not_audited.append(NotAudited(display, errs[0].message))
+    for top in sorted(kroots - included):
+        kfile = kustomize.kustomization_file(top) or top / KUSTOMIZATION_FILES[0]
+        display = displays.get(kfile.resolve(), str(kfile))
+        refusals = kustomize.check(top, _boundary(top, roots), sources.kustomize_remote)
+        if refusals:
+            for r in refusals:
+                out.errors.append(
+                    LoadError(displays.get(r.file.resolve(), str(r.file)), r.line, f"Kustomize: {r.message}")
+                )
+            first = refusals[0]
+            where = displays.get(first.file.resolve(), str(first.file))
+            out.not_audited.append(NotAudited(display, f"Kustomize build refused: {where}: {first.message}"))
             continue
-        sources = [d for r in (root, *sorted(included)) for d in raw_by_root.get(r, [])]
-        _render("Kustomize", root, display, [tools.kubectl, "kustomize", str(root)], sources, out)
+        if tools.kubectl is None:
+            out.skip(display, "Kustomize directory skipped: kubectl is not installed")
+            continue
+        raw = [d for r in (top, *sorted(included)) for d in raw_by_root.get(r, [])]
+        cmd = [tools.kubectl, "kustomize", "--load-restrictor=LoadRestrictionsRootOnly", str(top)]
+        _render("Kustomize", top, display, cmd, raw, out, sources)
     for chart in sorted(charts):
         display = displays.get((chart / "Chart.yaml").resolve(), str(chart / "Chart.yaml"))
         if _under(chart.parent, charts) is not None:
             continue  # a subchart renders with its parent
-        if tools.helm is None:
-            out.notes.append(f"Helm chart {display} skipped: helm is not installed")
+        escape = _chart_escapes(chart, _boundary(chart, roots))
+        if escape is not None:
+            out.skip(display, f"Helm chart refused: {escape}")
             continue
-        _render("Helm", chart, display, [tools.helm, "template", chart.name, str(chart)], [], out)
+        if tools.helm is None:
+            out.skip(display, "Helm chart skipped: helm is not installed")
+            continue
+        # No --dependency-update and no repositories configured: charts/ is all helm reads.
+        cmd = [tools.helm, "template", chart.name, str(chart)]
+        _render("Helm", chart, display, cmd, [], out, sources)
     return out
 
 
@@ -186,8 +235,10 @@ def load_inventory(
     tools: Tools | None = None,
     progress: Progress = silent,
     jobs: int | None = None,
+    root: Path | None = None,
 ) -> Inventory:
-    collected = collect(paths, tools or Tools.detect(), progress, jobs)
+    collected = collect(paths, tools or Tools.detect(), progress, jobs, settings.sources, root)
     inv = build_inventory(collected.documents, settings, collected.errors)
     inv.notes[:0] = collected.notes
+    inv.not_audited = sorted(set(collected.not_audited))
     return inv

@@ -1,4 +1,4 @@
-"""Kustomize directories are rendered with the real kubectl; Helm charts without helm are skipped."""
+"""Kustomize directories are rendered with the real kubectl; Helm charts without helm are not audited."""
 
 from __future__ import annotations
 
@@ -48,10 +48,15 @@ def test_overlay_is_rendered_once_and_its_patch_counts(tmp_path: Path) -> None:
 
 def test_broken_overlay_is_an_error_on_its_kustomization(tmp_path: Path) -> None:
     root = seed_as_kustomize(tmp_path, "zone-b")
-    (root / "overlays" / "prod" / "kustomization.yaml").write_text("resources: [../../missing]\n")
+    # A missing patch file: kubectl itself fails (a missing *resource* is refused before it runs,
+    # since kustomize would try it as a remote: tests/sources/test_hostile_trees.py).
+    (root / "overlays" / "prod" / "kustomization.yaml").write_text(
+        "resources: [../../base]\npatches:\n- path: missing-patch.yaml\n"
+    )
     inv = load_inventory([root], Settings())
     (err,) = [e for e in inv.errors if "Kustomize build failed" in e.message]
     assert err.file.endswith("overlays/prod/kustomization.yaml") and err.line == 1
+    assert [n.path for n in inv.not_audited] == [err.file]  # the audit is partial
     assert len(inv.policies) == 3 and len(inv.nodes) == 5  # everything else still loads
 
 
@@ -61,12 +66,15 @@ def test_chart_without_helm_is_skipped_with_the_reason(tmp_path: Path) -> None:
     (chart / "Chart.yaml").write_text("apiVersion: v2\nname: c\nversion: 0.1.0\n")
     (chart / "templates" / "job.yaml").write_text("replicas: {{ .Values.n }}\n")
     out = collect([tmp_path], Tools(kubectl=shutil.which("kubectl"), helm=None))
-    assert out.errors == [] and out.documents == []
-    assert out.notes == [f"Helm chart {tmp_path}/chart/Chart.yaml skipped: helm is not installed"]
+    assert out.documents == [] and out.notes == []
+    reason = "Helm chart skipped: helm is not installed"
+    assert [(e.file, e.message) for e in out.errors] == [(f"{tmp_path}/chart/Chart.yaml", reason)]
+    assert [(n.path, n.reason) for n in out.not_audited] == [(f"{tmp_path}/chart/Chart.yaml", reason)]
 
 
 def test_without_kubectl_kustomize_dirs_are_skipped(tmp_path: Path) -> None:
     root = seed_as_kustomize(tmp_path, "zone-b")
     out = collect([root], Tools(kubectl=None, helm=None))
-    assert any("skipped: kubectl is not installed" in n for n in out.notes)
+    assert [n.reason for n in out.not_audited] == ["Kustomize directory skipped: kubectl is not installed"]
+    assert out.not_audited[0].path.endswith("overlays/prod/kustomization.yaml")
     assert not any(d.source.file.endswith("workload.yaml") for d in out.documents)

@@ -454,7 +454,8 @@ def test_scan_json_byte_identical_without_per_replica_selectors(
     golden: str, args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The reports recorded before per-replica labels existed (same code, same inputs), byte for
-    byte once the `groups` listing and its summary counts, added since, are taken out."""
+    byte once the `groups` listing and its summary counts, and the summary's `complete` and
+    `not_audited` (partial audits), added since, are taken out."""
     import json
 
     from auditor.cli import main
@@ -463,6 +464,7 @@ def test_scan_json_byte_identical_without_per_replica_selectors(
     main(["scan", *args, "--format", "json", "--fail-on", "none"])
     report = json.loads(capsys.readouterr().out)
     assert report.pop("groups")
+    assert report["summary"].pop("complete") is True and report["summary"].pop("not_audited") == []
     for key in ("groups", "edges", "workloads_without_edges", "unlisted_workloads_by_kind"):
         report["summary"].pop(key)
     assert json.dumps(report, indent=2) + "\n" == (GOLDEN / golden).read_text()
