@@ -63,21 +63,26 @@ def _plain(key: str) -> str:
 
 def tests_in(tree: Any, keys: frozenset[str]) -> Iterator[ReplicaTest]:
     """Comparisons on per-replica `keys` anywhere in a manifest subtree: matchLabels-style
-    mappings (`{key: value}`), matchExpressions (`{key: ..., values: [...]}`) and selector strings."""
-    if isinstance(tree, Mapping):
-        expr_key = tree.get("key")
-        if isinstance(expr_key, str) and _plain(expr_key) in keys:
-            for v in tree.get("values") or ():
-                yield ReplicaTest(_plain(expr_key), "==", str(v))
-        for k, v in tree.items():
-            if isinstance(k, str) and _plain(k) in keys and isinstance(v, (str, int)):
-                yield ReplicaTest(_plain(k), "==", str(v))
-            yield from tests_in(v, keys)
-    elif isinstance(tree, list):
-        for item in tree:
-            yield from tests_in(item, keys)
-    elif isinstance(tree, str) and ("/" in tree) and any(k in tree for k in keys):
-        yield from _calico_tests(tree, keys)
+    mappings (`{key: value}`), matchExpressions (`{key: ..., values: [...]}`) and selector strings.
+    Walked with a stack (every policy of a large repository passes through here)."""
+    found: list[ReplicaTest] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            expr_key = node.get("key")
+            if isinstance(expr_key, str) and _plain(expr_key) in keys:
+                found.extend(ReplicaTest(_plain(expr_key), "==", str(v)) for v in node.get("values") or ())
+            for k, v in node.items():
+                if isinstance(k, str) and _plain(k) in keys and isinstance(v, (str, int)):
+                    found.append(ReplicaTest(_plain(k), "==", str(v)))
+                if isinstance(v, (Mapping, list)) or (isinstance(v, str) and "/" in v):
+                    stack.append(v)
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str) and any(k in node for k in keys):
+            found.extend(_calico_tests(node, keys))
+    return iter(found)
 
 
 def replica_keys(workloads: Iterable[Workload]) -> frozenset[str]:
