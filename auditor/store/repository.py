@@ -775,17 +775,6 @@ class Store:
             row.url, row.state, row.fix_id, row.updated_at = url, state, fix_id, now
             row.closed_by_human = row.closed_by_human or closed_by_human
 
-    def refused_fixes(self, target: str, branch: str) -> set[str]:
-        """Fixes a human closed unmerged on this branch: never proposed again."""
-        with self.sessions() as session:
-            return set(
-                session.scalars(
-                    select(PullRequest.fix_id)
-                    .join(Target, PullRequest.target_id == Target.id)
-                    .where(Target.name == target, PullRequest.branch == branch, PullRequest.closed_by_human)
-                )
-            )
-
     def pull_requests_since(self, target: str, since: datetime) -> int:
         with self.sessions() as session:
             return int(
@@ -798,14 +787,22 @@ class Store:
                 or 0
             )
 
-    def pull_requests(self, target: str) -> list[dict[str, Any]]:
+    def pull_requests(
+        self, target: str, *, workload: str | None = None, fix_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The fix pull requests recorded for a target (of one workload, or of one fix)."""
+        query = (
+            select(PullRequest)
+            .join(Target, PullRequest.target_id == Target.id)
+            .where(Target.name == target)
+            .order_by(PullRequest.id)
+        )
+        if workload is not None:
+            query = query.where(PullRequest.workload == workload)
+        if fix_id is not None:
+            query = query.where(PullRequest.fix_id == fix_id)
         with self.sessions() as session:
-            rows = session.scalars(
-                select(PullRequest)
-                .join(Target, PullRequest.target_id == Target.id)
-                .where(Target.name == target)
-                .order_by(PullRequest.id)
-            )
+            rows = session.scalars(query)
             return [
                 {
                     "workload": r.workload,

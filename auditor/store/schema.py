@@ -197,8 +197,10 @@ class PullRequest(Base):
     branch: Mapped[str] = mapped_column(String(255))
     number: Mapped[int] = mapped_column(Integer)
     url: Mapped[str] = mapped_column(Text)
-    state: Mapped[str] = mapped_column(String(20))  # open | closed | merged
-    fix_id: Mapped[str] = mapped_column(String(64))  # hash of the change it proposes
+    # open | closed | merged | superseded (closed by the tool when the workload's fix changed)
+    state: Mapped[str] = mapped_column(String(20))
+    # The fix's identity (gitops/pulls.py fix_intent: workload, rule, finding, zone, patches), hashed.
+    fix_id: Mapped[str] = mapped_column(String(64))
     closed_by_human: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
