@@ -684,6 +684,7 @@ class Store:
         subject: str,
         text: str,
         html: str,
+        message_id: str | None = None,
     ) -> int | None:
         """Queue one digest; None when the team already has one for that UTC day."""
         day_start = end.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -699,6 +700,7 @@ class Store:
                 text=text,
                 html=html,
                 status="pending",
+                message_id=message_id,
                 attempts=0,
                 created_at=self.clock(),
             )
@@ -717,19 +719,26 @@ class Store:
                     "text": d.text,
                     "html": d.html,
                     "attempts": d.attempts,
+                    "message_id": d.message_id,
+                    "period_end": _as_utc(d.period_end),
                 }
                 for d in session.scalars(select(Digest).where(Digest.status == "pending").order_by(Digest.id))
             ]
 
-    def digest_attempt(self, digest_id: int, error: str | None) -> None:
-        """Record a send attempt: sent (error None) or still pending with the error."""
+    def digest_attempt(
+        self, digest_id: int, error: str | None, *, permanent: bool = False, note: str | None = None
+    ) -> None:
+        """Record a send attempt: sent (error None; `note` says what the server refused of it),
+        still pending with the error (temporary), or failed with the error (`permanent`)."""
         with self.sessions.begin() as session:
             row = session.get_one(Digest, digest_id, with_for_update=True)
             row.attempts += 1
             if error is None:
-                row.status, row.sent_at, row.last_error = "sent", self.clock(), None
+                row.status, row.sent_at, row.last_error = "sent", self.clock(), note and note[:2000]
             else:
                 row.last_error = error[:2000]
+                if permanent:
+                    row.status = "failed"
 
     def digests(self) -> list[dict[str, Any]]:
         with self.sessions() as session:
@@ -740,6 +749,7 @@ class Store:
                     "status": d.status,
                     "attempts": d.attempts,
                     "last_error": d.last_error,
+                    "message_id": d.message_id,
                 }
                 for d in session.scalars(select(Digest).order_by(Digest.id))
             ]

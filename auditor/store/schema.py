@@ -189,6 +189,7 @@ class PullRequest(Base):
     __table_args__ = (
         UniqueConstraint("target_id", "branch", "number"),
         Index(None, "target_id", "created_at"),
+        Index(None, "target_id", "fix_id"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -207,7 +208,8 @@ class PullRequest(Base):
 
 
 class Digest(Base):
-    """The digest outbox: one e-mail per team per period; sent once, retried until it is."""
+    """The digest outbox: one e-mail per team per UTC day; retried after temporary failures until
+    sent, marked failed (with the reason) after a permanent one."""
 
     __tablename__ = "digests"
     __table_args__ = (UniqueConstraint("team", "period_end"),)
@@ -220,7 +222,11 @@ class Digest(Base):
     subject: Mapped[str] = mapped_column(Text)
     text: Mapped[str] = mapped_column(Text)
     html: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(20))  # pending | sent
+    # pending (queued; a temporary failure keeps it so) | sent | failed (permanently, see last_error)
+    status: Mapped[str] = mapped_column(String(20))
+    # The same on every attempt, so a receiver drops a resend after a lost acknowledgement.
+    # None for rows queued before 0006 (the mailer derives the same one from team and day).
+    message_id: Mapped[str | None] = mapped_column(String(255))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
