@@ -388,3 +388,4 @@ def test_config_rejects_a_bad_message_id_domain(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(path)
     assert (err.value.key, err.value.line) == ("digest.smtp.message_id_domain", 4)
+    assert "a domain name" in err.value.message
