@@ -412,6 +412,9 @@ def _github(raw: Any, key: str, file: str, base: Path, is_git: bool) -> GitHubSe
     )
 
 
+MESSAGE_ID_DOMAIN = "placement-auditor.invalid"
+
+
 @dataclass(frozen=True, slots=True)
 class SmtpSettings:
     host: str = "localhost"
@@ -421,6 +424,9 @@ class SmtpSettings:
     password_env: str = ""  # the password comes from the environment, never the file
     sender: str = "placement-auditor@localhost"
     timeout_seconds: float = 30.0
+    # The right-hand side of each digest's Message-ID (`<digest-TEAM-DAY-HASH@DOMAIN>`): a domain
+    # you control, or the reserved `.invalid` default, so an ID never collides with another sender's.
+    message_id_domain: str = MESSAGE_ID_DOMAIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,7 +472,35 @@ class ReportSettings:
         return dict(self.controls).get(rule, ())
 
 
-_EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+$")
+# Addresses as SMTP takes them in RCPT TO and headers take them unquoted: a dot-atom local part and
+# a host name (RFC 5321 §4.1.2, without quoted local parts or address literals). Anything else —
+# a comma, angle brackets, a line break — is a second recipient or a header injected.
+_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_LOCAL = rf"{_ATOM}(?:\.{_ATOM})*"
+_DOMAIN = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+_EMAIL = re.compile(rf"{_LOCAL}@{_DOMAIN}")
+_DOMAIN_RE = re.compile(_DOMAIN)
+# A team name goes into a Subject header and a Message-ID: printable, one line.
+_TEAM_NAME = re.compile(r"[^\x00-\x1f\x7f-\x9f\u2028\u2029]{1,200}")
+
+
+def address_problem(address: object) -> str | None:
+    """Why `address` is not a plain e-mail address (None when it is). Used by the config and by the
+    mailer for rows already queued."""
+    if not isinstance(address, str) or not address:
+        return "an e-mail address (a non-empty string)"
+    if len(address) > 254 or not _EMAIL.fullmatch(address):
+        return f"not a plain e-mail address: {address!r}"
+    return None
+
+
+def team_name_problem(name: object) -> str | None:
+    """Why `name` cannot name a digest team (None when it can)."""
+    if not isinstance(name, str) or not name.strip():
+        return "required"
+    if not _TEAM_NAME.fullmatch(name) or name != name.strip():
+        return f"one line of printable text, at most 200 characters, no surrounding spaces: {name!r}"
+    return None
 
 
 def parse_digest(raw: Any, file: str) -> DigestSettings | None:
@@ -492,6 +526,7 @@ def parse_digest(raw: Any, file: str) -> DigestSettings | None:
         "password_env": str,
         "from": str,
         "timeout_seconds": (int, float),
+        "message_id_domain": str,
     }
     s = mapping(d.get("smtp"), "digest.smtp", smtp_keys, file)
     if s.get("security", "starttls") not in ("starttls", "tls", "none"):
@@ -499,23 +534,46 @@ def parse_digest(raw: Any, file: str) -> DigestSettings | None:
             file, yamlio.key_line(d.get("smtp"), "security"), "digest.smtp.security", "starttls, tls or none"
         )
     sender = s.pop("from", "placement-auditor@localhost")
-    if not _EMAIL.match(sender):
+    problem = address_problem(sender)
+    if problem:
+        raise ServiceConfigError(file, yamlio.key_line(d.get("smtp"), "from"), "digest.smtp.from", problem)
+    domain = s.get("message_id_domain", MESSAGE_ID_DOMAIN)
+    if len(domain) > 253 or not _DOMAIN_RE.fullmatch(domain):
         raise ServiceConfigError(
-            file, yamlio.key_line(d.get("smtp"), "from"), "digest.smtp.from", "an e-mail address"
+            file,
+            yamlio.key_line(d.get("smtp"), "message_id_domain"),
+            "digest.smtp.message_id_domain",
+            f"a domain name: {domain!r}",
         )
     smtp = SmtpSettings(sender=sender, **s)
     teams = []
+    names: set[str] = set()
     for i, item in enumerate(d.get("teams") or []):
         key = f"digest.teams[{i}]"
         t = mapping(
             item, key, {"name": str, "to": list, "targets": list, "namespaces": list, "labels": dict}, file
         )
         line = yamlio.line_of(item)
-        if not t.get("name"):
-            raise ServiceConfigError(file, line, f"{key}.name", "required")
+        problem = team_name_problem(t.get("name"))
+        if problem:
+            raise ServiceConfigError(file, yamlio.key_line(item, "name", line), f"{key}.name", problem)
+        if t["name"] in names:
+            raise ServiceConfigError(
+                file, yamlio.key_line(item, "name", line), f"{key}.name", f"duplicate team name {t['name']!r}"
+            )
+        names.add(t["name"])
         to = t.get("to") or []
-        if not to or not all(isinstance(a, str) and _EMAIL.match(a) for a in to):
-            raise ServiceConfigError(file, line, f"{key}.to", "a list of e-mail addresses")
+        if not to:
+            raise ServiceConfigError(
+                file, yamlio.key_line(item, "to", line), f"{key}.to", "a list of e-mail addresses"
+            )
+        raw_to = item.get("to")
+        for j, address in enumerate(to):
+            problem = address_problem(address)
+            if problem:
+                lines = getattr(raw_to, "item_lines", [])
+                where = lines[j] if j < len(lines) and lines[j] else yamlio.key_line(item, "to", line)
+                raise ServiceConfigError(file, where, f"{key}.to[{j}]", problem)
         labels = t.get("labels") or {}
         for name, value in labels.items():
             if not isinstance(value, str):

@@ -1,12 +1,21 @@
-"""Fix pull requests: one per workload, on a deterministic branch, proposed once.
+"""Fix pull requests: one per fix, on a branch named after the fix, proposed once.
 
 For a git target with a `github` section: fetch the branch, compute the verified fixes
-(remediation/fix.py) per workload, commit each on `placement-auditor/<kind>-<namespace>-<name>`
-with real git, push to the target's remote, and open or update the pull request with PyGithub.
+(remediation/fix.py) per workload, commit each on `placement-auditor/<kind>-<namespace>-<name>-<fix id>`
+with real git, push to the target's remote, and open the pull request with PyGithub.
 
-- The existing PR is found by its head branch and updated only when the fix changed (its body
-  carries the fix's id).
-- A PR a human closed unmerged is never reopened for the same fix (recorded in the store).
+- A fix's identity is what it means, not the bytes it writes: the workload identity, the rule and
+  fingerprint of each finding it fixes, the strategy, the zone and each role's patch (node
+  affinity, tolerations, labels, coordinator affinity, Kueue). An unrelated edit to the same file
+  (another key, a comment, a resource request) leaves it unchanged; a different zone changes it.
+- The store is the state: which PR was opened for which fix, and which a human closed. A PR's body
+  carries the fix id for humans and is never read back. A closed, unmerged PR on the fix's branch
+  that the tool did not close itself was closed by a human: that fix is never proposed again.
+- When a workload's fix changes, the new fix gets its own branch and PR, and the tool closes the
+  PR of the fix it replaces (recorded as `superseded`), so each workload keeps one open PR.
+- Every string that comes from a manifest or a path (names, labels, zones, files) enters the title
+  and body escaped for GitHub Markdown and HTML: no mention (`@team`), no issue reference (`#12`),
+  no link, no HTML, no forged marker.
 - A branch with someone else's commits is never force-pushed; the push itself uses
   `--force-with-lease` on the sha just read, so a commit pushed meanwhile is not lost either.
 - Limits: open fix PRs in the repository, new PRs per hour. GitHub's rate limits (403/429 with
@@ -17,6 +26,7 @@ with real git, push to the target's remote, and open or update the pull request 
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import logging
 import os
@@ -27,17 +37,21 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from markupsafe import Markup
+
 from auditor import templating
 from auditor.config import Settings
 from auditor.gitops import git
-from auditor.model.findings import Finding
+from auditor.model.findings import ObjectRef
 from auditor.remediation.fix import Proposal, propose
+from auditor.rules.model import object_ref
 from auditor.rules.packs import load_packs
 from auditor.service_config import GitHubSettings, TargetSettings
 from auditor.sources.manifests import Tools
 from auditor.store.repository import Store
 
 log = logging.getLogger("auditor.pulls")
+# The fix id in a PR body, for humans reading it (and tests). Never parsed back: the store is the state.
 MARKER = re.compile(r"<!-- placement-auditor fix: ([0-9a-f]{16}) -->")
 
 
@@ -45,7 +59,7 @@ MARKER = re.compile(r"<!-- placement-auditor fix: ([0-9a-f]{16}) -->")
 class PullOutcome:
     workload: str
     branch: str
-    action: str  # opened | updated | up-to-date | skipped | no-fix
+    action: str  # opened | replaced | up-to-date | skipped | no-fix
     detail: str = ""
     number: int | None = None
 
@@ -75,23 +89,112 @@ def github_client(gh: GitHubSettings, environ: Mapping[str, str]) -> Any:
     )
 
 
-def branch_for(finding: Finding) -> str:
-    w = finding.workload
-    slug = re.sub(r"[^a-z0-9.-]+", "-", f"{w.kind}-{w.namespace}-{w.name}".lower()).strip("-.")[:80]
-    return f"placement-auditor/{slug}-{hashlib.sha256(w.identity.encode()).hexdigest()[:6]}"
+# -- escaping: every string from a manifest or a path is hostile ---------------------------------
+
+# Line breaks, control characters, zero-width and bidirectional-override characters: never kept.
+_INVISIBLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]+")
+# Inline Markdown syntax (emphasis, code, links, images, tables, strikethrough), escaped with `\`.
+_MD_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()!|~^$])")
+_ZWSP = "\u200b"
 
 
-def _mermaid(text: Any) -> str:
-    return re.sub(r'["\[\]{}<>|`\n\r]', " ", str(text))[:120]
+def _unlinkable(text: str) -> str:
+    """No mention (`@team`), issue reference (`#12`, `GH-12`, `org/repo#12`) or bare URL autolink:
+    a zero-width space after `@` and `#`, inside `GH-` and after `://` and `www` (as Dependabot and
+    Renovate do)."""
+    text = text.replace("@", "@" + _ZWSP).replace("#", "#" + _ZWSP)
+    text = re.sub(r"(?i)\b(gh)-(?=\d)", r"\1-" + _ZWSP, text)
+    text = re.sub(r":(?=//)", ":" + _ZWSP, text)
+    return re.sub(r"(?i)\b(www)(?=\.)", r"\1" + _ZWSP, text)
+
+
+def markdown_text(value: object) -> str:
+    """`value` as inert inline text of a GitHub Markdown body: one line, HTML escaped (no tag, no
+    comment, hence no forged marker), Markdown punctuation backslash-escaped (no code span, link,
+    image or emphasis), and nothing GitHub links (mentions, issue references, URLs)."""
+    text = _unlinkable(_INVISIBLE.sub(" ", str(value)))
+    return _MD_PUNCTUATION.sub(r"\\\1", html.escape(text, quote=True))
+
+
+def title_text(value: object) -> str:
+    """`value` for a PR title or commit subject (plain text, where GitHub links references and
+    renders code spans): one line, no backtick, nothing linked."""
+    return _unlinkable(_INVISIBLE.sub(" ", str(value)).replace("`", "'"))
+
+
+def _finalize(value: object) -> object:
+    # Every `{{ … }}` of the body template is escaped unless a filter made it Markup on purpose.
+    return value if isinstance(value, Markup) else markdown_text(value)
+
+
+def _mermaid(text: Any) -> Markup:
+    """A node label inside the ```mermaid fence: no quote, bracket, pipe, backtick or line break
+    (which would end the label, the node or the fence), no `<`, `>`, `&`, `#` or `@`."""
+    return Markup(re.sub(r'["\[\]{}<>|`&;#@]', " ", _INVISIBLE.sub(" ", str(text)))[:120])
 
 
 def render_body(values: Mapping[str, Any]) -> str:
-    env = templating.sandbox("pr", autoescape=False)
+    env = templating.sandbox("pr", autoescape=False, finalize=_finalize)
     env.filters["mermaid"] = _mermaid
     return env.get_template("body.md.j2").render(**values)
 
 
-def _body(proposals: Sequence[Proposal], fix_id: str) -> tuple[str, str]:
+# -- the fix's identity ---------------------------------------------------------------------------
+
+
+def fix_intent(proposals: Sequence[Proposal]) -> list[dict[str, Any]]:
+    """What the fix means, independent of the file's text: per finding its workload, rule and
+    fingerprint, and the plan (strategy, zone, each role's patch)."""
+    out: list[dict[str, Any]] = []
+    for p in proposals:
+        assert p.plan is not None
+        patches: list[dict[str, Any]] = [
+            {
+                "role": f"{object_ref(patch.role).identity}/{patch.role.label}",
+                "zone": patch.zone,
+                "tolerations": sorted([t.key, t.value, t.effect] for t in patch.tolerations),
+                "labels": sorted([k, v] for k, v in patch.labels),
+                "coordinator": sorted([k, v] for k, v in patch.coordinator_labels),
+                "kueue": patch.kueue,
+            }
+            for patch in p.plan.patches
+        ]
+        out.append(
+            {
+                "workload": p.finding.workload.identity,
+                "rule": p.finding.rule,
+                "finding": p.finding.fingerprint,
+                "strategy": p.plan.strategy,
+                "zone": p.plan.zone,
+                "patches": sorted(patches, key=lambda d: str(d["role"])),
+            }
+        )
+    return sorted(out, key=lambda d: str(d["finding"]))
+
+
+def fix_id_of(intent: Sequence[Mapping[str, Any]]) -> str:
+    canonical = json.dumps(list(intent), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def branch_prefix(workload: ObjectRef) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{workload.kind}-{workload.namespace}-{workload.name}".lower())
+    return f"placement-auditor/{slug.strip('-')[:60].strip('-')}"
+
+
+def branch_for(workload: ObjectRef, fix_id: str) -> str:
+    """The fix's branch: a readable prefix, then the fix id (so the branch names the fix)."""
+    return f"{branch_prefix(workload)}-{fix_id}"
+
+
+def _relative(file: str, root: Path) -> str:
+    try:
+        return str(Path(file).resolve().relative_to(root.resolve()))
+    except ValueError:
+        return file
+
+
+def _body(proposals: Sequence[Proposal], fix_id: str, root: Path) -> tuple[str, str]:
     first = proposals[0]
     f = first.finding
     assert first.plan is not None
@@ -122,19 +225,20 @@ def _body(proposals: Sequence[Proposal], fix_id: str) -> tuple[str, str]:
         "boundaries on it treat the pod as being where it is not.",
     }.get(f.rule, f.message)
     w = f.workload
-    title = f"placement-auditor: keep {w.kind} {w.namespace}/{w.name} in {first.plan.zone}"
+    title = title_text(f"placement-auditor: keep {w.kind} {w.namespace}/{w.name} in {first.plan.zone}")
+    policies = [{**p.to_json(), "file": _relative(p.file, root)} for p in f.policies]
     body = render_body(
         {
-            "workload": f"{f.workload.kind} {f.workload.namespace}/{f.workload.name}",
+            "workload": f"{w.kind} {w.namespace}/{w.name}",
             "plain": plain,
             "before": before,
             "edges": edges,
-            "policies": [p.to_json() for p in f.policies],
+            "policies": policies,
             "cost": f.estimated_monthly_cost_usd,
             "change": "; ".join(p.plan.describe() for p in proposals if p.plan is not None),
             "reaudit": first.reaudit,
             "fingerprints": [p.finding.fingerprint for p in proposals],
-            "fix_id": fix_id,
+            "marker": Markup(f"<!-- placement-auditor fix: {fix_id} -->"),
         }
     )
     return title[:250], body
@@ -181,7 +285,7 @@ def sync_pull_requests(
         for p in everything:
             by_workload.setdefault(p.finding.workload.identity, []).append(p)
         for identity, group in sorted(by_workload.items()):
-            branch = branch_for(group[0].finding)
+            branch = branch_prefix(group[0].finding.workload)
             if not any(p.fixed for p in group):
                 reasons = "; ".join(sorted({p.reason for p in group if p.reason}))
                 outcomes.append(PullOutcome(identity, branch, "no-fix", reasons))
@@ -204,7 +308,6 @@ def sync_pull_requests(
                     env,
                     checkout.commit,
                     base_branch,
-                    branch,
                     identity,
                     own,
                 )
@@ -213,13 +316,12 @@ def sync_pull_requests(
     return outcomes
 
 
-def _fix_id(root: Path, proposals: Sequence[Proposal]) -> tuple[str, dict[str, str]]:
+def _files(root: Path, proposals: Sequence[Proposal]) -> dict[str, str]:
     files: dict[str, str] = {}
     for p in proposals:
         for file, (_, after) in p.files.items():
             files[str(Path(file).resolve().relative_to(root.resolve()))] = after
-    digest = hashlib.sha256(json.dumps(sorted(files.items())).encode()).hexdigest()[:16]
-    return digest, files
+    return files
 
 
 def _one(
@@ -231,25 +333,44 @@ def _one(
     env: Mapping[str, str],
     base_commit: str,
     base_branch: str,
-    branch: str,
     identity: str,
     proposals: Sequence[Proposal],
 ) -> PullOutcome:
     from github import GithubException
 
-    fix_id, files = _fix_id(root, proposals)
-    if fix_id in store.refused_fixes(target, branch):
-        return PullOutcome(identity, branch, "skipped", "a human closed the pull request for this fix")
+    fix_id = fix_id_of(fix_intent(proposals))
+    branch = branch_for(proposals[0].finding.workload, fix_id)
+    files = _files(root, proposals)
+    mine = store.pull_requests(target, fix_id=fix_id)
+    refused = next((r for r in mine if r["closed_by_human"]), None)
+    if refused is not None:
+        return PullOutcome(
+            identity,
+            branch,
+            "skipped",
+            f"a human closed #{refused['number']} for this fix",
+            refused["number"],
+        )
+    closed_by_us = {r["number"] for r in mine if r["state"] == "superseded"}
     owner = gh.repository.split("/")[0]
+    # What GitHub says of the PRs on the fix's branch: their state, never their body.
     pulls = list(repo.get_pulls(state="all", head=f"{owner}:{branch}"))
-    open_pr = next((p for p in pulls if p.state == "open"), None)
     for p in pulls:
-        marker = MARKER.search(p.body or "")
-        if p.state == "closed" and not p.merged and marker and marker.group(1) == fix_id:
+        if p.state == "closed" and not p.merged and p.number not in closed_by_us:
             store.record_pull_request(target, identity, branch, p.number, p.html_url, "closed", fix_id, True)
             return PullOutcome(
                 identity, branch, "skipped", f"#{p.number} was closed unmerged by a human", p.number
             )
+    open_pr = next((p for p in pulls if p.state == "open"), None)
+    if open_pr is not None:
+        store.record_pull_request(target, identity, branch, open_pr.number, open_pr.html_url, "open", fix_id)
+        return PullOutcome(identity, branch, "up-to-date", "", open_pr.number)
+    # Open PRs of earlier fixes for this workload: closed as superseded once the new one exists.
+    earlier = [
+        r
+        for r in store.pull_requests(target, workload=identity)
+        if r["state"] == "open" and r["fix_id"] != fix_id
+    ]
     remote = git.run(["ls-remote", "origin", f"refs/heads/{branch}"], root, env).split()
     remote_sha = remote[0] if remote else ""
     if remote_sha:
@@ -263,16 +384,8 @@ def _one(
                 branch,
                 "skipped",
                 f"someone else committed to the branch ({', '.join(foreign)}); not force-pushing",
-                open_pr.number if open_pr else None,
             )
-    if open_pr is not None:
-        marker = MARKER.search(open_pr.body or "")
-        if marker and marker.group(1) == fix_id:
-            store.record_pull_request(
-                target, identity, branch, open_pr.number, open_pr.html_url, "open", fix_id
-            )
-            return PullOutcome(identity, branch, "up-to-date", "", open_pr.number)
-    else:
+    if not earlier:
         open_fix_prs = [
             p for p in repo.get_pulls(state="open") if p.head.ref.startswith("placement-auditor/")
         ]
@@ -280,15 +393,15 @@ def _one(
             return PullOutcome(
                 identity, branch, "skipped", f"{len(open_fix_prs)} fix pull requests are open (max_open_prs)"
             )
-        recent = store.pull_requests_since(target, store.clock() - timedelta(hours=1))
-        if recent >= gh.max_new_prs_per_hour:
-            return PullOutcome(
-                identity,
-                branch,
-                "skipped",
-                f"{recent} pull requests opened in the last hour (max_new_prs_per_hour)",
-            )
-    title, body = _body(proposals, fix_id)
+    recent = store.pull_requests_since(target, store.clock() - timedelta(hours=1))
+    if recent >= gh.max_new_prs_per_hour:
+        return PullOutcome(
+            identity,
+            branch,
+            "skipped",
+            f"{recent} pull requests opened in the last hour (max_new_prs_per_hour)",
+        )
+    title, body = _body(proposals, fix_id, root)
     git.run(["checkout", "--quiet", "--force", "-B", branch, base_commit], root, env)
     for rel, text in files.items():
         with (root / rel).open("w", encoding="utf-8", newline="") as handle:
@@ -309,10 +422,6 @@ def _one(
         root,
         env,
     )
-    if open_pr is not None:
-        open_pr.edit(title=title, body=body)
-        store.record_pull_request(target, identity, branch, open_pr.number, open_pr.html_url, "open", fix_id)
-        return PullOutcome(identity, branch, "updated", "", open_pr.number)
     try:
         pr = repo.create_pull(title=title, body=body, head=branch, base=base_branch)
     except GithubException as exc:
@@ -324,4 +433,26 @@ def _one(
     if gh.labels:
         pr.add_to_labels(*gh.labels)
     store.record_pull_request(target, identity, branch, pr.number, pr.html_url, "open", fix_id)
+    replaced = [n for r in earlier if (n := _supersede(repo, store, target, identity, r, pr.number))]
+    if replaced:
+        detail = "supersedes " + ", ".join(f"#{n}" for n in replaced)
+        return PullOutcome(identity, branch, "replaced", detail, pr.number)
     return PullOutcome(identity, branch, "opened", "", pr.number)
+
+
+def _supersede(
+    repo: Any, store: Store, target: str, identity: str, row: Mapping[str, Any], by: int
+) -> int | None:
+    """Close the open PR of an earlier fix (recorded `superseded`, so it never counts as refused);
+    one a human closed meanwhile is recorded as refused instead. The PR's number when closed here."""
+    old = repo.get_pull(int(row["number"]))
+    number, branch, fix_id = int(row["number"]), str(row["branch"]), str(row["fix_id"])
+    if old.state == "open":
+        # Recorded first: should closing fail half-way, the tool still knows the close was its own.
+        store.record_pull_request(target, identity, branch, number, old.html_url, "superseded", fix_id)
+        old.create_issue_comment(f"Superseded by #{by}: the fix for this workload changed.")
+        old.edit(state="closed")
+        return number
+    state = "merged" if old.merged else "closed"
+    store.record_pull_request(target, identity, branch, number, old.html_url, state, fix_id, not old.merged)
+    return None

@@ -1,10 +1,11 @@
 """The digest use case: build each team's digest from the store, queue it in the outbox (one per
-team per day), and send what is pending (retrying earlier failures)."""
+team per UTC day, with its Message-ID), and send what is pending (retrying temporary failures;
+permanent ones are marked failed, see mailer.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from auditor.config import Settings
 from auditor.reports import digest as digests
@@ -31,11 +32,17 @@ def build_all(settings: Settings, store: Store) -> list[tuple[digests.Digest, da
 
 
 def run(settings: Settings, store: Store, environ: Mapping[str, str]) -> tuple[int, int, list[str]]:
-    """(queued, sent, errors)."""
+    """(queued, sent, errors). Each digest's Message-ID is fixed when it is queued: one per team and
+    UTC day, whatever the number of attempts."""
+    if settings.digest is None:
+        raise NoDigestConfig("no digest section with teams in the config")
     queued = 0
     for d, since, now in build_all(settings, store):
-        if store.enqueue_digest(d.team.name, since, now, d.team.to, d.subject, d.text, d.html) is not None:
+        ident = mailer.message_id(
+            d.team.name, now.astimezone(UTC).date(), settings.digest.smtp.message_id_domain
+        )
+        row = store.enqueue_digest(d.team.name, since, now, d.team.to, d.subject, d.text, d.html, ident)
+        if row is not None:
             queued += 1
-    assert settings.digest is not None
     sent, errors = mailer.flush(store, settings.digest.smtp, environ)
     return queued, sent, errors

@@ -684,6 +684,7 @@ class Store:
         subject: str,
         text: str,
         html: str,
+        message_id: str | None = None,
     ) -> int | None:
         """Queue one digest; None when the team already has one for that UTC day."""
         day_start = end.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -699,6 +700,7 @@ class Store:
                 text=text,
                 html=html,
                 status="pending",
+                message_id=message_id,
                 attempts=0,
                 created_at=self.clock(),
             )
@@ -717,19 +719,26 @@ class Store:
                     "text": d.text,
                     "html": d.html,
                     "attempts": d.attempts,
+                    "message_id": d.message_id,
+                    "period_end": _as_utc(d.period_end),
                 }
                 for d in session.scalars(select(Digest).where(Digest.status == "pending").order_by(Digest.id))
             ]
 
-    def digest_attempt(self, digest_id: int, error: str | None) -> None:
-        """Record a send attempt: sent (error None) or still pending with the error."""
+    def digest_attempt(
+        self, digest_id: int, error: str | None, *, permanent: bool = False, note: str | None = None
+    ) -> None:
+        """Record a send attempt: sent (error None; `note` says what the server refused of it),
+        still pending with the error (temporary), or failed with the error (`permanent`)."""
         with self.sessions.begin() as session:
             row = session.get_one(Digest, digest_id, with_for_update=True)
             row.attempts += 1
             if error is None:
-                row.status, row.sent_at, row.last_error = "sent", self.clock(), None
+                row.status, row.sent_at, row.last_error = "sent", self.clock(), note and note[:2000]
             else:
                 row.last_error = error[:2000]
+                if permanent:
+                    row.status = "failed"
 
     def digests(self) -> list[dict[str, Any]]:
         with self.sessions() as session:
@@ -740,6 +749,7 @@ class Store:
                     "status": d.status,
                     "attempts": d.attempts,
                     "last_error": d.last_error,
+                    "message_id": d.message_id,
                 }
                 for d in session.scalars(select(Digest).order_by(Digest.id))
             ]
@@ -775,17 +785,6 @@ class Store:
             row.url, row.state, row.fix_id, row.updated_at = url, state, fix_id, now
             row.closed_by_human = row.closed_by_human or closed_by_human
 
-    def refused_fixes(self, target: str, branch: str) -> set[str]:
-        """Fixes a human closed unmerged on this branch: never proposed again."""
-        with self.sessions() as session:
-            return set(
-                session.scalars(
-                    select(PullRequest.fix_id)
-                    .join(Target, PullRequest.target_id == Target.id)
-                    .where(Target.name == target, PullRequest.branch == branch, PullRequest.closed_by_human)
-                )
-            )
-
     def pull_requests_since(self, target: str, since: datetime) -> int:
         with self.sessions() as session:
             return int(
@@ -798,14 +797,22 @@ class Store:
                 or 0
             )
 
-    def pull_requests(self, target: str) -> list[dict[str, Any]]:
+    def pull_requests(
+        self, target: str, *, workload: str | None = None, fix_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The fix pull requests recorded for a target (of one workload, or of one fix)."""
+        query = (
+            select(PullRequest)
+            .join(Target, PullRequest.target_id == Target.id)
+            .where(Target.name == target)
+            .order_by(PullRequest.id)
+        )
+        if workload is not None:
+            query = query.where(PullRequest.workload == workload)
+        if fix_id is not None:
+            query = query.where(PullRequest.fix_id == fix_id)
         with self.sessions() as session:
-            rows = session.scalars(
-                select(PullRequest)
-                .join(Target, PullRequest.target_id == Target.id)
-                .where(Target.name == target)
-                .order_by(PullRequest.id)
-            )
+            rows = session.scalars(query)
             return [
                 {
                     "workload": r.workload,

@@ -189,6 +189,7 @@ class PullRequest(Base):
     __table_args__ = (
         UniqueConstraint("target_id", "branch", "number"),
         Index(None, "target_id", "created_at"),
+        Index(None, "target_id", "fix_id"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -197,15 +198,18 @@ class PullRequest(Base):
     branch: Mapped[str] = mapped_column(String(255))
     number: Mapped[int] = mapped_column(Integer)
     url: Mapped[str] = mapped_column(Text)
-    state: Mapped[str] = mapped_column(String(20))  # open | closed | merged
-    fix_id: Mapped[str] = mapped_column(String(64))  # hash of the change it proposes
+    # open | closed | merged | superseded (closed by the tool when the workload's fix changed)
+    state: Mapped[str] = mapped_column(String(20))
+    # The fix's identity (gitops/pulls.py fix_intent: workload, rule, finding, zone, patches), hashed.
+    fix_id: Mapped[str] = mapped_column(String(64))
     closed_by_human: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class Digest(Base):
-    """The digest outbox: one e-mail per team per period; sent once, retried until it is."""
+    """The digest outbox: one e-mail per team per UTC day; retried after temporary failures until
+    sent, marked failed (with the reason) after a permanent one."""
 
     __tablename__ = "digests"
     __table_args__ = (UniqueConstraint("team", "period_end"),)
@@ -218,7 +222,11 @@ class Digest(Base):
     subject: Mapped[str] = mapped_column(Text)
     text: Mapped[str] = mapped_column(Text)
     html: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(20))  # pending | sent
+    # pending (queued; a temporary failure keeps it so) | sent | failed (permanently, see last_error)
+    status: Mapped[str] = mapped_column(String(20))
+    # The same on every attempt, so a receiver drops a resend after a lost acknowledgement.
+    # None for rows queued before 0006 (the mailer derives the same one from team and day).
+    message_id: Mapped[str | None] = mapped_column(String(255))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -260,6 +260,26 @@ class FakeGitHub:
                     if key in data:
                         pr[key] = data[key]
             return 200, {}, self._pr_json(pr)
+        m = re.fullmatch(rf"{full}/issues/(\d+)/comments", path)
+        if m and method == "POST":
+            pr = self._pull(int(m.group(1)))
+            text = json.loads(body)["body"]
+            pr.setdefault("comments", []).append(text)
+            n = len(pr["comments"])
+            return (
+                201,
+                {},
+                {
+                    "id": 5000 + n,
+                    "body": text,
+                    "user": {"login": "placement-auditor[bot]", "id": 2, "type": "Bot"},
+                    "url": f"{self.base}/repos/{self.owner}/{self.name}/issues/comments/{5000 + n}",
+                    "html_url": f"https://github.example/{self.owner}/{self.name}/pull/{pr['number']}#issuecomment-{5000 + n}",
+                    "issue_url": f"{self.base}/repos/{self.owner}/{self.name}/issues/{pr['number']}",
+                    "created_at": "2026-12-01T06:00:00Z",
+                    "updated_at": "2026-12-01T06:00:00Z",
+                },
+            )
         m = re.fullmatch(rf"{full}/issues/(\d+)/labels", path)
         if m and method == "POST":
             pr = self._pull(int(m.group(1)))

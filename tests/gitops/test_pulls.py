@@ -1,9 +1,11 @@
 """Fix pull requests through PyGithub against a local GitHub API server, with a real bare
-repository as `origin`: one PR per workload, idempotent, never reopened, never force-pushed over
-a human, rate limits honoured."""
+repository as `origin`, on SQLite and PostgreSQL: one PR per fix, idempotent, never reopened after a
+human closed it (whatever else changes in the file), never force-pushed over a human, hostile names
+escaped, rate limits honoured."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 from dbsupport import Clock, engine_for
 from fakegithub import TOKEN, FakeGitHub, serve
+from github import GithubException
 from gitsupport import ENV, Origin, git
 from seedrepo import seed_files
 
@@ -42,12 +45,12 @@ class Lab:
         )
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
     origin = Origin(tmp_path)
     origin.commit(_files())
     hub = FakeGitHub(origin.bare)
-    with serve(hub) as base, engine_for("sqlite", tmp_path) as engine:
+    with serve(hub) as base, engine_for(request.param, tmp_path) as engine:
         lab = Lab(tmp_path, hub, base, Store(engine, Clock()))
         lab.origin = origin  # type: ignore[attr-defined]
         yield lab
@@ -60,7 +63,11 @@ def test_one_pr_per_workload_and_running_twice_leaves_one(lab: Lab) -> None:
     assert pr["head"].startswith("placement-auditor/job-ml-demo-trainer-workers-") and pr["base"] == "main"
     assert pr["labels"] == ["placement-auditor"]
     assert "```mermaid" in pr["body"] and "TCP/9999 denied" in pr["body"] and "zone-a-only" in pr["body"]
-    assert "re-audit: the finding is gone" in pr["body"] and MARKER.search(pr["body"])
+    assert "re-audit: the finding is gone" in pr["body"]
+    # The branch and the store name the fix; the body's marker only repeats it for humans.
+    [row] = lab.store.pull_requests("infra")
+    assert pr["head"] == f"placement-auditor/job-ml-demo-trainer-workers-{row['fix_id']}"
+    assert MARKER.findall(pr["body"]) == [row["fix_id"]]
     # The branch holds one commit by the bot on top of main, with the fix.
     log = git("log", "--format=%ae %s", f"main..{pr['head']}", cwd=lab.hub.bare)
     assert log.startswith(
@@ -85,9 +92,128 @@ def test_a_pr_closed_by_a_human_is_not_reopened(lab: Lab) -> None:
     assert len(lab.hub.pulls) == 1 and lab.store.pull_requests("infra")[0]["closed_by_human"]
 
 
+def _workload(**replace: str) -> str:
+    text = (SEED / "before" / "workload.yaml").read_text()
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+def _zones_swapped() -> dict[str, str]:
+    """The seed with zone-a and zone-b swapped (nodes and the manifests' zone labels): the GPU nodes
+    are in zone-b, so the fix is pinning the coordinator to zone-b."""
+
+    def swap(text: str) -> str:
+        return text.replace("zone-a", "zone-X").replace("zone-b", "zone-a").replace("zone-X", "zone-b")
+
+    return {
+        "nodes/nodes.yaml": swap((SEED / "nodes.yaml").read_text()),
+        "training/workload.yaml": swap(_workload()),
+    }
+
+
+def _zones_back() -> dict[str, str | Path]:
+    return {
+        "nodes/nodes.yaml": SEED / "nodes.yaml",
+        "training/workload.yaml": SEED / "before" / "workload.yaml",
+    }
+
+
+# Edits to the fixed file that do not touch what the fix means: another image, another key.
+UNRELATED = {
+    "image: busybox:1.36\n        env:": "image: busybox:1.37\n        env:",
+    "  name: trainer-workers\n  namespace: ml-demo\n": (
+        "  name: trainer-workers\n  namespace: ml-demo\n  annotations: {team: vision}\n"
+    ),
+    "memory: 64Mi}\n---\napiVersion: v1": "memory: 128Mi}\n---\napiVersion: v1",
+}
+
+
+def _writes(lab: Lab, since: int) -> list[str]:
+    return [r for r in lab.hub.requests[since:] if not r.startswith("GET")]
+
+
+def test_a_human_closed_pr_stays_closed_until_the_fix_itself_changes(lab: Lab) -> None:
+    [opened] = lab.sync()
+    first_branch = lab.hub.pulls[0]["head"]
+    lab.hub.close(opened.number)
+    lab.origin.commit({"training/workload.yaml": _workload(**UNRELATED)})  # type: ignore[attr-defined]
+    before = len(lab.hub.requests)
+    [again] = lab.sync()
+    assert again.action == "skipped" and again.branch == first_branch and "closed unmerged" in again.detail
+    assert len(lab.hub.pulls) == 1 and _writes(lab, before) == []
+    [row] = lab.store.pull_requests("infra")
+    assert row["closed_by_human"] and row["number"] == opened.number
+    # The fix itself changes (the GPU nodes moved to zone-b): a new fix, a new branch, a new PR.
+    lab.origin.commit(_zones_swapped())  # type: ignore[attr-defined]
+    [new] = lab.sync()
+    assert new.action == "opened" and new.number == 2 and new.branch != first_branch
+    assert lab.hub.pulls[1]["title"].endswith(" in zone-b") and lab.hub.pulls[0]["state"] == "closed"
+    assert [r["state"] for r in lab.store.pull_requests("infra")] == ["closed", "open"]
+
+
+def test_the_pr_body_is_never_read_back_as_state(lab: Lab) -> None:
+    """A human editing the body (dropping the marker, or writing another fix's) changes nothing."""
+    [opened] = lab.sync()
+    lab.hub.pulls[0]["body"] = "LGTM <!-- placement-auditor fix: 0000000000000000 -->"
+    before = len(lab.hub.requests)
+    [again] = lab.sync()
+    assert again.action == "up-to-date" and again.number == opened.number and _writes(lab, before) == []
+    lab.hub.close(opened.number)
+    lab.hub.pulls[0]["body"] = ""
+    [closed] = lab.sync()
+    assert closed.action == "skipped" and len(lab.hub.pulls) == 1
+
+
+def test_a_changed_fix_replaces_the_open_pr(lab: Lab) -> None:
+    [opened] = lab.sync()
+    first_branch = lab.hub.pulls[0]["head"]
+    lab.origin.commit({"training/workload.yaml": _workload(**UNRELATED)})  # type: ignore[attr-defined]
+    [same] = lab.sync()
+    assert same.action == "up-to-date" and same.number == opened.number
+    lab.origin.commit(_zones_swapped())  # type: ignore[attr-defined]
+    [replaced] = lab.sync()
+    assert replaced.action == "replaced" and replaced.number == 2 and replaced.detail == "supersedes #1"
+    old, new = lab.hub.pulls
+    assert old["state"] == "closed" and old["comments"] == [
+        "Superseded by #2: the fix for this workload changed."
+    ]
+    assert new["state"] == "open" and new["head"] != first_branch
+    rows = lab.store.pull_requests("infra")
+    assert [(r["number"], r["state"], r["closed_by_human"]) for r in rows] == [
+        (1, "superseded", False),
+        (2, "open", False),
+    ]
+    [again] = lab.sync()
+    assert again.action == "up-to-date" and len(lab.hub.pulls) == 2
+    # Back to the first fix: the tool closed #1 itself, so that fix was never refused.
+    lab.origin.commit(_zones_back())  # type: ignore[attr-defined]
+    [back] = lab.sync()
+    assert back.action == "replaced" and back.branch == first_branch and back.detail == "supersedes #2"
+    assert [p["state"] for p in lab.hub.pulls] == ["closed", "closed", "open"]
+
+
 def test_a_branch_with_someone_elses_commit_is_never_force_pushed(lab: Lab, tmp_path: Path) -> None:
-    lab.sync()
-    branch = lab.hub.pulls[0]["head"]
+    # The branch is pushed, then creating the PR fails (a token without pull-request permission).
+    lab.hub.faults.append(
+        (
+            "POST",
+            "/repos/acme/infra/pulls",
+            403,
+            {},
+            {
+                "message": "Resource not accessible by personal access token",
+                "documentation_url": "https://docs.github.com/rest/pulls/pulls#create-a-pull-request",
+            },
+        )
+    )
+    with pytest.raises(GithubException):
+        lab.sync()
+    [branch] = [
+        b for b in git("branch", "--format=%(refname:short)", cwd=lab.hub.bare).split() if b != "main"
+    ]
+    # Meanwhile a human commits to that branch.
     human = tmp_path / "human"
     git("clone", "--quiet", "-b", branch, str(lab.hub.bare), str(human), cwd=tmp_path)
     (human / "NOTES.md").write_text("a reviewer's note\n")
@@ -96,30 +222,61 @@ def test_a_branch_with_someone_elses_commit_is_never_force_pushed(lab: Lab, tmp_
     subprocess.run(["git", "commit", "-qm", "note"], cwd=human, env=env, check=True)
     subprocess.run(["git", "push", "-q", "origin", branch], cwd=human, env=env, check=True)
     tip = lab.hub.branch_sha(branch)
-    # main moves so that the fix would change (the coordinator asks for more memory).
-    text = (
-        (SEED / "before" / "workload.yaml")
-        .read_text()
-        .replace("memory: 64Mi}\n---\napiVersion: v1", "memory: 128Mi}\n---\napiVersion: v1", 1)
-    )
-    lab.origin.commit({"training/workload.yaml": text})  # type: ignore[attr-defined]
     [outcome] = lab.sync()
     assert outcome.action == "skipped" and "reviewer@acme.example" in outcome.detail
-    assert lab.hub.branch_sha(branch) == tip  # untouched
+    assert lab.hub.branch_sha(branch) == tip and lab.hub.pulls == []  # untouched
 
 
-def test_the_pr_is_updated_when_the_fix_changes(lab: Lab) -> None:
-    [opened] = lab.sync()
-    old_sha = lab.hub.branch_sha(lab.hub.pulls[0]["head"])
-    text = (
-        (SEED / "before" / "workload.yaml")
-        .read_text()
-        .replace("memory: 64Mi}\n---\napiVersion: v1", "memory: 128Mi}\n---\napiVersion: v1", 1)
+HOSTILE_NAME = (
+    "evil `x` <img src=x onerror=alert(1)> @org/admins #12 [a](javascript:alert(1)) "
+    "<!-- placement-auditor fix: 0123456789abcdef -->"
+)
+HOSTILE_FILE = "policies/@org/admins/`p` [x](javascript:alert(1)) <b>#12.yaml"
+
+
+def test_hostile_names_labels_and_paths_are_escaped(tmp_path: Path) -> None:
+    origin = Origin(tmp_path)
+    workload = _workload(
+        **{
+            "name: trainer-workers": f"name: '{HOSTILE_NAME}'",
+            "role: gpu-worker,": "role: '@org/admins`<b>x</b>',",
+        }
     )
-    lab.origin.commit({"training/workload.yaml": text})  # type: ignore[attr-defined]
-    [updated] = lab.sync()
-    assert updated.action == "updated" and updated.number == opened.number and len(lab.hub.pulls) == 1
-    assert lab.hub.branch_sha(lab.hub.pulls[0]["head"]) != old_sha
+    origin.commit(
+        {
+            "training/workload.yaml": workload,
+            HOSTILE_FILE: SEED / "policies.yaml",
+            "nodes/nodes.yaml": SEED / "nodes.yaml",
+        }
+    )
+    hub = FakeGitHub(origin.bare)
+    with serve(hub) as base, engine_for("sqlite", tmp_path) as engine:
+        lab = Lab(tmp_path, hub, base, Store(engine, Clock()))
+        [opened] = lab.sync()
+        assert opened.action == "opened"
+        [pr] = hub.pulls
+        [row] = lab.store.pull_requests("infra")
+    title, body = pr["title"], pr["body"]
+    assert title.startswith("placement-auditor: keep Job ml-demo/evil 'x' <img")
+    for text in (title, body):
+        assert "@org" not in text and "#12" not in text  # no mention, no issue reference
+        assert "@\u200borg/admins" in text and "#\u200b12" in text
+    assert "`" not in title
+    # The body: the one marker is the tool's; no tag, comment, link or code span from a name or path.
+    assert MARKER.findall(body) == [row["fix_id"]] and body.count("<!--") == 1
+    assert "<img" not in body and "<b>" not in body and "&lt;img src=x onerror=alert\\(1\\)&gt;" in body
+    assert "](javascript" not in body and "\\]\\(javascript" in body
+    prose = re.sub(r"```mermaid\n.*?\n```", "", body, flags=re.S)
+    assert re.findall(r"(?<!\\)`", prose) == []
+    assert (
+        "policies/@\u200borg/admins/\\`p\\` \\[x\\]\\(javascript:alert\\(1\\)\\) &lt;b&gt;#\u200b12.yaml:4"
+        in body
+    )
+    # Inside the mermaid fence: node labels keep no quote, bracket, backtick, tag or mention.
+    fence = re.search(r"```mermaid\n(.*?)\n```", body, flags=re.S)
+    assert fence is not None
+    for label in re.findall(r'\["([^"]*)"\]', fence.group(1)):
+        assert not set(label) & set('`<>@#[]"')
 
 
 def test_rate_limits_and_server_errors_are_retried(lab: Lab) -> None:

@@ -1,11 +1,18 @@
 """The daily digest sent to a real SMTP server (aiosmtpd): both parts, routing per team, the
-outbox retried after a refusal, nothing sent twice, and failed authentication kept in the outbox."""
+outbox retried after a temporary refusal, nothing sent twice, failed authentication kept in the
+outbox, one Message-ID per team and day (a resend after a late acknowledgement is a duplicate), a
+permanent failure marks only that digest failed, and the config rejects unsafe names and addresses."""
 
 from __future__ import annotations
 
+import asyncio
 import email
+import re
 import socket
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC
 from email.message import Message
 from pathlib import Path
 
@@ -201,3 +208,184 @@ def test_label_values_in_the_config_must_be_strings(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(path)
     assert err.value.key == "digest.teams[0].labels.tier" and err.value.line == 6
+
+
+class LateInbox(Inbox):
+    """Accepts every message, but answers the first DATA only after `delay` seconds: past the
+    client's timeout, so the client believes it failed although the message was delivered."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    async def handle_DATA(self, server: object, session: Session, envelope: Envelope) -> str:
+        if self.delay:
+            delay, self.delay = self.delay, 0.0
+            raw = envelope.content if isinstance(envelope.content, bytes) else str(envelope.content).encode()
+            self.messages.append((list(envelope.rcpt_tos), email.message_from_bytes(raw)))
+            await asyncio.sleep(delay)
+            return "250 OK"
+        return await super().handle_DATA(server, session, envelope)
+
+
+class RefusingInbox(Inbox):
+    """Refuses some recipients at RCPT TO: permanently (550) or temporarily (450)."""
+
+    def __init__(self, refuse: dict[str, str]) -> None:
+        super().__init__()
+        self.refused = refuse
+
+    async def handle_RCPT(
+        self, server: object, session: Session, envelope: Envelope, address: str, rcpt_options: list[str]
+    ) -> str:
+        if address in self.refused:
+            return self.refused[address]
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+
+@contextmanager
+def _smtp_server(handler: Inbox) -> Iterator[int]:
+    port = _port()
+    controller = Controller(handler, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield port
+    finally:
+        controller.stop()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_resend_after_a_late_acknowledgement_carries_the_same_message_id(
+    tmp_path: Path, backend: str
+) -> None:
+    inbox = LateInbox(delay=3)
+    with _smtp_server(inbox) as port, engine_for(backend, tmp_path) as engine:
+        config = _config(port).replace("timeout_seconds: 5", "timeout_seconds: 1")
+        store, clock, settings = seeded_store(tmp_path, engine, config)
+        queued, sent, errors = digests.run(settings, store, {})  # type: ignore[arg-type]
+        assert (queued, sent) == (2, 1) and len(errors) == 1 and "kept for a retry" in errors[0]
+        assert "TimeoutError" in errors[0] or "timed out" in errors[0]
+        [late] = [d for d in store.digests() if d["status"] == "pending"]
+        # The server did accept it: the message is there, the client just never heard.
+        deadline = time.monotonic() + 10
+        while len(inbox.messages) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert digests.run(settings, store, {}) == (0, 1, [])  # type: ignore[arg-type]
+        ids = [m["Message-ID"] for _, m in inbox.messages]
+        assert len(ids) == 3 and len(set(ids)) == 2  # the resend is a duplicate receivers drop
+        [(first, resent)] = [
+            (a, b)
+            for i, a in enumerate(inbox.messages)
+            for b in inbox.messages[i + 1 :]
+            if a[1]["Message-ID"] == b[1]["Message-ID"]
+        ]
+        assert first[0] == resent[0]
+        day = clock.now.astimezone(UTC).date().isoformat()
+        team = "ml-platform" if first[0] == ["ml@example.com"] else "lab-owners"
+        assert re.fullmatch(rf"<digest-{team}-{day}-[0-9a-f]{{12}}@placement-auditor\.invalid>", ids[0])
+        assert {d["message_id"] for d in store.digests()} == set(ids)
+        assert late["message_id"] == resent[1]["Message-ID"]
+        # The next day: new Message-IDs.
+        clock.advance(days=1)
+        digests.run(settings, store, {})  # type: ignore[arg-type]
+        assert len({m["Message-ID"] for _, m in inbox.messages}) == 4
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_permanent_failure_marks_that_digest_failed_and_the_others_are_sent(
+    tmp_path: Path, backend: str
+) -> None:
+    inbox = RefusingInbox(
+        {"lab@example.com": "550 5.1.1 no such user", "oncall@example.com": "550 5.1.1 no such user"}
+    )
+    with _smtp_server(inbox) as port, engine_for(backend, tmp_path) as engine:
+        store, clock, settings = seeded_store(tmp_path, engine, _config(port))
+        # A row queued by an older version (or by hand): a CRLF team name and no real address.
+        now = clock.now
+        store.enqueue_digest(
+            "evil\r\nBcc: victim@example.com", now, now, ["x@example.com"], "s", "t", "<p>h</p>"
+        )
+        store.enqueue_digest("bad-address", now, now, ["a@b.example>, victim@example.com"], "s", "t", "h")
+        queued, sent, errors = digests.run(settings, store, {})  # type: ignore[arg-type]
+        assert (queued, sent) == (2, 1) and len(errors) == 3
+        rows = {d["team"]: d for d in store.digests()}
+        assert rows["ml-platform"]["status"] == "sent"
+        assert (
+            rows["lab-owners"]["status"] == "failed"
+            and "550 5.1.1 no such user" in rows["lab-owners"]["last_error"]
+        )
+        assert rows["evil\r\nBcc: victim@example.com"]["status"] == "failed"
+        assert "team name" in rows["evil\r\nBcc: victim@example.com"]["last_error"]
+        assert (
+            rows["bad-address"]["status"] == "failed"
+            and "not a plain e-mail address" in rows["bad-address"]["last_error"]
+        )
+        assert [r for r, _ in inbox.messages] == [["ml@example.com"]]
+        assert all("victim" not in str(m) for _, m in inbox.messages)
+        # Failed rows are not retried.
+        assert digests.run(settings, store, {}) == (0, 0, [])  # type: ignore[arg-type]
+        assert {d["team"]: d["attempts"] for d in store.digests()}["lab-owners"] == 1
+
+
+def test_a_temporarily_refused_recipient_stays_queued(tmp_path: Path) -> None:
+    inbox = RefusingInbox({"ml@example.com": "450 4.2.1 mailbox busy"})
+    with _smtp_server(inbox) as port, engine_for("sqlite", tmp_path) as engine:
+        store, _clock, settings = seeded_store(tmp_path, engine, _config(port))
+        _, sent, errors = digests.run(settings, store, {})  # type: ignore[arg-type]
+        assert sent == 1 and len(errors) == 1 and "450 4.2.1" in errors[0]
+        assert {d["team"]: d["status"] for d in store.digests()} == {
+            "ml-platform": "pending",
+            "lab-owners": "sent",
+        }
+        inbox.refused = {}
+        assert digests.run(settings, store, {})[1:] == (1, [])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("team", "key", "line", "message"),
+    [
+        (
+            '    - name: "ml\\r\\nBcc: victim@example.com"\n      to: [ml@example.com]\n',
+            "digest.teams[0].name",
+            4,
+            "one line",
+        ),
+        (
+            "    - name: ml\n      to:\n        - ml@example.com\n        - 'a,b@example.com'\n",
+            "digest.teams[0].to[1]",
+            7,
+            "not a plain",
+        ),
+        (
+            "    - name: ml\n      to: ['ml@example.com>\\nBcc: v@example.com']\n",
+            "digest.teams[0].to[0]",
+            5,
+            "not a plain",
+        ),
+        (
+            "    - {name: ml, to: [a@example.com]}\n    - {name: ml, to: [b@example.com]}\n",
+            "digest.teams[1].name",
+            5,
+            "duplicate",
+        ),
+    ],
+)
+def test_config_rejects_unsafe_team_names_and_addresses(
+    tmp_path: Path, team: str, key: str, line: int, message: str
+) -> None:
+    path = tmp_path / "auditor.yaml"
+    path.write_text("digest:\n  smtp: {host: localhost}\n  teams:\n" + team)
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert (err.value.key, err.value.line) == (key, line) and message in str(err.value)
+    assert str(path) in str(err.value.file)
+
+
+def test_config_rejects_a_bad_message_id_domain(tmp_path: Path) -> None:
+    path = tmp_path / "auditor.yaml"
+    path.write_text("digest:\n  smtp:\n    host: localhost\n    message_id_domain: 'x>\\r\\nBcc: y'\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert (err.value.key, err.value.line) == ("digest.smtp.message_id_domain", 4)
+    assert "a domain name" in err.value.message
