@@ -246,7 +246,10 @@ class AuditRunner:
         assert target.cluster is not None
         source = target.cluster
         read = cluster.read_cluster(
-            source.context or None, source.kubeconfig or None, source.in_cluster, self.read_options
+            source.context or None,
+            source.kubeconfig or None,
+            source.in_cluster,
+            self.read_options or ReadOptions.from_settings(self.settings),
         )
         pack = load_packs([])
         inv = cluster.inventory_from_read(read, self.settings)
