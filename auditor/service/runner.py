@@ -83,6 +83,8 @@ class AuditRunner:
         self._lock = threading.Lock()
         # Failures that could not be written (the database was away), written by `recover`.
         self._unrecorded: dict[int, tuple[str, str | None]] = {}
+        # PR steps a rate limit deferred (target → when to try again), retried by `recover`.
+        self.deferred_pull_requests: dict[str, datetime] = {}
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -160,11 +162,17 @@ class AuditRunner:
 
     def _pull_requests(self, target: TargetSettings) -> None:
         """Open or update fix PRs after a successful run; a failure here never fails the run."""
-        from auditor.gitops.pulls import sync_pull_requests
+        from auditor.gitops.pulls import PullRequestsDeferred, sync_pull_requests
 
         try:
             for o in sync_pull_requests(target, self.settings, self.store, self.environ, tools=self.tools):
                 log.info("target %s: pull request %s %s %s", target.name, o.action, o.branch, o.detail)
+            with self._lock:
+                self.deferred_pull_requests.pop(target.name, None)
+        except PullRequestsDeferred as exc:
+            log.warning("target %s: pull requests %s", target.name, exc)
+            with self._lock:
+                self.deferred_pull_requests[target.name] = exc.until
         except Exception as exc:
             log.error("target %s: pull requests failed: %s: %s", target.name, type(exc).__name__, exc)
 
@@ -177,6 +185,10 @@ class AuditRunner:
             with self._lock:
                 self._unrecorded.pop(run_id, None)
         now = now or self.store.clock()
+        with self._lock:
+            due = [t for t, until in self.deferred_pull_requests.items() if until <= now]
+        for name in due:
+            self._pull_requests(self.settings.target(name))
         stale = now - timedelta(seconds=self.settings.service.stale_after_seconds)
         return self.store.recover_interrupted(owner_is_dead, stale)
 
