@@ -177,11 +177,14 @@ class AuditRunner:
             log.error("target %s: pull requests failed: %s: %s", target.name, type(exc).__name__, exc)
 
     def recover(self, now: datetime | None = None) -> list[int]:
-        """Mark the runs of dead processes (and stale ones) `interrupted`."""
+        """Write the failures that could not be written (over `interrupted`: this process knows
+        better), retry deferred PR steps that are due, then mark the runs of dead processes (and
+        stale ones) `interrupted`."""
         with self._lock:
             pending = dict(self._unrecorded)
         for run_id, (error, revision) in pending.items():
-            self.store.fail_run(run_id, error, revision=revision)
+            # Still unwritable: raise, and mark nothing interrupted until it is written.
+            self.store.fail_run(run_id, error, revision=revision, over_interrupted=True)
             with self._lock:
                 self._unrecorded.pop(run_id, None)
         now = now or self.store.clock()
@@ -204,7 +207,7 @@ class AuditRunner:
     def _fail(self, run_id: int, error: str, revision: str | None) -> RunResult:
         log.error("run %s failed: %s", run_id, error)
         try:
-            self.store.fail_run(run_id, error, revision=revision)
+            self.store.fail_run(run_id, error, revision=revision, over_interrupted=True)
         except SQLAlchemyError as exc:
             # The database is away too: written by the next `recover` once it is back (or, if
             # this process dies first, the row is marked interrupted).
