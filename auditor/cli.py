@@ -24,7 +24,7 @@ from auditor.reports import csv_report, json_report, junit, sarif, table
 from auditor.resources import examples_dir
 from auditor.rules.packs import load_packs
 from auditor.scan import ScanResult, apply_baseline, scan
-from auditor.sources.kubeapi import ClusterRead
+from auditor.sources.kubeapi import ClusterRead, ReadOptions
 from auditor.sources.manifests import Tools, load_inventory
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
@@ -179,7 +179,10 @@ def _read_cluster(args: argparse.Namespace) -> ClusterRead | None:
     if args.in_cluster and args.context:
         raise ConfigError("(arguments)", 0, "--in-cluster", "give --context or --in-cluster, not both")
     try:
-        read = cluster.read_cluster(args.context, args.kubeconfig, args.in_cluster)
+        settings = load_settings(Path(args.config) if getattr(args, "config", None) else None)
+        read = cluster.read_cluster(
+            args.context, args.kubeconfig, args.in_cluster, ReadOptions.from_settings(settings)
+        )
     except (ValueError, OSError) as exc:  # kubeconfig missing or broken, unknown context
         raise ConfigError(args.kubeconfig or "kubeconfig", 0, "--context", str(exc)) from None
     except Exception as exc:
@@ -220,7 +223,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     read = _read_cluster(args)
     if read is None:
         return EXIT_FAILED
-    cluster.write_snapshot(read, Path(args.output), system_clock())
+    settings = load_settings(Path(args.config) if args.config else None)
+    cluster.write_snapshot(read, Path(args.output), system_clock(), settings.cluster.snapshot_annotations)
     kept = sum(1 for o in read.objects if cluster.allowed(o))
     print(f"wrote {kept} objects of cluster {read.context} to {args.output}", file=sys.stderr)
     return EXIT_FAILED if read.incomplete else EXIT_OK
@@ -573,6 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sn = sub.add_parser("snapshot", help="write what the cluster reader sees to one YAML file")
     cluster_args(sn)
+    sn.add_argument("--config", help="config file (YAML)")
     sn.add_argument("-o", "--output", required=True, metavar="FILE")
     sn.set_defaults(func=cmd_snapshot)
 

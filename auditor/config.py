@@ -26,6 +26,9 @@ Every setting says its unit, default and why. The config file is YAML:
       render_timeout_seconds: 120
       max_render_bytes: 16777216 # output of one kubectl kustomize / helm template
     cost: …                      # see CostSettings
+    cluster:
+      read_deadline_seconds: 300 # one live read, all pages and retries: past it the audit is partial
+      snapshot_annotations: []   # extra annotation keys (or prefixes ending in /) a snapshot keeps
     database: …                  # the service's sections: see service_config.py
     service: …
     targets: […]
@@ -55,6 +58,7 @@ from auditor.workloads.dataports import LINUX_EPHEMERAL, PortRange, parse_range
 SECTIONS = (
     "kubernetes",
     "topology",
+    "cluster",
     "network",
     "cost",
     "sources",
@@ -193,6 +197,19 @@ class PrometheusSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    """Live cluster reads and snapshots of them."""
+
+    # Seconds one read of a cluster may take, across every list page and retry: an API server
+    # that stalls (answers slowly, never finishes a list) ends the read with what it has, and
+    # the audit is partial instead of hanging a service run. Five minutes reads 150,000 pods.
+    read_deadline_seconds: float = 300.0
+    # Annotation keys a snapshot keeps beyond those the built-in audit reads (for CEL rules that
+    # read `annotations`): exact keys, or prefixes ending in "/". Every other annotation is dropped.
+    snapshot_annotations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     topology: TopologySettings = field(default_factory=TopologySettings)
@@ -206,6 +223,7 @@ class Settings:
     digest: DigestSettings | None = None
     reports: ReportSettings = field(default_factory=ReportSettings)
     sources: SourcesSettings = field(default_factory=SourcesSettings)
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     def target(self, name: str) -> TargetSettings:
         for t in self.targets:
@@ -240,6 +258,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
         "render_timeout_seconds": (int, float),
         "max_render_bytes": int,
     },
+    "cluster": {"read_deadline_seconds": (int, float), "snapshot_annotations": list},
     "prometheus": {"url": str, "timeout_seconds": (int, float), "window": str, "bearer_token_env": str},
     "cost.prices.*": {"usd_per_unit": (int, float), "unit": str, "charged": str, "as_of": str, "source": str},
     "network.cilium": {
@@ -346,6 +365,7 @@ def parse_settings(data: Any, file: str) -> Settings:
         digest=digest,
         reports=reports,
         sources=_sources(data.get("sources"), file),
+        cluster=_cluster(data.get("cluster"), file),
     )
 
 
@@ -355,6 +375,27 @@ def _sources(raw: Any, file: str) -> SourcesSettings:
         if key in section and section[key] <= 0:
             raise ConfigError(file, yamlio.key_line(raw, key), f"sources.{key}", "must be a number > 0")
     return SourcesSettings(**section)
+
+
+def _cluster(raw: Any, file: str) -> ClusterSettings:
+    section = _section(raw, "cluster", file)
+    deadline = float(section.get("read_deadline_seconds", 300.0))
+    if deadline <= 0:
+        raise ConfigError(
+            file,
+            yamlio.key_line(raw, "read_deadline_seconds"),
+            "cluster.read_deadline_seconds",
+            f"must be a positive number of seconds, got {section['read_deadline_seconds']!r}",
+        )
+    keys = section.get("snapshot_annotations", [])
+    if not all(isinstance(k, str) and k for k in keys):
+        raise ConfigError(
+            file,
+            yamlio.key_line(raw, "snapshot_annotations"),
+            "cluster.snapshot_annotations",
+            "must be a list of annotation keys (or prefixes ending in /)",
+        )
+    return ClusterSettings(deadline, tuple(keys))
 
 
 def _prometheus(raw: Any, file: str) -> PrometheusSettings:

@@ -114,6 +114,9 @@ class GitHubSettings:
     seconds_between_writes: float = 1.0  # GitHub asks integrators to pace writes
     commit_name: str = "placement-auditor"
     commit_email: str = "placement-auditor@users.noreply.github.com"
+    # Seconds a rate limit may hold the PR step inside a run; a reset further away defers the
+    # step to a later job (GitHub's primary limit resets hourly: sleeping for it blocks a worker).
+    max_rate_limit_wait_seconds: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +184,7 @@ _GITHUB_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_new_prs_per_hour": int,
     "after_run": bool,
     "seconds_between_writes": (int, float),
+    "max_rate_limit_wait_seconds": (int, float),
     "commit_name": str,
     "commit_email": str,
 }
@@ -409,6 +413,7 @@ def _github(raw: Any, key: str, file: str, base: Path, is_git: bool) -> GitHubSe
         float(g.get("seconds_between_writes", 1.0)),
         g.get("commit_name", "placement-auditor"),
         g.get("commit_email", "placement-auditor@users.noreply.github.com"),
+        float(g.get("max_rate_limit_wait_seconds", 60.0)),
     )
 
 

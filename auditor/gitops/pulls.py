@@ -19,7 +19,9 @@ with real git, push to the target's remote, and open the pull request with PyGit
 - A branch with someone else's commits is never force-pushed; the push itself uses
   `--force-with-lease` on the sha just read, so a commit pushed meanwhile is not lost either.
 - Limits: open fix PRs in the repository, new PRs per hour. GitHub's rate limits (403/429 with
-  Retry-After or a rate-limit message) and 5xx answers are retried by PyGithub's GithubRetry.
+  Retry-After or a rate-limit message) and 5xx answers are retried by PyGithub's GithubRetry,
+  sleeping (an injected sleep) at most `max_rate_limit_wait_seconds`: a reset further away (the
+  injected clock decides) raises `PullRequestsDeferred`, and the step runs again in a later job.
 - Token or GitHub App (installation token) authentication; GitHub Enterprise through `base_url`.
 """
 
@@ -31,9 +33,9 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +66,75 @@ class PullOutcome:
     number: int | None = None
 
 
-def github_client(gh: GitHubSettings, environ: Mapping[str, str]) -> Any:
-    from github import Auth, Github, GithubRetry
+class PullRequestsDeferred(Exception):
+    """A temporary failure with a delay: GitHub's rate limit resets at `until`, later than the
+    run may wait; the PR step is retried by a later job."""
 
-    retry = GithubRetry(total=6, backoff_factor=0.5, status_forcelist=[429, *range(500, 600)])
+    def __init__(self, until: datetime, reason: str) -> None:
+        super().__init__(f"deferred until {until.isoformat()}: {reason}")
+        self.until = until
+        self.reason = reason
+
+
+def bounded_retry(max_wait: float, clock: Callable[[], datetime], sleep: Callable[[float], None]) -> Any:
+    """PyGithub's GithubRetry, waiting at most `max_wait` seconds (with `sleep`), judging a
+    rate-limit reset by `clock`; a longer wait raises PullRequestsDeferred."""
+    from github import GithubRetry
+    from github.GithubException import RateLimitExceededExceedsMaxWait
+
+    class BoundedRetry(GithubRetry):
+        def increment(
+            self, method: Any = None, url: Any = None, response: Any = None, *a: Any, **k: Any
+        ) -> Any:
+            if response is not None and response.status in (403, 429):
+                headers = response.headers
+                retry_after = str(headers.get("Retry-After", ""))
+                reset = str(headers.get("X-RateLimit-Reset", ""))
+                now = clock()
+                if retry_after.isdigit() and int(retry_after) > max_wait:
+                    raise PullRequestsDeferred(
+                        now + timedelta(seconds=int(retry_after)),
+                        f"GitHub asked to retry after {retry_after} s",
+                    )
+                if str(headers.get("X-RateLimit-Remaining", "")) == "0" and reset.isdigit():
+                    until = datetime.fromtimestamp(int(reset), UTC)
+                    if (until - now).total_seconds() > max_wait:
+                        raise PullRequestsDeferred(until, "GitHub's rate limit is exhausted until its reset")
+            try:
+                return super().increment(method, url, response, *a, **k)
+            except RateLimitExceededExceedsMaxWait as exc:
+                raise PullRequestsDeferred(
+                    clock() + timedelta(seconds=float(getattr(exc, "wait", max_wait) or max_wait)),
+                    "GitHub's rate limit",
+                ) from None
+
+        def sleep(self, response: Any = None) -> None:
+            wait = self.get_retry_after(response) if response is not None else None
+            if wait is None:
+                wait = self.get_backoff_time()
+            if wait > max_wait:
+                raise PullRequestsDeferred(clock() + timedelta(seconds=wait), f"a retry wait of {wait:g} s")
+            if wait > 0:
+                sleep(wait)
+
+    return BoundedRetry(
+        total=6, backoff_factor=0.5, status_forcelist=[429, *range(500, 600)], max_rate_limit_wait=max_wait
+    )
+
+
+def github_client(
+    gh: GitHubSettings,
+    environ: Mapping[str, str],
+    clock: Callable[[], datetime] | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> Any:
+    import time
+
+    from github import Auth, Github
+
+    retry = bounded_retry(
+        gh.max_rate_limit_wait_seconds, clock or (lambda: datetime.now(UTC)), sleep or time.sleep
+    )
     auth: Any
     if gh.app_id:
         key = Path(gh.private_key_file).read_text(encoding="utf-8")
@@ -251,13 +318,15 @@ def sync_pull_requests(
     environ: Mapping[str, str] | None = None,
     client: Any = None,
     tools: Tools | None = None,
+    sleep: Callable[[float], None] | None = None,
 ) -> list[PullOutcome]:
-    """Open or update the fix pull requests of one target; returns what happened per workload."""
+    """Open or update the fix pull requests of one target; returns what happened per workload.
+    Raises PullRequestsDeferred when GitHub's rate limit would hold the step too long."""
     environ = dict(os.environ if environ is None else environ)
     if target.git is None or target.github is None:
         raise git.GitError(f"target {target.name} has no git repository with a github section")
     gh = target.github
-    client = client or github_client(gh, environ)
+    client = client or github_client(gh, environ, store.clock, sleep)
     repo = client.get_repo(gh.repository)
     base_branch = target.git.branch or repo.default_branch
     cache = Path(settings.service.git_cache_dir)

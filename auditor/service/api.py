@@ -19,7 +19,6 @@ from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor import __version__
@@ -99,16 +98,16 @@ def create_app(store: Store, runner: AuditRunner, scheduler: Submitter, api_toke
 
     @app.get("/readyz", tags=["health"])
     def readyz() -> JSONResponse:
-        """The database answers, its schema is current and the scheduler runs."""
+        """The database answers and takes writes (for SQLite: the file opened is still there,
+        unchanged, sound), its schema is current and the scheduler runs."""
         checks: dict[str, str] = {}
         try:
-            with store.engine.connect() as connection:
-                connection.execute(text("SELECT 1"))
-            checks["database"] = "ok"
-            checks["schema"] = (
-                "ok" if database.is_current(store.engine) else "not migrated (auditor db upgrade)"
-            )
-        except SQLAlchemyError as exc:
+            checks["database"] = database.check_health(store.engine)
+            if checks["database"] == "ok":
+                checks["schema"] = (
+                    "ok" if database.is_current(store.engine) else "not migrated (auditor db upgrade)"
+                )
+        except (SQLAlchemyError, OSError) as exc:
             checks["database"] = f"unavailable: {type(exc).__name__}"
         checks["scheduler"] = "ok" if scheduler.running else "stopped"
         ok = all(v == "ok" for v in checks.values())

@@ -85,6 +85,8 @@ class AuditRunner:
         self._lock = threading.Lock()
         # Failures that could not be written (the database was away), written by `recover`.
         self._unrecorded: dict[int, tuple[str, str | None]] = {}
+        # PR steps a rate limit deferred (target → when to try again), retried by `recover`.
+        self.deferred_pull_requests: dict[str, datetime] = {}
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -162,23 +164,36 @@ class AuditRunner:
 
     def _pull_requests(self, target: TargetSettings) -> None:
         """Open or update fix PRs after a successful run; a failure here never fails the run."""
-        from auditor.gitops.pulls import sync_pull_requests
+        from auditor.gitops.pulls import PullRequestsDeferred, sync_pull_requests
 
         try:
             for o in sync_pull_requests(target, self.settings, self.store, self.environ, tools=self.tools):
                 log.info("target %s: pull request %s %s %s", target.name, o.action, o.branch, o.detail)
+            with self._lock:
+                self.deferred_pull_requests.pop(target.name, None)
+        except PullRequestsDeferred as exc:
+            log.warning("target %s: pull requests %s", target.name, exc)
+            with self._lock:
+                self.deferred_pull_requests[target.name] = exc.until
         except Exception as exc:
             log.error("target %s: pull requests failed: %s: %s", target.name, type(exc).__name__, exc)
 
     def recover(self, now: datetime | None = None) -> list[int]:
-        """Mark the runs of dead processes (and stale ones) `interrupted`."""
+        """Write the failures that could not be written (over `interrupted`: this process knows
+        better), retry deferred PR steps that are due, then mark the runs of dead processes (and
+        stale ones) `interrupted`."""
         with self._lock:
             pending = dict(self._unrecorded)
         for run_id, (error, revision) in pending.items():
-            self.store.fail_run(run_id, error, revision=revision)
+            # Still unwritable: raise, and mark nothing interrupted until it is written.
+            self.store.fail_run(run_id, error, revision=revision, over_interrupted=True)
             with self._lock:
                 self._unrecorded.pop(run_id, None)
         now = now or self.store.clock()
+        with self._lock:
+            due = [t for t, until in self.deferred_pull_requests.items() if until <= now]
+        for name in due:
+            self._pull_requests(self.settings.target(name))
         stale = now - timedelta(seconds=self.settings.service.stale_after_seconds)
         return self.store.recover_interrupted(owner_is_dead, stale)
 
@@ -194,7 +209,7 @@ class AuditRunner:
     def _fail(self, run_id: int, error: str, revision: str | None) -> RunResult:
         log.error("run %s failed: %s", run_id, error)
         try:
-            self.store.fail_run(run_id, error, revision=revision)
+            self.store.fail_run(run_id, error, revision=revision, over_interrupted=True)
         except SQLAlchemyError as exc:
             # The database is away too: written by the next `recover` once it is back (or, if
             # this process dies first, the row is marked interrupted).
@@ -248,7 +263,10 @@ class AuditRunner:
         assert target.cluster is not None
         source = target.cluster
         read = cluster.read_cluster(
-            source.context or None, source.kubeconfig or None, source.in_cluster, self.read_options
+            source.context or None,
+            source.kubeconfig or None,
+            source.in_cluster,
+            self.read_options or ReadOptions.from_settings(self.settings),
         )
         pack = load_packs([])
         inv = cluster.inventory_from_read(read, self.settings)

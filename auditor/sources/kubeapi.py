@@ -5,6 +5,9 @@ official `kubernetes` client (kubeconfig context or in-cluster service account).
   list from the beginning, a bounded number of times.
 - Timeouts, connection errors, 429 and 5xx are retried with exponential backoff (Retry-After is
   honoured); what still fails is reported, and the read is *incomplete* — never silently clean.
+- One read has an overall deadline (`cluster.read_deadline_seconds`), checked before every
+  request and bounding each request's timeout and each backoff: a stalled API server ends the
+  read with the resources listed so far and a problem naming the deadline (the audit is partial).
 - An API that is not served (404: the CRD is not installed) is skipped and reported; a missing
   permission (403) is reported with the exact RBAC rule that would grant it.
 - Secrets are never read; of the ConfigMaps only `cilium-config` (one GET in its namespace).
@@ -19,7 +22,10 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from auditor.config import Settings
 
 log = logging.getLogger("auditor.cluster")
 
@@ -137,7 +143,9 @@ class Transport(Protocol):
     """One GET against the API server: (status, headers, body). Raises OSError-like errors for
     connection problems and timeouts."""
 
-    def get(self, path: str, query: Sequence[tuple[str, str]]) -> tuple[int, dict[str, str], bytes]: ...
+    def get(
+        self, path: str, query: Sequence[tuple[str, str]], timeout: float | None = None
+    ) -> tuple[int, dict[str, str], bytes]: ...
 
 
 class TransportError(Exception):
@@ -147,7 +155,7 @@ class TransportError(Exception):
 @dataclass(frozen=True, slots=True)
 class ReadProblem:
     what: str  # kind and group, e.g. "CiliumNetworkPolicy (cilium.io/v2)"
-    problem: str  # absent | forbidden | failed
+    problem: str  # absent | forbidden | failed | deadline
     message: str
     rbac: str = ""  # the rule that would grant the read (forbidden)
 
@@ -183,6 +191,11 @@ class ReadOptions:
     backoff_seconds: float = 0.5  # doubled after each failed attempt (capped at 30 s)
     relists: int = 3  # restarts of one list after 410 Gone
     cilium_config_namespaces: tuple[str, ...] = ("kube-system", "cilium")
+    deadline_seconds: float | None = None  # the whole read (cluster.read_deadline_seconds); None: none
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ReadOptions:
+        return cls(deadline_seconds=settings.cluster.read_deadline_seconds)
 
 
 class _Failed(Exception):
@@ -190,6 +203,10 @@ class _Failed(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+class _DeadlinePassed(_Failed):
+    """The read's overall deadline passed: stop reading, keep what was read."""
 
 
 def _parse(body: bytes) -> Any:
@@ -218,21 +235,39 @@ class Reader:
         transport: Transport,
         options: ReadOptions | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.transport = transport
         self.options = options or ReadOptions()
         self.sleep = sleep
+        self.monotonic = monotonic
+        self._deadline: float | None = None  # monotonic time the current read must end by
+
+    def _remaining(self, path: str) -> float | None:
+        """Seconds left of the read's deadline (None: no deadline); raises once it passed."""
+        if self._deadline is None:
+            return None
+        left = self._deadline - self.monotonic()
+        if left <= 0:
+            raise _DeadlinePassed(
+                0,
+                f"the read deadline of {self.options.deadline_seconds:g} s "
+                f"(cluster.read_deadline_seconds) passed at GET {path}",
+            )
+        return left
 
     def _get(self, path: str, query: Sequence[tuple[str, str]]) -> tuple[int, bytes]:
         """GET with retries: returns (status, body) for 2xx, 403, 404 and 410; raises _Failed."""
         delay = self.options.backoff_seconds
         last = ""
         for attempt in range(1, self.options.attempts + 1):
+            left = self._remaining(path)
             try:
-                status, headers, body = self.transport.get(path, query)
+                status, headers, body = self.transport.get(path, query, left)
             except TransportError as exc:
                 last = str(exc)
                 status, headers, body = 0, {}, b""
+                self._remaining(path)  # a request cut short by the deadline is not retried
             if 200 <= status < 300 or status in (403, 404, 410):
                 return status, body
             if status and status not in (429,) and status < 500:
@@ -245,6 +280,13 @@ class Reader:
             retry_after = {k.lower(): v for k, v in headers.items()}.get("retry-after", "")
             if retry_after.isdigit():
                 wait = max(wait, min(float(retry_after), 60.0))
+            left = self._remaining(path)
+            if left is not None and wait >= left:
+                raise _DeadlinePassed(
+                    0,
+                    f"the read deadline of {self.options.deadline_seconds:g} s "
+                    f"(cluster.read_deadline_seconds) leaves no time to retry GET {path} ({last})",
+                )
             log.warning("GET %s failed (%s); retry %d in %.1f s", path, last, attempt, wait)
             self.sleep(wait)
             delay = min(delay * 2, 30.0)
@@ -284,24 +326,40 @@ class Reader:
 
     def read(self, context: str, resources: Sequence[Resource] = RESOURCES) -> ClusterRead:
         out = ClusterRead(context)
+        limit = self.options.deadline_seconds
+        self._deadline = None if limit is None else self.monotonic() + limit
+        try:
+            self._read(out, resources)
+        except _DeadlinePassed as exc:
+            log.error("cluster %s: %s", context, exc.message)
+            out.problems.append(ReadProblem("cluster read", "deadline", exc.message))
+        finally:
+            self._deadline = None
+        return out
+
+    def _read(self, out: ClusterRead, resources: Sequence[Resource]) -> None:
         try:
             status, body = self._get("/version", [])
             if status == 200:
                 data = json.loads(body)
                 out.server_version = str(data.get("gitVersion", "")) if isinstance(data, dict) else ""
+        except _DeadlinePassed:
+            raise
         except _Failed as exc:
             out.problems.append(ReadProblem("server version (/version)", "failed", exc.message))
-        for resource in resources:
+        for i, resource in enumerate(resources):
             what = f"{resource.kind} ({resource.api_version})"
             try:
                 items = list(self._list(resource))
+            except _DeadlinePassed as exc:
+                unread = ", ".join(r.kind for r in resources[i:])
+                raise _DeadlinePassed(0, f"{exc.message}; not read: {unread}") from None
             except _Failed as exc:
                 out.problems.append(self._problem(resource, what, exc))
                 continue
             out.objects.extend(items)
             out.counts[what] = len(items)
         self._cilium_config(out)
-        return out
 
     def _problem(self, resource: Resource, what: str, exc: _Failed, verb: str = "list") -> ReadProblem:
         if exc.status == 404 and resource.optional:
@@ -317,6 +375,8 @@ class Reader:
             path = f"/api/v1/namespaces/{namespace}/configmaps/cilium-config"
             try:
                 status, body = self._get(path, [])
+            except _DeadlinePassed:
+                raise
             except _Failed as exc:
                 out.problems.append(
                     ReadProblem(f"ConfigMap {namespace}/cilium-config", "failed", exc.message)
@@ -358,8 +418,14 @@ class KubernetesTransport:
         api_client.configuration.retries = False
         api_client.rest_client.pool_manager.connection_pool_kw["retries"] = False
 
-    def get(self, path: str, query: Sequence[tuple[str, str]]) -> tuple[int, dict[str, str], bytes]:
+    def get(
+        self, path: str, query: Sequence[tuple[str, str]], timeout: float | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
         import urllib3
+
+        connect, read = self.timeout
+        if timeout is not None:  # what is left of the read's deadline bounds this request
+            connect, read = min(connect, timeout), min(read, timeout)
 
         method, url, headers, body, post = self.api_client.param_serialize(
             "GET",
@@ -370,7 +436,7 @@ class KubernetesTransport:
         )
         try:
             response = self.api_client.call_api(
-                method, url, headers, body, post, _request_timeout=self.timeout
+                method, url, headers, body, post, _request_timeout=(connect, read)
             )
             data = response.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:

@@ -242,12 +242,22 @@ class Store:
                 update(Run).where(Run.id == run_id, Run.status == "running").values(heartbeat_at=self.clock())
             )
 
-    def fail_run(self, run_id: int, error: str, status: str = "failed", revision: str | None = None) -> None:
-        """End a run without results: nothing about its findings changes."""
+    def fail_run(
+        self,
+        run_id: int,
+        error: str,
+        status: str = "failed",
+        revision: str | None = None,
+        over_interrupted: bool = False,
+    ) -> None:
+        """End a run without results: nothing about its findings changes. With
+        `over_interrupted`, a run another process marked `interrupted` (its heartbeat stopped
+        while the database was away) gets the failure its own process knows."""
+        ended = ("running", "interrupted") if over_interrupted else ("running",)
         with self.sessions.begin() as session:
             session.execute(
                 update(Run)
-                .where(Run.id == run_id, Run.status == "running")
+                .where(Run.id == run_id, Run.status.in_(ended))
                 .values(status=status, error=error[:4000], finished_at=self.clock(), revision=revision)
             )
 

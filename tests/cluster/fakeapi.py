@@ -57,6 +57,7 @@ BUILTIN = {
 class Faults:
     fail: dict[str, int] = field(default_factory=dict)  # path → answer 500 this many times
     slow: dict[str, float] = field(default_factory=dict)  # path → sleep before answering
+    slow_pages: dict[str, float] = field(default_factory=dict)  # path → sleep before each later page
     gone: dict[str, int] = field(default_factory=dict)  # path → expire this many continue tokens (410)
     cut: dict[str, int] = field(default_factory=dict)  # path → drop the connection this many times
     forbidden: set[str] = field(default_factory=set)  # paths answered 403
@@ -93,6 +94,8 @@ class FakeCluster:
             return _status(401, "Unauthorized", "Unauthorized")
         if path in self.faults.slow:
             time.sleep(self.faults.slow[path])
+        if path in self.faults.slow_pages and "continue" in query:
+            time.sleep(self.faults.slow_pages[path])
         if self.faults.fail.get(path, 0) > 0:
             self.faults.fail[path] -= 1
             return _status(500, "InternalError", "etcdserver: request timed out")

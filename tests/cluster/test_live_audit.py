@@ -107,7 +107,7 @@ def test_nothing_readable_is_a_failed_audit(tmp_path: Path, capsys: pytest.Captu
     from auditor.sources import kubeapi
 
     original = kubeapi.ReadOptions.__init__.__defaults__
-    kubeapi.ReadOptions.__init__.__defaults__ = (500, 1, 0.0, 0, ("kube-system",))  # type: ignore[attr-defined]
+    kubeapi.ReadOptions.__init__.__defaults__ = (500, 1, 0.0, 0, ("kube-system",), None)  # type: ignore[attr-defined]
     try:
         assert cli.main(["cluster", "--kubeconfig", str(config)]) == 3
     finally:

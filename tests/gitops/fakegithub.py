@@ -306,8 +306,10 @@ def serve(hub: FakeGitHub) -> Iterator[str]:
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("X-RateLimit-Limit", "5000")
-            self.send_header("X-RateLimit-Remaining", "4999")
+            # GitHub sends each rate-limit header once: a fault's own values replace these.
+            for k, v in {"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4999"}.items():
+                if k not in extra:
+                    self.send_header(k, v)
             for k, v in extra.items():
                 self.send_header(k, v)
             self.send_header("Content-Length", str(len(data)))
