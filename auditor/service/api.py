@@ -23,7 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor import __version__
-from auditor.config import ConfigError
+from auditor.errors import ConfigError
 from auditor.service import web
 from auditor.service.metrics import registry_for
 from auditor.service.runner import AuditRunner, TargetBusy

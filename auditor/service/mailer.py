@@ -4,6 +4,7 @@ failure keeps it pending with the error, to be retried on the next attempt."""
 
 from __future__ import annotations
 
+import logging
 import smtplib
 import ssl
 from collections.abc import Mapping
@@ -12,6 +13,8 @@ from email.utils import format_datetime, make_msgid
 
 from auditor.service_config import SmtpSettings
 from auditor.store.repository import Store
+
+log = logging.getLogger("auditor.mailer")
 
 
 class MailError(RuntimeError):
@@ -45,6 +48,14 @@ def send(smtp: SmtpSettings, msg: EmailMessage, environ: Mapping[str, str]) -> N
                 client.starttls(context=context)
                 client.ehlo()
             if smtp.username:
+                if smtp.security == "none":
+                    log.warning(
+                        "SMTP login %s to %s:%s without TLS: the password crosses the network "
+                        "unencrypted (set digest.smtp.security to starttls or tls)",
+                        smtp.username,
+                        smtp.host,
+                        smtp.port,
+                    )
                 client.login(smtp.username, password)
             client.send_message(msg)
     except smtplib.SMTPAuthenticationError as exc:
