@@ -357,8 +357,10 @@ def cmd_findings(args: argparse.Namespace) -> int:
     for f in page.items:
         w = f["workload"]
         print(
-            f"{f['id']:>7}  {f['status']:<9} {f['severity']:<8} {f['rule']:<28} "
-            f"{f['target']}: {w['kind']} {w['namespace']}/{w['name']}"
+            table.clean(
+                f"{f['id']:>7}  {f['status']:<9} {f['severity']:<8} {f['rule']:<28} "
+                f"{f['target']}: {w['kind']} {w['namespace']}/{w['name']}"
+            )
         )
     if page.next_cursor:
         print(f"more: --cursor {page.next_cursor}")
@@ -400,7 +402,9 @@ def cmd_fix(args: argparse.Namespace) -> int:
     final: dict[str, tuple[str, str]] = {}
     for p in proposals:
         f = p.finding
-        head = f"{f.rule} {f.workload.kind} {f.workload.namespace}/{f.workload.name} ({f.fingerprint[:12]})"
+        head = table.clean(
+            f"{f.rule} {f.workload.kind} {f.workload.namespace}/{f.workload.name} ({f.fingerprint[:12]})"
+        )
         if p.plan is None:
             print(f"no fix: {head}: {p.reason}", file=sys.stderr)
             continue
@@ -687,7 +691,8 @@ def _add_debug(parser: argparse.ArgumentParser) -> None:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split()) or "(no message)"
+    """A message on one line, its control characters escaped (it may quote a hostile file)."""
+    return table.clean(" ".join(text.split())) or "(no message)"
 
 
 def _stdout_gone() -> None:
