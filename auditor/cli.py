@@ -9,6 +9,7 @@ of stdout went away (`auditor scan … | head`), quietly, as a program stopped b
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -375,6 +376,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _service_settings(args)
     host = args.host or settings.service.host
     port = args.port if args.port is not None else settings.service.port
+    # The app checks Host headers when it listens on loopback: it must know the real address.
+    service = dataclasses.replace(settings.service, host=host, port=port)
+    settings = dataclasses.replace(settings, service=service)
     try:
         bootstrap.serve(settings, host, port)
     except SQLAlchemyError as exc:
