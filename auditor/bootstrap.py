@@ -52,7 +52,14 @@ def build_service(settings: Settings, clock: Clock = system_clock) -> Service:
     runner = build_runner(settings, store)
     scheduler = Scheduler(settings, runner, store.clock)
     token = settings.service.api_token or os.environ.get(settings.service.api_token_env, "")
-    app = create_app(store, runner, scheduler, token)
+    app = create_app(
+        store,
+        runner,
+        scheduler,
+        token,
+        read_token_required=settings.service.read_token_required,
+        bind_host=settings.service.host,
+    )
     return Service(store, runner, scheduler, app)
 
 

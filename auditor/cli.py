@@ -1,16 +1,20 @@
-"""The one entry point. Errors become exit codes here and nowhere else.
+"""The one entry point. Errors become exit codes here and nowhere else (`main()`).
 
 Exit codes: 0 success (explain: allowed); 1 findings at or above --fail-on (explain: denied);
 2 usage or configuration error; 3 the audit itself failed or could not answer, or was partial
-(something was not audited: 3 wins over 1, so an incomplete audit never looks like a result).
+(something was not audited: 3 wins over 1, so an incomplete audit never looks like a result), and
+any unexpected error (a bug: never 1, which means findings); 130 interrupted (Ctrl-C); 141 the reader
+of stdout went away (`auditor scan … | head`), quietly, as a program stopped by SIGPIPE.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +22,19 @@ from typing import Any, NoReturn
 
 from auditor import TOOL_NAME, __version__, gcpause, progress
 from auditor.clock import system_clock, utc_date
-from auditor.config import ConfigError, Settings, load_settings
+from auditor.config import Settings
+from auditor.config import load_settings as _load_settings
+from auditor.errors import (
+    EXIT_FAILED,
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    AuditFailed,
+    AuditorError,
+    ConfigError,
+    for_http_status,
+)
 from auditor.explain import ExplainError, explain, to_json, to_text
 from auditor.reports import csv_report, json_report, junit, sarif, table
 from auditor.resources import examples_dir
@@ -27,7 +43,20 @@ from auditor.scan import ScanResult, apply_baseline, scan
 from auditor.sources.kubeapi import ClusterRead, ReadOptions
 from auditor.sources.manifests import Tools, load_inventory
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+# 128 + SIGPIPE: what a shell reports for a producer whose reader closed the pipe (`yes | head`).
+EXIT_BROKEN_PIPE = 141
+
+
+def load_settings(path: Path | None) -> Settings:
+    """The settings, with their warnings (a secret sent unencrypted) printed on stderr."""
+    settings = _load_settings(path)
+    for warning in settings.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return settings
+
+
+def _store_unavailable(exc: Exception) -> AuditFailed:
+    return AuditFailed(f"the findings store is not available: {type(exc).__name__}: {exc}")
 
 
 def example_path(name: str) -> Path:
@@ -239,6 +268,17 @@ def _service_settings(args: argparse.Namespace) -> Settings:
     return load_settings(bundled)
 
 
+def _build_store(settings: Settings) -> Any:
+    from sqlalchemy.exc import SQLAlchemyError  # here: a scan never loads SQLAlchemy
+
+    from auditor import bootstrap
+
+    try:
+        return bootstrap.build_store(settings)
+    except SQLAlchemyError as exc:
+        raise _store_unavailable(exc) from exc
+
+
 def cmd_db(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError  # here: a scan never loads SQLAlchemy
 
@@ -251,8 +291,7 @@ def cmd_db(args: argparse.Namespace) -> int:
         database.upgrade(engine)
         print(f"database {database.redacted(url)} is at revision {database.current_revision(engine)}")
     except SQLAlchemyError as exc:
-        print(f"error: database {database.redacted(url)}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        raise AuditFailed(f"database {database.redacted(url)}: {type(exc).__name__}: {exc}") from exc
     finally:
         engine.dispose()
     return EXIT_OK
@@ -268,8 +307,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         store = bootstrap.build_store(settings)
     except SQLAlchemyError as exc:
-        print(f"error: the findings store is not available: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        raise _store_unavailable(exc) from exc
     runner = bootstrap.build_runner(settings, store)
     runner.recover()
     result = runner.run(args.target, None, "cli")
@@ -325,8 +363,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     except BadCursor as exc:
         raise ConfigError("(arguments)", 0, "--cursor", str(exc)) from None
     except SQLAlchemyError as exc:
-        print(f"error: the findings store is not available: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        raise _store_unavailable(exc) from exc
     if args.format == "json":
         print(json.dumps({"items": page.items, "next_cursor": page.next_cursor}, indent=2))
         return EXIT_OK
@@ -335,8 +372,10 @@ def cmd_findings(args: argparse.Namespace) -> int:
     for f in page.items:
         w = f["workload"]
         print(
-            f"{f['id']:>7}  {f['status']:<9} {f['severity']:<8} {f['rule']:<28} "
-            f"{f['target']}: {w['kind']} {w['namespace']}/{w['name']}"
+            table.clean(
+                f"{f['id']:>7}  {f['status']:<9} {f['severity']:<8} {f['rule']:<28} "
+                f"{f['target']}: {w['kind']} {w['namespace']}/{w['name']}"
+            )
         )
     if page.next_cursor:
         print(f"more: --cursor {page.next_cursor}")
@@ -351,11 +390,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _service_settings(args)
     host = args.host or settings.service.host
     port = args.port if args.port is not None else settings.service.port
+    # The app checks Host headers when it listens on loopback: it must know the real address.
+    service = dataclasses.replace(settings.service, host=host, port=port)
+    settings = dataclasses.replace(settings, service=service)
     try:
         bootstrap.serve(settings, host, port)
     except SQLAlchemyError as exc:
-        print(f"error: the findings store is not available: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        raise _store_unavailable(exc) from exc
     return EXIT_OK
 
 
@@ -379,7 +420,9 @@ def cmd_fix(args: argparse.Namespace) -> int:
     final: dict[str, tuple[str, str]] = {}
     for p in proposals:
         f = p.finding
-        head = f"{f.rule} {f.workload.kind} {f.workload.namespace}/{f.workload.name} ({f.fingerprint[:12]})"
+        head = table.clean(
+            f"{f.rule} {f.workload.kind} {f.workload.namespace}/{f.workload.name} ({f.fingerprint[:12]})"
+        )
         if p.plan is None:
             print(f"no fix: {head}: {p.reason}", file=sys.stderr)
             continue
@@ -407,7 +450,8 @@ def cmd_fix(args: argparse.Namespace) -> int:
 
 
 def cmd_pr(args: argparse.Namespace) -> int:
-    from auditor import bootstrap
+    from github import GithubException
+
     from auditor.gitops.git import GitError
     from auditor.gitops.pulls import sync_pull_requests
 
@@ -417,17 +461,13 @@ def cmd_pr(args: argparse.Namespace) -> int:
         raise ConfigError(
             settings.source, 0, f"targets[{args.target}]", "needs a git repository and a github section"
         )
-    store = bootstrap.build_store(settings)
+    store = _build_store(settings)
     try:
         outcomes = sync_pull_requests(target, settings, store, tools=Tools.detect())
-    except GitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    except Exception as exc:
-        if type(exc).__module__.startswith("github"):
-            print(f"error: GitHub: {exc}", file=sys.stderr)
-            return EXIT_FAILED
+    except GitError:
         raise
+    except GithubException as exc:
+        raise for_http_status(f"GitHub: {exc}", exc.status) from exc
     for o in outcomes:
         number = f" #{o.number}" if o.number else ""
         print(f"{o.action}{number}: {o.workload} ({o.branch}){': ' + o.detail if o.detail else ''}")
@@ -435,11 +475,10 @@ def cmd_pr(args: argparse.Namespace) -> int:
 
 
 def cmd_digest(args: argparse.Namespace) -> int:
-    from auditor import bootstrap
     from auditor.service import digests
 
     settings = _service_settings(args)
-    store = bootstrap.build_store(settings)
+    store = _build_store(settings)
     try:
         if args.dry_run:
             for d, _since, _ in digests.build_all(settings, store):
@@ -455,12 +494,11 @@ def cmd_digest(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from auditor import bootstrap
     from auditor.reports import compliance
 
     settings = _service_settings(args)
     since = _since(args.since)
-    store = bootstrap.build_store(settings)
+    store = _build_store(settings)
     if args.target:
         settings.target(args.target)
     report = compliance.build(store.export(args.target, since), settings.reports, store.clock(), since)
@@ -481,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
         "land, and which network-policy doors are closed.",
     )
     parser.add_argument("--version", action="version", version=f"{TOOL_NAME} {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="on an error, print the traceback too (for a bug report)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("explain", help="answer one reachability question with the deciding policies")
     ex.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories")
@@ -652,22 +693,70 @@ def build_parser() -> argparse.ArgumentParser:
     up = dbsub.add_parser("upgrade", help="apply the schema migrations")
     up.add_argument("--config", help="config file (database.url); AUDITOR_DATABASE_URL wins")
     up.set_defaults(func=cmd_db)
+    _add_debug(parser)
     return parser
 
 
+def _add_debug(parser: argparse.ArgumentParser) -> None:
+    """--debug on the program and on every command (`auditor --debug scan …` or `auditor scan
+    … --debug`); a command's default is SUPPRESS so it never resets the program's flag."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.add_argument(
+                    "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+                )
+                _add_debug(child)
+
+
+def _one_line(text: str) -> str:
+    """A message on one line, its control characters escaped (it may quote a hostile file)."""
+    return table.clean(" ".join(text.split())) or "(no message)"
+
+
+def _stdout_gone() -> None:
+    """The reader of stdout went away: point stdout at /dev/null so the interpreter's last flush
+    cannot raise again (https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (a test's capture)
+        pass
+
+
 def main(argv: Sequence[str] | None = None, *, one_shot: bool = False) -> int:
-    """Run one command. `one_shot`: the process ends when it returns (the `auditor` program, a
-    benchmark child), so the garbage collector paused for an audit is not resumed (gcpause)."""
+    """Run one command; every exception becomes its exit code and one line on stderr, here.
+
+    `one_shot`: the process ends when it returns (the `auditor` program, a benchmark child), so
+    the garbage collector paused for an audit is not resumed (gcpause)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     args.one_shot = one_shot
+    debug = bool(args.debug)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # inside the boundary: a closed pipe shows here, not at exit
         return code
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except BrokenPipeError:
+        _stdout_gone()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except AuditorError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+            hint = ""
+        else:
+            hint = " (run with --debug for the traceback)"
+        print(f"error: internal error: {type(exc).__name__}: {_one_line(str(exc))}{hint}", file=sys.stderr)
         return EXIT_FAILED
 
 

@@ -44,6 +44,7 @@ from typing import Any
 
 from auditor import service_config, yamlio
 from auditor.cost import DEFAULT_PRICES, NetworkModel, Price
+from auditor.errors import ConfigError
 from auditor.model.objects import REGION_KEY, ZONE_KEY
 from auditor.reachability import cni as cni_settings
 from auditor.service_config import (
@@ -74,12 +75,6 @@ SECTIONS = (
 NEWEST_KUBERNETES = "1.37"
 # PodTopologyLabels admission: beta and on by default from 1.35 (KEP-4742).
 POD_TOPOLOGY_LABELS_SINCE = (1, 35)
-
-
-class ConfigError(ValueError):
-    def __init__(self, file: str, line: int, key: str, message: str) -> None:
-        super().__init__(f"{file}:{line}: {key}: {message}" if line else f"{file}: {key}: {message}")
-        self.file, self.line, self.key, self.message = file, line, key, message
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +219,8 @@ class Settings:
     reports: ReportSettings = field(default_factory=ReportSettings)
     sources: SourcesSettings = field(default_factory=SourcesSettings)
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    # Settings that work but expose a secret (service_config.warnings_for); the CLI prints them.
+    warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def target(self, name: str) -> TargetSettings:
         for t in self.targets:
@@ -366,6 +363,7 @@ def parse_settings(data: Any, file: str) -> Settings:
         reports=reports,
         sources=_sources(data.get("sources"), file),
         cluster=_cluster(data.get("cluster"), file),
+        warnings=service_config.warnings_for(targets, digest, file),
     )
 
 

@@ -6,6 +6,7 @@
       host: 127.0.0.1             # where `auditor serve` listens
       port: 8080
       api_token_env: AUDITOR_API_TOKEN  # environment variable holding the bearer token for writes
+      read_token_required: false  # true: reading the API and the pages needs the token too
       timezone: UTC               # cron schedules are read in this zone
       misfire_grace_seconds: 3600 # a daily run missed during a restart still runs within this time
       catch_up: true              # on start, run a slot that fired while no service was up (within the grace)
@@ -68,6 +69,10 @@ class ServiceSettings:
     port: int = 8080
     api_token: str = field(default="", repr=False)
     api_token_env: str = "AUDITOR_API_TOKEN"
+    # True: GET /api/v1/* and the web pages need the bearer token as writes do (findings name
+    # workloads, namespaces and files). /healthz, /readyz and /metrics stay open: probes and
+    # Prometheus scrape them without a token, and they carry counts, not names.
+    read_token_required: bool = False
     timezone: str = "UTC"
     misfire_grace_seconds: int = 3600
     # On start, run each target's slot that fired while no service was up, if within the grace.
@@ -151,6 +156,7 @@ _SERVICE_KEYS: dict[str, type | tuple[type, ...]] = {
     "port": int,
     "api_token": str,
     "api_token_env": str,
+    "read_token_required": bool,
     "timezone": str,
     "misfire_grace_seconds": int,
     "catch_up": bool,
@@ -335,7 +341,11 @@ def parse_targets(raw: Any, file: str, base: Path) -> tuple[TargetSettings, ...]
                         file, gline, f"{key}.git.url", f"not a git URL this tool fetches: {url!r}"
                     )
                 url = str(local)
-            if "://" in url and urlsplit(url).password:
+            try:
+                password = urlsplit(url).password if "://" in url else None
+            except ValueError as exc:  # urllib's own complaint, e.g. "Invalid IPv6 URL"
+                raise ServiceConfigError(file, gline, f"{key}.git.url", f"not a URL: {exc}") from None
+            if password:
                 raise ServiceConfigError(
                     file, gline, f"{key}.git.url", "do not put a password in the URL; use token_env"
                 )
@@ -605,6 +615,26 @@ def parse_digest(raw: Any, file: str) -> DigestSettings | None:
         smtp,
         tuple(teams),
     )
+
+
+def warnings_for(
+    targets: tuple[TargetSettings, ...], digest: DigestSettings | None, file: str
+) -> tuple[str, ...]:
+    """Settings that work but expose a secret on the network: a git token sent to an http:// URL,
+    an SMTP login without TLS. Warnings, not errors: a lab or a local relay may mean it."""
+    out: list[str] = []
+    for i, t in enumerate(targets):
+        if t.git is not None and (t.git.token or t.git.token_env) and t.git.url.lower().startswith("http://"):
+            out.append(
+                f"{file}: targets[{i}].git.url: the token is sent unencrypted to {t.git.url} (http://); "
+                "anyone on the network path can read it: use an https:// URL"
+            )
+    if digest is not None and digest.smtp.username and digest.smtp.security == "none":
+        out.append(
+            f"{file}: digest.smtp.security: none: the SMTP login ({digest.smtp.username}) and its "
+            f"password go to {digest.smtp.host}:{digest.smtp.port} unencrypted; use starttls or tls"
+        )
+    return tuple(out)
 
 
 def parse_reports(raw: Any, file: str) -> ReportSettings:

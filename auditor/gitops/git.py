@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -23,9 +24,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from auditor.errors import RemoteError
 
-class GitError(RuntimeError):
-    pass
+log = logging.getLogger("auditor.gitops")
+
+# A remote that cannot be reached or took too long may answer later: retry after this long.
+RETRY_AFTER_SECONDS = 300.0
+
+
+class GitError(RemoteError, RuntimeError):
+    """git failed; `retry_after` is set when the remote could not be reached or timed out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +127,27 @@ def run(
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise GitError(f"git {args[0]} took longer than {timeout:.0f} s and was stopped") from None
+        raise GitError(
+            f"git {args[0]} took longer than {timeout:.0f} s and was stopped", retry_after=RETRY_AFTER_SECONDS
+        ) from None
     except FileNotFoundError:
         raise GitError("git is not installed") from None
     if done.returncode != 0:
         detail = _redact(" ".join(done.stderr.split())[:800], credentials, env)
-        raise GitError(f"{_explain(done.stderr)}: git {args[0]} exited {done.returncode}: {detail}")
+        why = _explain(done.stderr)
+        raise GitError(
+            f"{why}: git {args[0]} exited {done.returncode}: {detail}",
+            retry_after=RETRY_AFTER_SECONDS if why == "the remote cannot be reached" else None,
+        )
     return done.stdout
+
+
+def plaintext_token_warning(url: str) -> str:
+    """The warning for a token sent to an `http://` URL: anyone on the path can read and reuse it."""
+    return (
+        f"the git token for {url} is sent unencrypted (http://): anyone on the network path can "
+        "read it; use an https:// URL"
+    )
 
 
 def cache_dir_for(cache_root: Path, url: str) -> Path:
@@ -166,6 +188,8 @@ def fetch(
     """
     if url.startswith("-") or "::" in url or (branch is not None and branch.startswith("-")):
         raise GitError(f"refusing to fetch {url!r} {branch or ''}: not a plain URL and branch")
+    if credentials is not None and credentials.token and url.lower().startswith("http://"):
+        log.warning("%s", plaintext_token_warning(url))
     directory = cache_dir_for(cache_root, url)
     env = environment(credentials, environ)
     if not (directory / ".git").is_dir():

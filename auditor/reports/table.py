@@ -1,7 +1,15 @@
-"""A readable terminal table; colour only when asked (on a TTY)."""
+"""A readable terminal table; colour only when asked (on a TTY).
+
+Names, paths, messages and errors come from the audited manifests, so a workload named
+`"x\x1b[2J"` could clear the reader's screen, retitle the terminal or hide a line behind `\r`:
+every control character (C0, DEL, C1, which covers escape sequences) is shown escaped instead
+(`\x1b`, `\r`), so what is printed is what the file says and nothing the terminal obeys. Our own
+colour codes are added after that.
+"""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from auditor.rules.groups import Groups
@@ -9,6 +17,17 @@ from auditor.scan import ScanResult
 
 _COLOURS = {"critical": "\033[1;31m", "high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
 _RESET = "\033[0m"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return {"\t": "\\t", "\n": "\\n", "\r": "\\r"}.get(char, f"\\x{ord(char):02x}")
+
+
+def clean(text: str) -> str:
+    """`text` with every control character escaped: safe to print on a terminal."""
+    return _CONTROL.sub(_escape, text)
 
 
 def render(result: ScanResult, colour: bool = False) -> str:
@@ -20,18 +39,24 @@ def render(result: ScanResult, colour: bool = False) -> str:
         if colour:
             sev = f"{_COLOURS.get(f.severity, '')}{sev}{_RESET}"
         where = f"{f.workload.file}:{f.workload.line}" if f.workload.file else ""
-        lines.append(
-            f"{sev:<9} {f.rule} ({f.certainty})  {f.workload.kind} {f.workload.namespace}/"
-            f"{f.workload.name}  {where}"
+        head = (
+            f"{f.rule} ({f.certainty})  {f.workload.kind} {f.workload.namespace}/{f.workload.name}  {where}"
         )
+        lines.append(f"{sev:<9} {clean(head)}")
         lines.extend(
             textwrap.wrap(
-                f.message, 100, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False
+                clean(f.message),
+                100,
+                initial_indent="    ",
+                subsequent_indent="    ",
+                break_on_hyphens=False,
             )
         )
         for p in f.policies:
             lines.append(
-                f"    - {p.kind} {p.namespace + '/' if p.namespace else ''}{p.name} ({p.file}:{p.line})"
+                clean(
+                    f"    - {p.kind} {p.namespace + '/' if p.namespace else ''}{p.name} ({p.file}:{p.line})"
+                )
             )
         if f.estimated_monthly_cost_usd is not None:
             lines.append(
@@ -40,11 +65,13 @@ def render(result: ScanResult, colour: bool = False) -> str:
             )
         for a in f.assumptions:
             lines.extend(
-                textwrap.wrap(a, 100, initial_indent="      assumes: ", subsequent_indent="        ")
+                textwrap.wrap(clean(a), 100, initial_indent="      assumes: ", subsequent_indent="        ")
             )
         for measured in f.evidence:
             lines.extend(
-                textwrap.wrap(measured, 100, initial_indent="      measured: ", subsequent_indent="        ")
+                textwrap.wrap(
+                    clean(measured), 100, initial_indent="      measured: ", subsequent_indent="        "
+                )
             )
         lines.append(f"    fingerprint {f.fingerprint}")
     s = result.summary()
@@ -55,11 +82,11 @@ def render(result: ScanResult, colour: bool = False) -> str:
         f"{result.audited_objects} objects audited"
     )
     if result.groups is not None:
-        lines.append(understood(result.groups))
+        lines.append(clean(understood(result.groups)))
     for e in result.errors:
-        lines.append(f"error: {e}")
+        lines.append(clean(f"error: {e}"))
     for n in result.notes:
-        lines.append(f"note: {n}")
+        lines.append(clean(f"note: {n}"))
     return "\n".join(lines) + "\n"
 
 

@@ -97,7 +97,7 @@ from types import MappingProxyType
 from typing import Any
 
 from auditor import yamlio
-from auditor.config import ConfigError
+from auditor.errors import ConfigError
 from auditor.model.findings import SEVERITIES, Finding, ObjectRef
 from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector, type_name
 from auditor.model.objects import Workload

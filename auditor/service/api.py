@@ -4,13 +4,24 @@ readiness and Prometheus metrics.
 Every filter is validated (enumerations, lengths, page size) before a query is built, and every
 value reaches SQL as a bound parameter: hostile input gets a 4xx, never a 500 or an injection.
 Write endpoints need `Authorization: Bearer <token>` with the configured token; without a
-configured token they are refused (403), never open.
+configured token they are refused (403), never open. With `service.read_token_required`, reads
+(GET /api/v1/*, the pages) need it too; /healthz, /readyz and /metrics stay open for probes and
+Prometheus (they carry states and counts, no names).
+
+Every response carries a Content-Security-Policy (no script, the pages' own styles by hash, no
+framing), X-Frame-Options, X-Content-Type-Options and Referrer-Policy. When the server is bound to
+a loopback address, a request whose Host is not localhost, 127.0.0.1 or [::1] is refused (421):
+a web page elsewhere cannot reach the API through a DNS name rebound to 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
+import ipaddress
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Protocol
@@ -22,7 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor import __version__
-from auditor.config import ConfigError
+from auditor.errors import ConfigError
 from auditor.service import web
 from auditor.service.metrics import registry_for
 from auditor.service.runner import AuditRunner, TargetBusy
@@ -57,7 +68,60 @@ class Submitter(Protocol):
     def running(self) -> bool: ...
 
 
-def create_app(store: Store, runner: AuditRunner, scheduler: Submitter, api_token: str) -> FastAPI:
+# Paths that answer without a token even when reads need one: probes and the metrics scrape.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
+
+
+def is_loopback(host: str) -> bool:
+    """Whether the server's bind address only listens on this machine."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_allowed(header: str) -> bool:
+    """A Host header naming this machine's loopback: localhost, 127.0.0.1 or [::1], any port."""
+    host = header.strip().lower()
+    if host.startswith("["):
+        end = host.find("]")
+        name, rest = (host[: end + 1], host[end + 1 :]) if end > 0 else ("", "")
+    else:
+        name, colon, port = host.partition(":")
+        rest = colon + port
+    if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+        return False
+    return name in LOOPBACK_NAMES
+
+
+def token_matches(header: str, api_token: str) -> bool:
+    """`Authorization: Bearer <token>`, or Basic with the token as the password (so a browser
+    can ask for it), compared in constant time."""
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() == "basic":
+        try:
+            given = base64.b64decode(given.strip(), validate=True).decode().partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+    elif scheme.lower() != "bearer":
+        return False
+    return bool(api_token) and hmac.compare_digest(given.strip().encode(), api_token.encode())
+
+
+def create_app(
+    store: Store,
+    runner: AuditRunner,
+    scheduler: Submitter,
+    api_token: str,
+    *,
+    read_token_required: bool = False,
+    bind_host: str | None = None,
+) -> FastAPI:
+    """The app. `read_token_required`: reads need the token too. `bind_host`: the address the
+    server listens on; a loopback one turns on the Host header check."""
     app = FastAPI(
         title="Placement Auditor",
         version=__version__,
@@ -67,6 +131,41 @@ def create_app(store: Store, runner: AuditRunner, scheduler: Submitter, api_toke
         redoc_url=None,
     )
     registry = registry_for(store)
+    security_headers = {
+        "Content-Security-Policy": web.content_security_policy(),
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+    }
+    check_host = bind_host is not None and is_loopback(bind_host)
+
+    def refuse(request: Request) -> Response | None:
+        if check_host and not _host_allowed(request.headers.get("host", "")):
+            return JSONResponse(
+                {"error": "this server answers only to localhost, 127.0.0.1 or [::1] (Host header)"},
+                status_code=421,
+            )
+        if read_token_required and request.url.path not in OPEN_PATHS:
+            if not api_token:
+                return JSONResponse(
+                    {"error": "reads need the API token (read_token_required) and none is configured"},
+                    status_code=403,
+                )
+            if not token_matches(request.headers.get("authorization", ""), api_token):
+                page = not request.url.path.startswith("/api/")
+                challenge = 'Basic realm="placement-auditor", charset="UTF-8"' if page else "Bearer"
+                return JSONResponse(
+                    {"error": "a valid bearer token is required"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": challenge},
+                )
+        return None
+
+    @app.middleware("http")
+    async def hygiene(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        response = refuse(request) or await call_next(request)
+        response.headers.update(security_headers)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -83,10 +182,9 @@ def create_app(store: Store, runner: AuditRunner, scheduler: Submitter, api_toke
 
     def require_token(request: Request) -> None:
         header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
         if not api_token:
             raise HTTPException(403, "no API token is configured; write endpoints are disabled")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), api_token.encode()):
+        if not header.lower().startswith("bearer ") or not token_matches(header, api_token):
             raise HTTPException(
                 401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
             )

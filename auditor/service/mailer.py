@@ -14,6 +14,7 @@ password from the environment), exactly once as receivers see it.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import smtplib
 import ssl
@@ -27,6 +28,7 @@ from auditor.service_config import SmtpSettings, address_problem, team_name_prob
 from auditor.store.repository import Store
 
 _POLICY = policy.default.clone(max_line_length=998)
+log = logging.getLogger("auditor.mailer")
 
 
 class MailError(RuntimeError):
@@ -117,6 +119,14 @@ def send(smtp: SmtpSettings, msg: EmailMessage, environ: Mapping[str, str]) -> d
             client.starttls(context=context)
             client.ehlo()
         if smtp.username:
+            if smtp.security == "none":
+                log.warning(
+                    "SMTP login %s to %s:%s without TLS: the password crosses the network "
+                    "unencrypted (set digest.smtp.security to starttls or tls)",
+                    smtp.username,
+                    smtp.host,
+                    smtp.port,
+                )
             client.login(smtp.username, password)
         refused = client.send_message(msg)
     except (smtplib.SMTPException, OSError) as exc:

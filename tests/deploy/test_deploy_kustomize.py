@@ -268,8 +268,10 @@ def _doc_patch_blocks() -> list[list[dict[str, Any]]]:
 
 def test_the_documented_patches_render(rendered: dict[str, list[dict]], tmp_path: Path) -> None:
     blocks = _doc_patch_blocks()
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     objs = render_variant(tmp_path, "postgres", patches=[p for b in blocks for p in b])
+    (allowed,) = one(objs, "NetworkPolicy", "placement-auditor")["spec"]["ingress"][0]["from"]
+    assert allowed["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
     for kind in ("ServiceMonitor", "PrometheusRule"):
         assert one(objs, kind)["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     groups = one(objs, "PrometheusRule")["spec"]["groups"]

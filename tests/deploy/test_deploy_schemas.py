@@ -60,7 +60,15 @@ def validate_all(objs: list[dict[str, Any]]) -> set[str]:
 @pytest.mark.parametrize("overlay", ["sqlite", "postgres"])
 def test_every_rendered_object_matches_its_schema(rendered: dict[str, list[dict]], overlay: str) -> None:
     kinds = validate_all(rendered[overlay])
-    assert {"Deployment", "Service", "ClusterRole", "Role", "ServiceMonitor", "PrometheusRule"} <= kinds
+    assert {
+        "Deployment",
+        "Service",
+        "NetworkPolicy",
+        "ClusterRole",
+        "Role",
+        "ServiceMonitor",
+        "PrometheusRule",
+    } <= kinds
 
 
 def test_components_match_their_schemas(tmp_path: Path) -> None:

@@ -127,3 +127,26 @@ def test_target_trends_are_drawn(site: tuple[str, dict[str, int]]) -> None:
     assert sum(1 for t, _ in tags if t == "circle") == 4  # two runs on each chart
     assert call(f"{base}/targets/..%2Fetc")[0] in (404, 422)
     shot(f"{base}/targets/lab", "web-target.png", "1280,900")
+
+
+def console(url: str) -> list[str]:
+    """What the page logged to Chromium's console (CSP violations are logged there)."""
+    done = subprocess.run(
+        [CHROMIUM, *FLAGS, "--enable-logging=stderr", "--v=0", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )  # type: ignore[list-item]
+    assert "</html>" in done.stdout
+    return [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+
+
+def test_the_pages_render_under_their_content_security_policy(site: tuple[str, dict[str, int]]) -> None:
+    base, ids = site
+    for path in ("/", f"/findings/{ids['trainer-workers']}", f"/findings/{ids['evil-job']}", "/targets/lab"):
+        status, _, headers = call(f"{base}{path}")
+        assert status == 200
+        csp = headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "'sha256-" in csp and "unsafe-inline" not in csp
+        assert [m for m in console(f"{base}{path}") if "Content Security Policy" in m] == [], path
