@@ -139,7 +139,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
             bar.close()
     if not result.complete:
         for n in result.not_audited:
-            print(f"error: not audited: {n}", file=sys.stderr)
+            print(f"error: not audited: {table.clean(str(n))}", file=sys.stderr)
         print(
             f"error: the audit is partial: {len(result.not_audited)} file(s) or director(ies) "
             "were not audited (see above); findings from the rest are reported",
