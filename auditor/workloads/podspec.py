@@ -1,7 +1,7 @@
 """Read a pod template (metadata + spec) into a PodTemplate, naming the field of any problem.
 
-The fields no filter validates (env, command, args, volumes, sysctls, init containers) are read
-leniently, skipping what is malformed, as the readers of the raw spec used to.
+Fields the API types loosely or no filter needs exact (env, command, args, volumes, sysctls, init
+containers) are read leniently: a malformed item is skipped, not an error, so a workload still audits.
 """
 
 from __future__ import annotations
