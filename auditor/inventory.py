@@ -127,6 +127,8 @@ class Inventory:
     class_zones: dict[str, frozenset[str]] = field(default_factory=dict)
     # Pods a cluster or snapshot reported with their node: where groups actually run.
     live_pods: list[LivePod] = field(default_factory=list)
+    # The manifest each workload was read from (as rendered): remediation patches it.
+    manifests: dict[WorkloadRef, Mapping[str, Any]] = field(default_factory=dict)
     _by_name: dict[tuple[str, str], list[Workload]] = field(default_factory=dict, repr=False)
     _by_name_for: list[int] = field(default_factory=list, repr=False)
 
@@ -542,31 +544,16 @@ def _storage(objects: Sequence[RawObject], inv: Inventory, default_ns: str) -> N
 
 def role_claim_zones(inv: Inventory, role: Role) -> dict[str, frozenset[str]]:
     """Claim name → zones for the claims a role's pods mount (including StatefulSet claim templates)."""
-    spec = role.template.spec if isinstance(role.template.spec, Mapping) else {}
     out: dict[str, frozenset[str]] = {}
-    for volume in spec.get("volumes") or []:
-        claim = volume.get("persistentVolumeClaim") if isinstance(volume, Mapping) else None
-        name = str(claim.get("claimName", "")) if isinstance(claim, Mapping) else ""
-        zones = inv.claim_zones.get((role.workload.namespace, name))
+    for claim in role.template.claims:
+        zones = inv.claim_zones.get((role.workload.namespace, claim.name))
         if zones is not None:
-            out[name] = zones
+            out[claim.name] = zones
     # StatefulSet claim templates: claims <template>-<set>-<n> are provisioned from the template's class.
-    if role.workload.kind != "StatefulSet":
-        return out
-    for w in inv.workload(role.workload.namespace, role.workload.name):
-        if w.ref == role.workload and isinstance(w.raw, Mapping):
-            wspec = w.raw.get("spec") if isinstance(w.raw.get("spec"), Mapping) else {}
-            assert isinstance(wspec, Mapping)
-            for tmpl in wspec.get("volumeClaimTemplates") or []:
-                if not isinstance(tmpl, Mapping):
-                    continue
-                tspec = tmpl.get("spec") if isinstance(tmpl.get("spec"), Mapping) else {}
-                assert isinstance(tspec, Mapping)
-                zones = inv.class_zones.get(str(tspec.get("storageClassName") or ""))
-                meta = tmpl.get("metadata") if isinstance(tmpl.get("metadata"), Mapping) else {}
-                assert isinstance(meta, Mapping)
-                if zones is not None:
-                    out[f"{meta.get('name', 'data')}-{w.ref.name}"] = zones
+    for claim in role.template.claims:
+        zones = inv.class_zones.get(claim.storage_class) if claim.storage_class is not None else None
+        if zones is not None:
+            out[claim.name] = zones
     return out
 
 
@@ -648,6 +635,7 @@ def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) 
     elif kind in ADAPTERS or kind in CONTEXT_KINDS:
         ref = WorkloadRef(raw.api_version, kind, ns, raw.name, raw.source)
         inv.workloads.append(adapt(raw.obj, ref, inv.runtimes))
+        inv.manifests[ref] = raw.obj
 
 
 def parse_node(raw: RawObject) -> Node:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from auditor.model.scheduling import NO_SCHEDULING, Scheduling
@@ -74,6 +75,37 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
+class Container:
+    """The parts of a container (or init container) that communication edges and data-port
+    ranges read: literal env values, command and args (string items, as the API types them)."""
+
+    name: str
+    env: tuple[tuple[str, str], ...] = ()  # (name, value) of each variable with a literal value
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    restart_policy: str = ""  # "Always" on an init container: a sidecar that keeps running
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A PersistentVolumeClaim the pod mounts; `storage_class` is set for a claim its controller
+    provisions from a StatefulSet volumeClaimTemplate (`<template>-<set>-<ordinal>`)."""
+
+    name: str
+    storage_class: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequests:
+    """The pod's effective requests as kube-scheduler computes them (`resourcehelper.PodRequests`),
+    summed once when the template is read. `error` names the field of a quantity that does not
+    parse: the API server would reject the pod, and the resource filter says why."""
+
+    amounts: tuple[tuple[str, Fraction], ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PodTemplate:
     """The parts of a pod spec that placement and policy read."""
 
@@ -91,7 +123,13 @@ class PodTemplate:
     # requests; summing needs Kubernetes quantity arithmetic and is left to the resource-fit filter.
     requests: tuple[tuple[tuple[str, str], ...], ...] = ()
     pod_ips: tuple[str, ...] = ()  # status.podIPs of a live or dumped Pod
-    spec: Any = field(default=None, compare=False, hash=False)
+    pod_requests: PodRequests = PodRequests()
+    claims: tuple[Claim, ...] = ()  # spec.volumes[].persistentVolumeClaim, in order
+    sysctls: tuple[tuple[str, str], ...] = ()  # spec.securityContext.sysctls (name, value)
+    # Compared but not hashed: templates key many caches, and the labels, ports and requests
+    # above already tell templates apart.
+    containers: tuple[Container, ...] = field(default=(), hash=False)
+    init_containers: tuple[Container, ...] = field(default=(), hash=False)
     # Selectors of Services, policies and affinity terms read the labels over and over.
     _label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
 
@@ -238,11 +276,51 @@ class Role:
 
 
 @dataclass(frozen=True, slots=True)
+class Annotations:
+    """metadata.annotations in manifest order, values as text (None where the manifest leaves a
+    value empty), with the line of each key where the loader knew it (`line`: the mapping's)."""
+
+    items: tuple[tuple[str, str | None], ...] = ()
+    key_lines: tuple[tuple[str, int], ...] = field(default=(), compare=False)
+    line: int = field(default=0, compare=False)
+
+    def __contains__(self, key: str) -> bool:
+        return any(k == key for k, _ in self.items)
+
+    def get(self, key: str) -> str | None:
+        return next((v for k, v in self.items if k == key), None)
+
+    def text(self) -> dict[str, str]:
+        """Key → value, an empty value as "" (what CEL rules see)."""
+        return {k: "" if v is None else v for k, v in self.items}
+
+    def line_of(self, key: str, default: int) -> int:
+        """The line of `key`, else of the mapping, else `default`."""
+        return next((n for k, n in self.key_lines if k == key), self.line or default)
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorOptions:
+    """Fields of a training kind's spec that its built-in edges read (workloads/edges.py)."""
+
+    elastic: bool = False  # PyTorchJob spec.elasticPolicy is set
+    rdzv_port: int | None = None  # PyTorchJob spec.elasticPolicy.rdzvPort
+    ray_port: int | None = None  # Ray headGroupSpec.rayStartParams.port
+    coordinator: str | None = None  # JobSet spec.coordinator.replicatedJob
+    # Volcano spec.plugins: each plugin's name and its `--key=value` arguments.
+    plugins: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+    def plugin(self, name: str) -> dict[str, str] | None:
+        return next((dict(args) for n, args in self.plugins if n == name), None)
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     ref: WorkloadRef
     labels: Labels
     roles: tuple[Role, ...]
-    raw: Any = field(default=None, compare=False, hash=False)  # the manifest, for kind-specific options
+    annotations: Annotations = Annotations()
+    options: OperatorOptions = OperatorOptions()
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,6 @@ key's name: a node pool or rack whose nodes span two zones does not keep a group
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -222,18 +221,9 @@ def _filter_signature(role: Role, claims: Mapping[str, frozenset[str]], options:
         admitted_tolerations(role, options),
         t.node_name,
         t.requests,
-        _spec_signature(t.spec),
+        t.pod_requests,  # what the resource filter reads
+        t.claims,  # and the volume filter
         tuple(sorted((k, tuple(sorted(v))) for k, v in claims.items())),
-    )
-
-
-def _spec_signature(spec: object) -> str:
-    """The parts of the raw pod spec the resource and volume filters read."""
-    body = spec if isinstance(spec, Mapping) else {}
-    return json.dumps(
-        [body.get("initContainers"), body.get("overhead"), body.get("volumes"), body.get("resources")],
-        sort_keys=True,
-        default=str,
     )
 
 

@@ -105,14 +105,7 @@ def untolerated_taint(template: PodTemplate, node: Node) -> str | None:
 
 def claim_names(template: PodTemplate) -> list[str]:
     """The PersistentVolumeClaims the pod mounts (spec.volumes[].persistentVolumeClaim.claimName)."""
-    spec = template.spec if isinstance(template.spec, Mapping) else {}
-    volumes = spec.get("volumes")
-    out: list[str] = []
-    for v in volumes if isinstance(volumes, list) else []:
-        pvc = v.get("persistentVolumeClaim") if isinstance(v, Mapping) else None
-        if isinstance(pvc, Mapping) and pvc.get("claimName"):
-            out.append(str(pvc["claimName"]))
-    return out
+    return [c.name for c in template.claims]
 
 
 def volume_zone_conflict(

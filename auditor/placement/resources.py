@@ -4,9 +4,9 @@
   `Fraction`, with apimachinery's rules: decimal SI suffixes n u m k M G T P E, binary Ki..Ei,
   exponents e<n>/E<n>; non-zero values are rounded up to the nano, SI values are capped at the
   int64 maximum; anything else raises `ValueError` naming the text.
-* `pod_requests` is kube-scheduler's effective pod request: the sum of app containers and running
-  sidecars, raised to the largest init container (each one counted with the sidecars started before
-  it), pod-level requests (`spec.resources`) replacing cpu/memory/hugepages, plus `spec.overhead`.
+* `pod_requests` is kube-scheduler's effective pod request, summed once when the template is read
+  (workloads/podspec.py): app containers and running sidecars, raised to the largest init container,
+  pod-level requests replacing cpu/memory/hugepages, plus `spec.overhead`.
 * `insufficient_resources` / `fits` compare it with node allocatable minus what the pods already on
   the node request (cpu in milli-units, everything else in whole units, each rounded up as the
   scheduler's `MilliValue()`/`Value()` do). Each pod also takes one `pods` slot.
@@ -142,106 +142,15 @@ def extended_resources(template: PodTemplate) -> frozenset[str]:
     )
 
 
-def _is_pod_level_resource(name: str) -> bool:
-    return name in (CPU, MEMORY) or name.startswith(HUGEPAGES_PREFIX)
-
-
 ResourceList = dict[str, Fraction]
 
 
-def _add(into: ResourceList, other: Mapping[str, Fraction]) -> None:
-    for k, v in other.items():
-        into[k] = into.get(k, Fraction(0)) + v
-
-
-def _max(into: ResourceList, other: Mapping[str, Fraction]) -> None:
-    for k, v in other.items():
-        if k not in into or v > into[k]:
-            into[k] = v
-
-
-def _resource_list(raw: Any, where: str) -> ResourceList:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}: must be a mapping of resource to quantity")
-    out: ResourceList = {}
-    for k, v in raw.items():
-        try:
-            out[str(k)] = parse_quantity(v)
-        except ValueError as e:
-            raise ValueError(f"{where}.{k}: {e}") from None
-    return out
-
-
-def container_requests(container: Any, where: str = "container") -> ResourceList:
-    """A container's requests, its limits filling requests that are absent (API defaulting)."""
-    if not isinstance(container, Mapping):
-        return {}
-    res = container.get("resources")
-    if not isinstance(res, Mapping):
-        return {}
-    limits = _resource_list(res.get("limits"), f"{where}.resources.limits")
-    requests = _resource_list(res.get("requests"), f"{where}.resources.requests")
-    return {**limits, **requests}
-
-
-def _containers(spec: Mapping[str, Any], key: str) -> list[Any]:
-    raw = spec.get(key)
-    return list(raw) if isinstance(raw, list) else []
-
-
 def pod_requests(template: PodTemplate) -> ResourceList:
-    """The pod's effective requests as kube-scheduler computes them (`resourcehelper.PodRequests`).
-
-    Without a raw spec (templates built in code), the per-container `template.requests` are summed.
-    """
-    spec = template.spec if isinstance(template.spec, Mapping) else None
-    if spec is None:
-        total: ResourceList = {}
-        for container in template.requests:
-            _add(total, {k: parse_quantity(v) for k, v in container})
-        return total
-    result: ResourceList = {}
-    for i, c in enumerate(_containers(spec, "containers")):
-        _add(result, container_requests(c, f"spec.containers[{i}]"))
-    # Init containers run one at a time; sidecars (restartPolicy Always) keep running after they
-    # start, so each later init container runs alongside the sidecars declared before it.
-    sidecars: ResourceList = {}
-    init_peak: ResourceList = {}
-    for i, c in enumerate(_containers(spec, "initContainers")):
-        req = container_requests(c, f"spec.initContainers[{i}]")
-        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
-            _add(result, req)
-            _add(sidecars, req)
-            _max(init_peak, sidecars)
-        else:
-            running = dict(req)
-            _add(running, sidecars)
-            _max(init_peak, running)
-    _max(result, init_peak)
-    _apply_pod_level(result, spec)
-    _add(result, _resource_list(spec.get("overhead"), "spec.overhead"))
-    return result
-
-
-def _apply_pod_level(result: ResourceList, spec: Mapping[str, Any]) -> None:
-    """Pod-level `spec.resources` (PodLevelResources, on by default since 1.34) for cpu/memory/hugepages.
-
-    API defaulting first: a pod-level limit without a pod-level request defaults the request to the
-    containers' aggregate when some container requests that resource, else to the limit.
-    """
-    res = spec.get("resources")
-    if not isinstance(res, Mapping):
-        return
-    requests = _resource_list(res.get("requests"), "spec.resources.requests")
-    limits = _resource_list(res.get("limits"), "spec.resources.limits")
-    for name, limit in limits.items():
-        if name not in requests and name not in result and _is_pod_level_resource(name):
-            requests[name] = limit
-    for name, quantity in requests.items():
-        if _is_pod_level_resource(name):
-            result[name] = quantity
+    """The pod's effective requests (`PodTemplate.pod_requests`, summed when the template was
+    read, workloads/podspec.py); `ValueError` naming the field of a quantity that does not parse."""
+    if template.pod_requests.error is not None:
+        raise ValueError(template.pod_requests.error)
+    return dict(template.pod_requests.amounts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,8 +195,8 @@ def _in_units(requests: Mapping[str, Fraction]) -> dict[str, int]:
 
 
 # A scan filters each distinct pod template against every node: compute its requests once. Keyed
-# by identity (templates compare equal without their raw spec), holding the template so the id
-# cannot be reused while the entry lives.
+# by identity (cheaper than hashing the template), holding the template so the id cannot be
+# reused while the entry lives.
 _UNITS: dict[int, tuple[PodTemplate, dict[str, int]]] = {}
 
 

@@ -110,7 +110,7 @@ def propose(
     try:
         model = build_model(inv)
         volumes = {r: role_claim_zones(inv, r) for r in model.placements}
-        raw_of = {r: w.raw for w in inv.workloads for r in w.roles}
+        raw_of = {r: inv.manifests.get(w.ref) for w in inv.workloads for r in w.roles}
         known = {f.fingerprint for f in result.findings}
         remaining = set(known)
         for finding in selected:

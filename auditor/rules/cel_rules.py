@@ -208,14 +208,6 @@ class WorkloadActivation:
     roles: tuple[tuple[Role, Mapping[str, Any]], ...]
 
 
-def _metadata_map(raw: Any, key: str) -> dict[str, str]:
-    meta = raw.get("metadata") if isinstance(raw, Mapping) else None
-    section = meta.get(key) if isinstance(meta, Mapping) else None
-    if not isinstance(section, Mapping):
-        return {}
-    return {str(k): "" if v is None else str(v) for k, v in section.items()}
-
-
 def _most_certain(splits: Iterator[str | None]) -> str:
     ranked = [s for s in splits if s]
     return min(ranked, key=lambda s: SPLIT_RANK.get(s, 9)) if ranked else ""
@@ -307,7 +299,7 @@ def activations(model: AuditModel) -> Iterator[WorkloadActivation]:
             "namespace": ref.namespace,
             "name": ref.name,
             "labels": dict(workload.labels),
-            "annotations": _metadata_map(workload.raw, "annotations"),
+            "annotations": workload.annotations.text(),
             "file": ref.source.file,
             "line": ref.source.line,
         }

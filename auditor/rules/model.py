@@ -217,11 +217,8 @@ def build_model(
 
 def annotation(workload: Workload, key: str) -> str | None:
     """A workload annotation, or the first pod-template annotation of that key."""
-    raw: Any = workload.raw
-    meta = raw.get("metadata") if isinstance(raw, Mapping) else None
-    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if isinstance(ann, Mapping) and key in ann:
-        return str(ann[key])
+    if key in workload.annotations:
+        return str(workload.annotations.get(key))  # an empty value reads as "None", as it always has
     for r in workload.roles:
         value = dict(r.template.annotations).get(key)
         if value is not None:

@@ -886,11 +886,7 @@ def annotation_waivers(
     workload: Workload, known_rules: Iterable[str]
 ) -> tuple[list[Waiver], list[LoadError]]:
     """The waivers a workload's own annotations declare, and error entries for malformed ones."""
-    raw: Any = workload.raw
-    meta = raw.get("metadata") if isinstance(raw, Mapping) else None
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if not isinstance(annotations, Mapping):
-        return [], []
+    annotations = workload.annotations
     ref = workload.ref
     what = f"{ref.kind} {ref.namespace}/{ref.name}"
     keys = (WAIVE_ANNOTATION, WAIVE_REASON_ANNOTATION, WAIVE_EXPIRES_ANNOTATION, WAIVE_OWNER_ANNOTATION)
@@ -898,7 +894,7 @@ def annotation_waivers(
         return [], []
 
     def line(key: str) -> int:
-        return yamlio.key_line(annotations, key, yamlio.line_of(annotations, ref.source.line))
+        return annotations.line_of(key, ref.source.line)
 
     def error(key: str, message: str) -> LoadError:
         return LoadError(

@@ -10,7 +10,17 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from auditor.model.objects import ReplicaLabel, Role, Workload, WorkloadRef, freeze_labels
+from auditor import yamlio
+from auditor.model.objects import (
+    Annotations,
+    Claim,
+    OperatorOptions,
+    ReplicaLabel,
+    Role,
+    Workload,
+    WorkloadRef,
+    freeze_labels,
+)
 from auditor.model.source import SourceRef
 from auditor.reachability import specs
 from auditor.reachability.endpoints import parse_ip
@@ -53,11 +63,11 @@ def _single_template(replicas_field: str | None, default_replicas: int) -> Adapt
         replicas = default_replicas
         if replicas_field:
             replicas = _replicas(spec.get(replicas_field), f"spec.{replicas_field}", default_replicas)
-        template_raw = spec.get("template")
         claims = specs.seq(spec.get("volumeClaimTemplates"), "spec.volumeClaimTemplates")
-        if claims and isinstance(template_raw, Mapping):
-            template_raw = _with_claim_volumes(template_raw, claims, ref.name)
-        template = parse_pod_template(template_raw, "spec.template")
+        template = parse_pod_template(spec.get("template"), "spec.template")
+        if claims:
+            mounted = _claim_volumes(claims, ref.name, ref.kind == "StatefulSet")
+            template = dataclasses.replace(template, claims=(*template.claims, *mounted))
         return [Role(ref, ref.name, replicas, template, ref.source, _per_pod_labels(ref, spec))]
 
     return adapt
@@ -75,17 +85,19 @@ def _per_pod_labels(ref: WorkloadRef, spec: Mapping[str, Any]) -> tuple[ReplicaL
     )
 
 
-def _with_claim_volumes(template: Mapping[str, Any], claims: list[Any], owner: str) -> dict[str, Any]:
-    """The StatefulSet controller mounts one claim per template and replica (<template>-<set>-<ordinal>);
-    the pods carry these volumes, so the scheduler's volume filters see them."""
-    spec = dict(template.get("spec") or {})
-    volumes = list(spec.get("volumes") or [])
+def _claim_volumes(claims: list[Any], owner: str, provisioned: bool) -> list[Claim]:
+    """The StatefulSet controller mounts one claim per template and replica (<template>-<set>-<ordinal>),
+    `provisioned` from the template's storage class; the scheduler's volume filters see them."""
+    out = []
     for claim in claims:
-        name = str((claim.get("metadata") or {}).get("name", "")) if isinstance(claim, Mapping) else ""
+        if not isinstance(claim, Mapping):
+            continue
+        name = str((claim.get("metadata") or {}).get("name", ""))
+        spec = claim.get("spec")
+        storage_class = spec.get("storageClassName") if isinstance(spec, Mapping) else None
         if name:
-            volumes.append({"name": name, "persistentVolumeClaim": {"claimName": f"{name}-{owner}"}})
-    spec["volumes"] = volumes
-    return {**template, "spec": spec}
+            out.append(Claim(f"{name}-{owner}", str(storage_class or "") if provisioned else None))
+    return out
 
 
 def _job_labels(ref: WorkloadRef) -> dict[str, str]:
@@ -193,5 +205,56 @@ def adapt(
     else:
         roles = ADAPTERS[ref.kind](obj, ref)
     return Workload(
-        ref, freeze_labels(specs.mapping(meta.get("labels"), "metadata.labels")), tuple(roles), obj
+        ref,
+        freeze_labels(specs.mapping(meta.get("labels"), "metadata.labels")),
+        tuple(roles),
+        _annotations(meta.get("annotations")),
+        _options(ref, obj.get("spec")),
     )
+
+
+def _annotations(raw: Any) -> Annotations:
+    if not isinstance(raw, Mapping):
+        return Annotations()
+    return Annotations(
+        tuple((str(k), None if v is None else str(v)) for k, v in raw.items()),
+        tuple((k, yamlio.key_line(raw, k)) for k in raw if isinstance(k, str) and yamlio.key_line(raw, k)),
+        yamlio.line_of(raw),
+    )
+
+
+def _options(ref: WorkloadRef, spec: Any) -> OperatorOptions:
+    """The spec fields the built-in edges of the workload's kind read (workloads/edges.py)."""
+    spec = spec if isinstance(spec, Mapping) else {}
+    if ref.kind == "PyTorchJob" and spec.get("elasticPolicy") is not None:
+        elastic = spec.get("elasticPolicy")
+        rdzv = elastic.get("rdzvPort") if isinstance(elastic, Mapping) else None
+        try:
+            return OperatorOptions(elastic=True, rdzv_port=int(rdzv) if rdzv else None)
+        except (TypeError, ValueError):
+            raise specs.PolicyError("spec.elasticPolicy.rdzvPort", f"must be a port, got {rdzv!r}") from None
+    if ref.kind in ("RayCluster", "RayJob"):
+        cluster = spec.get("rayClusterSpec", spec) if ref.kind == "RayJob" else spec
+        head = cluster.get("headGroupSpec") if isinstance(cluster, Mapping) else None
+        params = head.get("rayStartParams") if isinstance(head, Mapping) else None
+        port = str(params.get("port", "")) if isinstance(params, Mapping) else ""
+        return OperatorOptions(ray_port=int(port) if port.isascii() and port.isdigit() else None)
+    coordinator = spec.get("coordinator")
+    if ref.kind == "JobSet" and isinstance(coordinator, Mapping):
+        return OperatorOptions(coordinator=str(coordinator.get("replicatedJob", "")))
+    plugins = spec.get("plugins")
+    if ref.kind == "Job" and ref.api_version.startswith("batch.volcano.sh/") and isinstance(plugins, Mapping):
+        return OperatorOptions(
+            plugins=tuple((str(name), _plugin_args(args)) for name, args in plugins.items())
+        )
+    return OperatorOptions()
+
+
+def _plugin_args(args: Any) -> tuple[tuple[str, str], ...]:
+    """A Volcano job plugin's `--key=value` arguments."""
+    out: list[tuple[str, str]] = []
+    for arg in args if isinstance(args, list) else []:
+        key, _, value = str(arg).partition("=")
+        if key.startswith("--") and value:
+            out.append((key[2:], value))
+    return tuple(out)

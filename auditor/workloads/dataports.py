@@ -15,8 +15,6 @@ port of the *destination* pod's ephemeral range, a different one per connection:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
-from typing import Any
 
 from auditor.model.objects import Role
 
@@ -46,37 +44,20 @@ def range_text(ports: PortRange) -> str:
     return str(ports[0]) if ports[0] == ports[1] else f"{ports[0]}-{ports[1]}"
 
 
-def _spec(role: Role) -> Mapping[str, Any]:
-    spec = role.template.spec
-    return spec if isinstance(spec, Mapping) else {}
-
-
 def sysctl_range(role: Role) -> PortRange | None:
     """The pod's `net.ipv4.ip_local_port_range`, if its template sets a valid one."""
-    context = _spec(role).get("securityContext")
-    sysctls = context.get("sysctls") if isinstance(context, Mapping) else None
-    for item in sysctls if isinstance(sysctls, list) else []:
-        if isinstance(item, Mapping) and item.get("name") == SYSCTL:
-            return parse_range(str(item.get("value", "")))
-    return None
-
-
-def _containers(role: Role) -> Iterator[Mapping[str, Any]]:
-    for c in _spec(role).get("containers") or []:
-        if isinstance(c, Mapping):
-            yield c
+    value = next((v for name, v in role.template.sysctls if name == SYSCTL), None)
+    return None if value is None else parse_range(value)
 
 
 def _mca_settings(role: Role) -> dict[str, str]:
     """Open MPI MCA parameters a role's containers set, from env and `--mca NAME VALUE` arguments."""
     found: dict[str, str] = {}
-    for c in _containers(role):
-        for env in c.get("env") or []:
-            if isinstance(env, Mapping) and isinstance(env.get("value"), str):
-                name = str(env.get("name", ""))
-                if name.startswith("OMPI_MCA_"):
-                    found[name.removeprefix("OMPI_MCA_")] = env["value"]
-        words = [w for part in ("command", "args") for a in c.get(part) or [] for w in str(a).split()]
+    for c in role.template.containers:
+        for name, value in c.env:
+            if name.startswith("OMPI_MCA_"):
+                found[name.removeprefix("OMPI_MCA_")] = value
+        words = [w for a in (*c.command, *c.args) for w in a.split()]
         for i, word in enumerate(words[:-2]):
             if word in ("--mca", "-mca"):
                 found[words[i + 1]] = words[i + 2]

@@ -15,7 +15,7 @@ import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from auditor.model.objects import Role, Service, Workload, WorkloadRef
 from auditor.workloads.adapters import KUBEFLOW_REPLICA_SPECS
@@ -106,7 +106,7 @@ def _named_edge(source: Role, destination: Role, port_name: str, default: int, r
     return CommEdge(source, destination, port, "TCP", reason, origin=origin)
 
 
-def _kubeflow_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
+def _kubeflow_edges(w: Workload) -> Iterator[CommEdge]:
     kind = w.ref.kind
     if kind == "PyTorchJob":
         master, worker = _role(w, "Master"), _role(w, "Worker")
@@ -114,13 +114,12 @@ def _kubeflow_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
             yield _named_edge(
                 worker, master, "pytorchjob-port", 23456, "PyTorch rendezvous: workers → master (MASTER_ADDR)"
             )
-        elif worker is not None and spec.get("elasticPolicy") is not None:
-            elastic = spec.get("elasticPolicy") or {}
-            rdzv = elastic.get("rdzvPort") if isinstance(elastic, Mapping) else None
+        elif worker is not None and w.options.elastic:
+            rdzv = w.options.rdzv_port
             yield CommEdge(
                 worker,
                 worker,
-                int(rdzv or 29400),
+                rdzv or 29400,
                 "TCP",
                 "elastic c10d rendezvous: workers → worker-0",
                 to_replica=0,
@@ -168,12 +167,7 @@ def _kubeflow_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
 
 
 def _env(role: Role, *names: str) -> str | None:
-    spec = role.template.spec if isinstance(role.template.spec, Mapping) else {}
-    for c in spec.get("containers") or []:
-        for env in (c.get("env") or []) if isinstance(c, Mapping) else []:
-            if isinstance(env, Mapping) and env.get("name") in names and isinstance(env.get("value"), str):
-                return str(env["value"])
-    return None
+    return next((v for c in role.template.containers for n, v in c.env if n in names), None)
 
 
 def _first_port(role: Role) -> int | None:
@@ -210,13 +204,13 @@ def _pod_dns_edges(w: Workload) -> Iterator[CommEdge]:
                     )
 
 
-def _operator_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
+def _operator_edges(w: Workload) -> Iterator[CommEdge]:
     kind = w.ref.kind
     if kind in ("JobSet", "TrainJob"):
         yield from _pod_dns_edges(w)
-        coordinator = spec.get("coordinator") if kind == "JobSet" else None
-        if isinstance(coordinator, Mapping):
-            target = _role(w, str(coordinator.get("replicatedJob", "")))
+        coordinator = w.options.coordinator if kind == "JobSet" else None
+        if coordinator is not None:
+            target = _role(w, coordinator)
             if target is not None:
                 for r in w.roles:
                     if r is not target:
@@ -254,15 +248,8 @@ def _operator_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
                 yield from _ring([node], reason, mpi=launcher is not None, launcher=launcher)
     elif kind in ("RayCluster", "RayJob"):
         head = _role(w, "head")
-        cluster = spec.get("rayClusterSpec", spec) if kind == "RayJob" else spec
-        params = (
-            (cluster.get("headGroupSpec") or {}).get("rayStartParams")
-            if isinstance(cluster, Mapping)
-            else None
-        )
-        declared = isinstance(params, Mapping) and str(params.get("port", "")).isdigit()
-        port = int(params["port"]) if isinstance(params, Mapping) and declared else 6379
-        port_origin: EdgeOrigin = "spec-field" if declared else "operator-default"
+        port = 6379 if w.options.ray_port is None else w.options.ray_port
+        port_origin: EdgeOrigin = "operator-default" if w.options.ray_port is None else "spec-field"
         for r in w.roles:
             if head is not None and r is not head:
                 yield CommEdge(r, head, port, "TCP", "Ray: worker → head GCS", origin=port_origin)
@@ -279,18 +266,7 @@ def _operator_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
                 origin="operator-default" if leader_port is None else "container-port",
             )
     elif kind == "Job" and w.ref.api_version.startswith(VOLCANO_GROUP):
-        yield from _volcano_edges(w, spec)
-
-
-def _plugin_args(plugins: Mapping[str, Any], name: str) -> dict[str, str]:
-    """A Volcano job plugin's `--key=value` arguments."""
-    args = plugins.get(name)
-    out: dict[str, str] = {}
-    for arg in args if isinstance(args, list) else []:
-        key, _, value = str(arg).partition("=")
-        if key.startswith("--") and value:
-            out[key[2:]] = value
-    return out
+        yield from _volcano_edges(w)
 
 
 def _port_arg(args: Mapping[str, str], default: int) -> int:
@@ -298,12 +274,10 @@ def _port_arg(args: Mapping[str, str], default: int) -> int:
     return int(text) if text.isdigit() and 1 <= int(text) <= 65535 else default
 
 
-def _volcano_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
-    raw_plugins = spec.get("plugins")
-    plugins: Mapping[str, Any] = raw_plugins if isinstance(raw_plugins, Mapping) else {}
+def _volcano_edges(w: Workload) -> Iterator[CommEdge]:
     rings: list[CommEdge] = []  # the data plane of the frameworks the plugins name
-    if "mpi" in plugins:
-        args = _plugin_args(plugins, "mpi")
+    args = w.options.plugin("mpi")
+    if args is not None:
         master = _role(w, args.get("master", ""), "master", "mpimaster")
         worker = _role(w, args.get("worker", ""), "worker", "mpiworker")
         if master is not None and worker is not None:
@@ -314,8 +288,8 @@ def _volcano_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
             )
         if worker is not None:
             rings += _ring([worker], "MPI data between workers", mpi=True, launcher=master)
-    if "pytorch" in plugins:
-        args = _plugin_args(plugins, "pytorch")
+    args = w.options.plugin("pytorch")
+    if args is not None:
         master, worker = _role(w, args.get("master", "master")), _role(w, args.get("worker", "worker"))
         if master is not None and worker is not None:
             port = _port_arg(args, 23456)
@@ -326,7 +300,7 @@ def _volcano_edges(w: Workload, spec: Mapping[str, Any]) -> Iterator[CommEdge]:
         group = [r for r in (master, worker) if r is not None]
         rings += _ring(group, "NCCL/Gloo all-reduce between ranks")
     yield from rings
-    if "svc" in plugins and sum(r.replicas for r in w.roles) >= 2:
+    if w.options.plugin("svc") is not None and sum(r.replicas for r in w.roles) >= 2:
         # The svc plugin makes every task reachable by name; a task's declared containerPorts are
         # the ports its peers use (they beat the ephemeral range), else the data-plane range.
         covered = {(e.source, e.destination) for e in rings}
@@ -376,18 +350,10 @@ def _dns_names(svc: Service) -> list[str]:
 
 
 def _texts(role: Role) -> Iterator[str]:
-    spec = role.template.spec if isinstance(role.template.spec, Mapping) else {}
-    for key in ("containers", "initContainers"):
-        for c in spec.get(key) or []:
-            if not isinstance(c, Mapping):
-                continue
-            for env in c.get("env") or []:
-                if isinstance(env, Mapping) and isinstance(env.get("value"), str):
-                    yield env["value"]
-            for part in ("command", "args"):
-                for arg in c.get(part) or []:
-                    if isinstance(arg, str):
-                        yield arg
+    for c in (*role.template.containers, *role.template.init_containers):
+        yield from (value for _, value in c.env)
+        yield from c.command
+        yield from c.args
 
 
 def _selected(svc: Service, roles: Iterable[Role]) -> list[Role]:
@@ -528,12 +494,8 @@ def comm_edges(
     (`ephemeral`: the cluster's range, `network.ephemeral_ports`)."""
     edges: list[CommEdge] = []
     for w in workloads:
-        spec = w.raw.get("spec") if isinstance(w.raw, Mapping) else None
         whole, parts_of = _whole(w)
-        builtin = [
-            *_kubeflow_edges(whole, spec if isinstance(spec, Mapping) else {}),
-            *_operator_edges(whole, spec if isinstance(spec, Mapping) else {}),
-        ]
+        builtin = [*_kubeflow_edges(whole), *_operator_edges(whole)]
         edges.extend(_onto_parts(builtin, parts_of) if parts_of else builtin)
     roles = [r for w in workloads for r in w.roles]
     edges.extend(service_edges(roles, services))
