@@ -37,7 +37,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 
 from auditor.model.labels import LabelSelector
 from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, Toleration
@@ -303,8 +302,10 @@ def _feasible(
     groups: Sequence[Sequence[Node]] | None,
     claims: Mapping[str, frozenset[str]],
     options: PlacementOptions,
+    position: Mapping[str, int],
     existing: Sequence[ExistingPod] = (),
 ) -> tuple[list[Node], list[tuple[FilterResult, tuple[str, ...]]]]:
+    """The nodes `role` passes the filters on (in `position` order) and why the others fail."""
     spread = (
         TopologySpread.build(role.template, role.workload.namespace, nodes, existing)
         if role.template.scheduling.hard_spread
@@ -323,7 +324,6 @@ def _feasible(
         else:
             rejected.append((result, tuple(n.name for n in group)))
     if groups is not None:
-        position = {n.name: i for i, n in enumerate(nodes)}
         ok.sort(key=lambda n: position[n.name])  # node order, as filtering one by one gives
     return ok, rejected
 
@@ -503,12 +503,6 @@ def _fit(
     return best
 
 
-def s_caps(role: Role) -> bool:
-    """Whether any constraint of the role can bound its own replicas (see `_caps`)."""
-    s = role.template.scheduling
-    return bool(s.hard_spread or s.pod_anti_affinity.required)
-
-
 def _replica_bounds(
     role: Role, ok: Sequence[Node], zones: Sequence[str], one_zone: str, caps: Sequence[_Cap], zone_key: str
 ) -> tuple[int | None, str, str]:
@@ -592,7 +586,7 @@ def place_roles(
         found = done.get(key)
         if found is None:
             by_group = None if existing or _names_a_node(role) else groups
-            found = done[key] = _feasible(role, nodes, by_group, claims, opts, existing)
+            found = done[key] = _feasible(role, nodes, by_group, claims, opts, position, existing)
         feasible[role], rejected[role] = found[0], list(found[1])
     # Required podAffinity: a follower lands only near pods of the roles its terms select; with
     # none among the manifests it waits, unless its own pods match (the first may start anywhere).
@@ -630,9 +624,9 @@ def place_roles(
         zones = zones_of(ok)
         m = matches.get(role, _Matches((), False))
         one_zone = _self_colocation(role, zones, m, topology) if ok else ""
-        caps = _caps(role, nodes, index, opts) if s_caps(role) else []
+        caps = _caps(role, nodes, index, opts)
         max_replicas, capacity_reason, forced = _replica_bounds(role, ok, zones, one_zone, caps, zone_key)
-        notes = _admission_notes(role, rejected[role], ok, opts)
+        notes = _admission_notes(role, rejected[role], opts)
         out[role] = RolePlacement(
             role,
             zones,
@@ -651,7 +645,6 @@ def place_roles(
 def _admission_notes(
     role: Role,
     rejected: Sequence[tuple[FilterResult, tuple[str, ...]]],
-    ok: Sequence[Node],
     options: PlacementOptions,
 ) -> tuple[str, ...]:
     """Say when the ExtendedResourceToleration admission plugin would change where the role lands."""
@@ -744,10 +737,6 @@ class PairContext:
         self.topology = Topology(nodes, options.zone_key)
         self.options = options
 
-    @cached_property
-    def zone_key(self) -> str:
-        return self.options.zone_key
-
 
 def _terms_select(x: Role, y: Role, kind: str, ctx: PairContext, zone_only: bool) -> str:
     """The topology key of a required term of `x`'s `kind` that selects `y`'s pods, if its domains
@@ -777,10 +766,8 @@ def _preferred_selects(x: Role, y: Role, ctx: PairContext) -> bool:
     )
 
 
-def pair_placement(a: RolePlacement, b: RolePlacement, ctx: PairContext | str) -> PairPlacement:
+def pair_placement(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> PairPlacement:
     """Allowed zone pairs for traffic from a pod of `a` to a pod of `b`."""
-    if isinstance(ctx, str):
-        ctx = PairContext((), PlacementOptions(ctx))
     if a.role == b.role:
         return _within(a, ctx)
     return _between(a, b, ctx)
