@@ -145,8 +145,13 @@ def _zones(inv: Inventory, role: Role, wanted: str | None, placement: RolePlacem
     return list(placement.zones) if placement.zones else [None]
 
 
-def endpoint_for(inv: Inventory, role: Role, zone: str | None) -> PodEndpoint:
-    node = representative_node(role, inv.nodes, zone, inv.settings.topology.zone_key)
+def endpoint_for(
+    inv: Inventory, role: Role, zone: str | None, placement: RolePlacement | None = None
+) -> PodEndpoint:
+    """A replica of `role` in `zone`, on a node its placement allows (the node filters' choice when
+    no placement is given)."""
+    feasible = placement.nodes if placement is not None else None
+    node = representative_node(role, inv.nodes, zone, inv.settings.topology.zone_key, feasible)
     return inv.pod_endpoint(role, zone, node)
 
 
@@ -212,7 +217,8 @@ def explain(
     dst_zones = _zones(inv, dst_role, destination_zone or dst_seen, placed.get(dst_role, none))
     asked = resolve_range(port, inv, src_role, dst_role)
     for sz, dz in itertools.product(src_zones, dst_zones):
-        src, dst = endpoint_for(inv, src_role, sz), endpoint_for(inv, dst_role, dz)
+        src = endpoint_for(inv, src_role, sz, placed.get(src_role))
+        dst = endpoint_for(inv, dst_role, dz, placed.get(dst_role))
         verdict = engine.flow(src, dst)
         if asked is not None:
             number, ports = asked[0], PortSet.of(asked)

@@ -44,11 +44,22 @@ def pod_endpoint(
     )
 
 
-def representative_node(role: Role, nodes: Sequence[Node], zone: str | None, zone_key: str) -> Node | None:
-    """The node the pod is bound to, else a feasible node in `zone` (for its region/zone labels)."""
+def representative_node(
+    role: Role,
+    nodes: Sequence[Node],
+    zone: str | None,
+    zone_key: str,
+    feasible: Sequence[str] | None = None,
+) -> Node | None:
+    """The node the pod is bound to, else a feasible node in `zone` (for its region/zone labels):
+    one of `feasible` (the nodes `place_roles` left it) when given, else of the node filters'."""
     if role.template.node_name:
         return next((n for n in nodes if n.name == role.template.node_name), None)
-    candidates = feasible_nodes(role.template, nodes)
+    if feasible is not None:
+        allowed = set(feasible)
+        candidates = [n for n in nodes if n.name in allowed]
+    else:
+        candidates = feasible_nodes(role.template, nodes)
     for n in candidates:
         if zone is None or n.label_map.get(zone_key) == zone:
             return n
