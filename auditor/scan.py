@@ -44,6 +44,8 @@ class ScanResult:
     # What the audit did not see (a skipped or failed render, an unreadable file): when any,
     # the audit is partial (`auditor scan` exits 3) and a stored run resolves nothing.
     not_audited: list[NotAudited] = field(default_factory=list)
+    # The policy packs the scan ran under (SARIF lists their custom rules and severity overrides).
+    pack: PolicyPack | None = None
 
     @property
     def complete(self) -> bool:
@@ -136,6 +138,7 @@ def scan(
         labels,
         groups(model),
         list(inv.not_audited),
+        pack,
     )
 
 
