@@ -173,10 +173,7 @@ def diff_scan(
             if inside.exists():  # a path the change adds has nothing at the base
                 base_paths.append(inside)
                 pairs.append((str(inside), str(p)))
-        if base_paths:
-            base = _renamed(audit(base_paths, tmp), _mapper(pairs))
-        else:
-            base = ScanResult([], [])
+        base = _renamed(audit(base_paths, tmp), _mapper(pairs)) if base_paths else ScanResult([], [])
     return compare(head, base, where)
 
 

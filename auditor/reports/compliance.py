@@ -15,8 +15,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from auditor import TOOL_NAME, __version__, templating
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.reports import junit, policyreport, sarif, zonemap

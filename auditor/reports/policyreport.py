@@ -124,7 +124,10 @@ def entries_from_scan(result: ScanResult) -> list[Entry]:
     checked group × workload rule that did not fire on it."""
     out: list[Entry] = []
     fired: set[tuple[str, str]] = set()
-    for f, verdict in [*((f, "fail") for f in result.findings), *((w.finding, "skip") for w in result.waived)]:
+    for f, verdict in [
+        *((f, "fail") for f in result.findings),
+        *((w.finding, "skip") for w in result.waived),
+    ]:
         w = f.workload
         fired.add((w.identity, f.rule))
         message = f.message if verdict == "fail" else f"waived: {f.message}"
@@ -238,7 +241,9 @@ def build(entries: Sequence[Entry], flavour: Flavour, now: datetime) -> list[dic
     for ns in sorted(by_ns, key=lambda n: (n == "", n)):
         results = sorted(by_ns[ns], key=_order)
         rendered = [e.to_json(seconds) for e in results]
-        summary = {k: sum(r["result"] == k for r in rendered) for k in ("pass", "fail", "warn", "error", "skip")}
+        summary = {
+            k: sum(r["result"] == k for r in rendered) for k in ("pass", "fail", "warn", "error", "skip")
+        }
         meta: dict[str, Any] = {"name": REPORT_NAME, "labels": dict(MANAGED_BY)}
         if ns:
             meta["namespace"] = ns
@@ -257,7 +262,13 @@ def build(entries: Sequence[Entry], flavour: Flavour, now: datetime) -> list[dic
 
 def _order(e: Entry) -> tuple[bool, str, str, str, str]:
     r = e.resource
-    return (e.result != "fail", e.rule, r.kind if r else "", r.name if r else "", e.properties.get("target", ""))
+    return (
+        e.result != "fail",
+        e.rule,
+        r.kind if r else "",
+        r.name if r else "",
+        e.properties.get("target", ""),
+    )
 
 
 def render(docs: Sequence[Mapping[str, Any]]) -> str:
