@@ -56,10 +56,12 @@ def load_settings(path: Path | None) -> Settings:
 
 
 def _scan_root(args: argparse.Namespace) -> Path:
-    """The scanned repository's root: the git work tree of the first path, else the working
-    directory (also for `-`, a stream)."""
-    given = [p for p in getattr(args, "paths", []) if p != STDIN]
-    return repository_root(Path(given[0])) if given else Path.cwd()
+    """The scanned repository's root: the git work tree of the first path (or --example), else
+    the working directory (also for `-`, a stream)."""
+    given = [Path(p) for p in getattr(args, "paths", []) if p != STDIN]
+    if not given and getattr(args, "example", None):
+        given = [example_path(args.example.split("/")[0])]
+    return repository_root(given[0]) if given else Path.cwd()
 
 
 def _settings(args: argparse.Namespace) -> Settings:

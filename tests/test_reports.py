@@ -35,9 +35,9 @@ def test_sarif_is_what_code_scanning_reads(capsys: pytest.CaptureFixture[str]) -
     assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith("workload.yaml")
     assert len(result["partialFingerprints"]["placementAuditor/v1"]) == 32
     assert {loc["message"]["text"] for loc in result["relatedLocations"]} == {
-        "CiliumNetworkPolicy ml-demo/zone-a-only",
-        "CiliumNetworkPolicy ml-demo/zone-b-only",
-        "CiliumNetworkPolicy ml-demo/gpu-workers-stay-in-zone-a",
+        "Deciding policy: CiliumNetworkPolicy ml-demo/zone-a-only.",
+        "Deciding policy: CiliumNetworkPolicy ml-demo/zone-b-only.",
+        "Deciding policy: CiliumNetworkPolicy ml-demo/gpu-workers-stay-in-zone-a.",
     }
     assert all(float(r["properties"]["security-severity"]) > 0 for r in rules)
 
