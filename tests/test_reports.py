@@ -23,7 +23,7 @@ def output(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 def test_sarif_is_what_code_scanning_reads(capsys: pytest.CaptureFixture[str]) -> None:
     code, text = output(capsys, "--format", "sarif")
     doc = json.loads(text)
-    assert code == 1 and doc["version"] == "2.1.0" and doc["$schema"].endswith("sarif-2.1.0.json")
+    assert code == 1 and doc["version"] == "2.1.0" and doc["$schema"].endswith("sarif-schema-2.1.0.json")
     (run,) = doc["runs"]
     rules = run["tool"]["driver"]["rules"]
     assert {r["id"] for r in rules} >= {"cross-zone-blocked", "traffic-blocked", "cross-zone-traffic"}
