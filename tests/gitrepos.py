@@ -22,7 +22,9 @@ ENV = {
 
 
 def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], env=ENV, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], env=ENV, capture_output=True, text=True, check=True
+    )
     return done.stdout
 
 

@@ -109,7 +109,9 @@ def sarif_problems(doc: dict[str, Any]) -> list[str]:
         bases = run.get("originalUriBaseIds", {})
         for name, base in bases.items():
             uri = base.get("uri")
-            if uri is not None and (not _is_absolute(uri) or not uri.endswith("/") or "?" in uri or "#" in uri):
+            if uri is not None and (
+                not _is_absolute(uri) or not uri.endswith("/") or "?" in uri or "#" in uri
+            ):
                 problems.append(
                     f"SARIF1004 ExpressUriBaseIdsCorrectly: originalUriBaseIds.{name}.uri {uri!r} "
                     "must be absolute, end with '/', and have no query or fragment"
@@ -120,9 +122,13 @@ def sarif_problems(doc: dict[str, Any]) -> list[str]:
                 problems.append(f"SARIF1002 UrisMustBeValid: {where} {uri!r}")
             if "uriBaseId" in loc:
                 if _is_absolute(uri) or uri.startswith("/"):
-                    problems.append(f"SARIF1004 ExpressUriBaseIdsCorrectly: {where} has a uriBaseId and an absolute uri {uri!r}")
+                    problems.append(
+                        f"SARIF1004 ExpressUriBaseIdsCorrectly: {where} has a uriBaseId and an absolute uri {uri!r}"
+                    )
                 if loc["uriBaseId"] not in bases:
-                    problems.append(f"SARIF1004 ExpressUriBaseIdsCorrectly: {where} uriBaseId {loc['uriBaseId']} is not declared")
+                    problems.append(
+                        f"SARIF1004 ExpressUriBaseIdsCorrectly: {where} uriBaseId {loc['uriBaseId']} is not declared"
+                    )
             elif not _is_absolute(uri):
                 problems.append(f"GitHub/SARIF1004: {where} relative uri {uri!r} without a uriBaseId")
         for i, result in enumerate(run.get("results", [])):

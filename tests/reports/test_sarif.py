@@ -87,25 +87,40 @@ def test_custom_cel_rule_and_severity_override(repo: Path, capsys: pytest.Captur
     """A custom CEL rule that fires used to crash SARIF (KeyError); a pack's severity override
     changes security-severity and the default level, not only the result's level."""
     (repo / "pack.yaml").write_text(CUSTOM_PACK)
-    code, doc = _sarif(capsys, str(repo / "training"), str(repo / "policies"), "--nodes", str(repo / "nodes"), "--policy", str(repo / "pack.yaml"))
+    code, doc = _sarif(
+        capsys,
+        str(repo / "training"),
+        str(repo / "policies"),
+        "--nodes",
+        str(repo / "nodes"),
+        "--policy",
+        str(repo / "pack.yaml"),
+    )
     assert code == 1 and sarif_problems(doc) == []
     (run,) = doc["runs"]
     rules = {r["id"]: r for r in run["tool"]["driver"]["rules"]}
     custom = rules["every-role-is-seen"]
     assert custom["properties"]["security-severity"] == sarif.SECURITY_SEVERITY["high"]
     assert custom["defaultConfiguration"]["level"] == "error"
-    assert "role.replicas >= 1" in custom["help"]["markdown"] and custom["helpUri"].endswith("policies/README.md#a-pack")
+    assert "role.replicas >= 1" in custom["help"]["markdown"] and custom["helpUri"].endswith(
+        "policies/README.md#a-pack"
+    )
     blocked = rules["cross-zone-blocked"]
     assert blocked["properties"]["security-severity"] == sarif.SECURITY_SEVERITY["medium"] == "5.5"
     assert blocked["defaultConfiguration"]["level"] == "warning"
     by_rule = {r["ruleId"]: r for r in run["results"]}
     assert by_rule["cross-zone-blocked"]["level"] == "warning"
-    assert run["tool"]["driver"]["rules"][by_rule["every-role-is-seen"]["ruleIndex"]]["id"] == "every-role-is-seen"
+    assert (
+        run["tool"]["driver"]["rules"][by_rule["every-role-is-seen"]["ruleIndex"]]["id"]
+        == "every-role-is-seen"
+    )
     # Policy-pack headings are real anchors.
     assert "## A pack" in (ROOT / "policies/README.md").read_text()
 
 
-def test_a_partial_audit_is_not_a_successful_execution(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_partial_audit_is_not_a_successful_execution(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (repo / "training" / "broken.yaml").write_text("kind: [unclosed\n")
     code, doc = _sarif(capsys, str(repo))
     assert code == 3 and sarif_problems(doc) == []
@@ -122,7 +137,17 @@ def test_a_partial_audit_is_not_a_successful_execution(repo: Path, capsys: pytes
 def test_stdin_objects_have_logical_locations(tmp_path: Path) -> None:
     stream = "\n---\n".join(p.read_text() for p in (SEED / "before/workload.yaml", SEED / "policies.yaml"))
     done = subprocess.run(
-        [sys.executable, "-m", "auditor", "scan", "-", "--nodes", str(SEED / "nodes.yaml"), "--format", "sarif"],
+        [
+            sys.executable,
+            "-m",
+            "auditor",
+            "scan",
+            "-",
+            "--nodes",
+            str(SEED / "nodes.yaml"),
+            "--format",
+            "sarif",
+        ],
         input=stream,
         capture_output=True,
         text=True,
@@ -138,7 +163,11 @@ def test_stdin_objects_have_logical_locations(tmp_path: Path) -> None:
     assert result["locations"] == [
         {
             "logicalLocations": [
-                {"fullyQualifiedName": "ml-demo/Job/trainer-workers", "name": "trainer-workers", "kind": "object"}
+                {
+                    "fullyQualifiedName": "ml-demo/Job/trainer-workers",
+                    "name": "trainer-workers",
+                    "kind": "object",
+                }
             ]
         }
     ]
@@ -175,9 +204,22 @@ def test_the_offline_checks_catch_what_the_validator_rejects(capsys: pytest.Capt
         p.startswith("SARIF1004")
         for p in broken(lambda d: d[run][0]["originalUriBaseIds"]["%SRCROOT%"].update(uri="file:///repo"))
     )
-    assert any(p.startswith("SARIF1011") for p in broken(lambda d: d.update({"$schema": "https://json.schemastore.org/sarif-2.1.0.json"})))
-    assert any(p.startswith("SARIF2001") for p in broken(lambda d: d[run][0]["results"][0]["message"].update(text="no stop")))
-    assert any(p.startswith("SARIF1009") for p in broken(lambda d: d[run][0]["results"][0].update(ruleIndex=1)))
+    assert any(
+        p.startswith("SARIF1011")
+        for p in broken(lambda d: d.update({"$schema": "https://json.schemastore.org/sarif-2.1.0.json"}))
+    )
+    assert any(
+        p.startswith("SARIF2001")
+        for p in broken(lambda d: d[run][0]["results"][0]["message"].update(text="no stop"))
+    )
+    assert any(
+        p.startswith("SARIF1009") for p in broken(lambda d: d[run][0]["results"][0].update(ruleIndex=1))
+    )
     assert any(p.startswith("SARIF1002") for p in broken(lambda d: loc(d).update(uri="a b.yaml")))
-    assert any(p.startswith("schema:") for p in broken(lambda d: d[run][0]["results"][0].update(level="fatal")))
-    assert any(p.startswith("SARIF1005") for p in broken(lambda d: d[run][0]["tool"]["driver"]["rules"][0].update(helpUri="docs/rules.md")))
+    assert any(
+        p.startswith("schema:") for p in broken(lambda d: d[run][0]["results"][0].update(level="fatal"))
+    )
+    assert any(
+        p.startswith("SARIF1005")
+        for p in broken(lambda d: d[run][0]["tool"]["driver"]["rules"][0].update(helpUri="docs/rules.md"))
+    )
