@@ -69,9 +69,9 @@ def _messages(node: Any, path: str = "") -> list[tuple[str, str]]:
     if isinstance(node, dict):
         for key, value in node.items():
             here = f"{path}/{key}"
-            if key in ("message", "shortDescription", "fullDescription") and isinstance(value, dict):
-                if isinstance(value.get("text"), str):
-                    found.append((here, value["text"]))
+            texts = key in ("message", "shortDescription", "fullDescription") and isinstance(value, dict)
+            if texts and isinstance(value.get("text"), str):
+                found.append((here, value["text"]))
             found.extend(_messages(value, here))
     elif isinstance(node, list):
         for i, value in enumerate(node):
@@ -86,7 +86,7 @@ def sarif_problems(doc: dict[str, Any]) -> list[str]:
     schema_id = json.loads(SARIF_SCHEMA.read_text())["id"]
     if doc.get("$schema") != schema_id:
         problems.append(f"SARIF1011 ReferenceFinalSchema: $schema is {doc.get('$schema')!r}")
-    for r, run in enumerate(doc.get("runs", [])):
+    for run in doc.get("runs", []):
         driver = run["tool"]["driver"]
         rules = driver.get("rules", [])
         ids = [rule["id"] for rule in rules]
