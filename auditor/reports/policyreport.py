@@ -293,9 +293,9 @@ class PublishError(Exception):
     def __init__(self, what: str, status: int, message: str) -> None:
         hint = ""
         if status == 404:
-            hint = " (is the CRD installed? see deploy/policyreport/)"
+            hint = " (is the CRD installed? Kyverno and Policy Reporter ship it)"
         elif status == 403:
-            hint = " (grant the auditor the Role in deploy/policyreport/rbac.yaml)"
+            hint = " (grant it the ClusterRole in deploy/kustomize/components/publish-reports/rbac.yaml)"
         super().__init__(f"{what}: HTTP {status}: {message}{hint}")
         self.status = status
 

@@ -178,4 +178,4 @@ def test_a_missing_crd_or_permission_fails_the_publish_with_the_fix(
         config = str(kubeconfig(tmp_path / "kubeconfig", url))
         assert cli.main(["cluster", "--kubeconfig", config, "--publish-reports", "--format", "json"]) == 3
         err = capsys.readouterr().err
-        assert "HTTP 403" in err and "deploy/policyreport/rbac.yaml" in err
+        assert "HTTP 403" in err and "deploy/kustomize/components/publish-reports/rbac.yaml" in err
