@@ -223,3 +223,44 @@ def test_the_offline_checks_catch_what_the_validator_rejects(capsys: pytest.Capt
         p.startswith("SARIF1005")
         for p in broken(lambda d: d[run][0]["tool"]["driver"]["rules"][0].update(helpUri="docs/rules.md"))
     )
+
+
+def test_a_cluster_audit_has_logical_locations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+    from fakeapi import FakeCluster, kubeconfig, serve
+    from seedcluster import objects
+
+    with serve(FakeCluster(objects("before"), {"/apis/cilium.io/v2/ciliumnetworkpolicies"})) as url:
+        code = cli.main(
+            ["cluster", "--kubeconfig", str(kubeconfig(tmp_path / "k", url)), "--format", "sarif"]
+        )
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and sarif_problems(doc) == []
+    (result,) = doc["runs"][0]["results"]
+    assert (
+        result["locations"][0]["logicalLocations"][0]["fullyQualifiedName"] == "ml-demo/Job/trainer-workers"
+    )
+
+
+def test_stored_findings_are_relative_to_the_targets_checkout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a stored finding's file was the checkout's absolute path (the service's git
+    cache): a URI code scanning cannot place and the validator rejects."""
+    monkeypatch.delenv("AUDITOR_DATABASE_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "auditor.yaml"
+    config.write_text(
+        f"database: {{url: 'sqlite:///{tmp_path / 'store.db'}'}}\n"
+        f"targets:\n  - name: lab\n    directory: '{SEED}'\n    paths: [before, policies.yaml]\n    nodes: [nodes.yaml]\n"
+    )
+    assert cli.main(["db", "upgrade", "--config", str(config)]) == 0
+    assert cli.main(["run", "--target", "lab", "--config", str(config)]) == 1
+    capsys.readouterr()
+    assert cli.main(["report", "--config", str(config), "--target", "lab", "--format", "sarif"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sarif_problems(doc) == []
+    (run,) = doc["runs"]
+    assert _uris(run) == [{"uri": "before/workload.yaml", "uriBaseId": "%SRCROOT%"}]
+    related = run["results"][0]["relatedLocations"]
+    assert {r["physicalLocation"]["artifactLocation"]["uri"] for r in related} == {"policies.yaml"}
