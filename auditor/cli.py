@@ -373,7 +373,10 @@ def _publish_reports(args: argparse.Namespace, result: ScanResult, incomplete: S
         api_client.close()
     for p in published:
         where = f"{p.namespace}/" if p.namespace else ""
-        print(f"published {p.kind} {where}{p.name} ({p.results} results)", file=sys.stderr)
+        if p.results < 0:
+            print(f"deleted the stale {p.kind} {where}{p.name}", file=sys.stderr)
+        else:
+            print(f"published {p.kind} {where}{p.name} ({p.results} results)", file=sys.stderr)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -302,7 +302,9 @@ class PublishError(Exception):
 
 def publish(api_client: Any, docs: Sequence[Mapping[str, Any]], flavour: Flavour) -> list[Published]:
     """Server-side apply each report (PATCH, ``application/apply-patch+yaml``, fieldManager
-    placement-auditor, force: this tool owns its reports). Stops at the first failure."""
+    placement-auditor, force: this tool owns its reports), then delete the reports this tool
+    wrote before where it wrote none now (a namespace whose groups are gone), found by the
+    managed-by label. Stops at the first failure. Deleted reports are returned with results -1."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -339,6 +341,28 @@ def publish(api_client: Any, docs: Sequence[Mapping[str, Any]], flavour: Flavour
         except ApiException as exc:
             raise PublishError(what, int(exc.status or 0), _reason(exc)) from None
         done.append(Published(doc["kind"], ns, meta["name"], len(doc["results"])))
+    written = {(p.namespace, p.name) for p in done}
+    selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+    for plural, kind in ((flavour.plural, flavour.kind), (flavour.cluster_plural, flavour.cluster_kind)):
+        try:
+            listed = cast(
+                "dict[str, Any]",
+                api.list_cluster_custom_object(
+                    flavour.group, flavour.version, plural, label_selector=selector
+                ),
+            )
+            for item in listed.get("items", []):
+                meta = item["metadata"]
+                ns, name = meta.get("namespace", ""), meta["name"]
+                if (ns, name) in written:
+                    continue
+                if ns:
+                    api.delete_namespaced_custom_object(flavour.group, flavour.version, ns, plural, name)
+                else:
+                    api.delete_cluster_custom_object(flavour.group, flavour.version, plural, name)
+                done.append(Published(kind, ns, name, -1))
+        except ApiException as exc:
+            raise PublishError(f"stale {kind} reports", int(exc.status or 0), _reason(exc)) from None
     return done
 
 

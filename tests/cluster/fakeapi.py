@@ -150,6 +150,8 @@ class FakeCluster:
             return 200, {"Content-Type": "application/json"}, json.dumps(self.singles[path]).encode()
         if path in self.applied:
             return 200, {"Content-Type": "application/json"}, json.dumps(self.applied[path]).encode()
+        if path in self.apply_kinds and path in self.served:
+            return self._applied_list(path, query)
         if path not in self.served:
             return _status(404, "NotFound", "the server could not find the requested resource")
         items = self.by_path.get(path, [])
@@ -292,6 +294,44 @@ class FakeCluster:
             json.dumps(stored).encode(),
         )
 
+    def _applied_list(
+        self, collection: str, query: dict[str, list[str]]
+    ) -> tuple[int, dict[str, str], bytes]:
+        """A list of applied custom resources across namespaces, with an equality labelSelector."""
+        if collection in self.faults.forbidden:
+            return _status(403, "Forbidden", f"cannot list resource at the cluster scope: {collection}")
+        _, group, version, plural = collection.strip("/").split("/")
+        wanted = dict(
+            term.split("=", 1) for term in query.get("labelSelector", [""])[0].split(",") if "=" in term
+        )
+        items = []
+        for path, obj in sorted(self.applied.items()):
+            segments = path.strip("/").split("/")
+            if segments[1:3] != [group, version] or segments[-2] != plural:
+                continue
+            labels = obj["metadata"].get("labels") or {}
+            if all(labels.get(k) == v for k, v in wanted.items()):
+                items.append(obj)
+        kind = self.apply_kinds[collection].kind
+        body = {
+            "apiVersion": f"{group}/{version}",
+            "kind": f"{kind}List",
+            "metadata": {"resourceVersion": str(self.resource_version)},
+            "items": items,
+        }
+        return 200, {"Content-Type": "application/json"}, json.dumps(body).encode()
+
+    def delete(self, raw_path: str, headers: Any) -> tuple[int, dict[str, str], bytes]:
+        path = urlsplit(raw_path).path
+        self.requests.append(f"DELETE {raw_path}")
+        if headers.get("Authorization") != f"Bearer {TOKEN}":
+            return _status(401, "Unauthorized", "Unauthorized")
+        if path not in self.applied:
+            return _status(404, "NotFound", f"{path.rsplit('/', 1)[-1]} not found")
+        del self.applied[path]
+        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+        return 200, {"Content-Type": "application/json"}, json.dumps(body).encode()
+
     def preserialize(self) -> None:
         """Keep every object serialized, as kube-apiserver's watch cache does, so that answering a
         list costs what a real server's does (joining bytes), not a Python json.dumps per page."""
@@ -341,6 +381,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         code, headers, body = self.cluster.answer(self.path, self.headers)
         self._send(code, headers, body)
+
+    def do_DELETE(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self._send(*self.cluster.delete(self.path, self.headers))
 
     def do_PATCH(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)

@@ -33,7 +33,7 @@ def test_the_grants_are_what_the_publisher_writes() -> None:
         (f.group, plural, verb)
         for f in policyreport.FLAVOURS.values()
         for plural in (f.plural, f.cluster_plural)
-        for verb in ("get", "create", "patch")
+        for verb in ("get", "list", "create", "patch", "delete")
     }
     assert granted == needed
     assert all("*" not in str(rule) and "resourceNames" not in rule for rule in role["rules"])

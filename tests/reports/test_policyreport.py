@@ -179,3 +179,36 @@ def test_a_missing_crd_or_permission_fails_the_publish_with_the_fix(
         assert cli.main(["cluster", "--kubeconfig", config, "--publish-reports", "--format", "json"]) == 3
         err = capsys.readouterr().err
         assert "HTTP 403" in err and "deploy/kustomize/components/publish-reports/rbac.yaml" in err
+
+
+def test_reports_of_namespaces_that_are_gone_are_deleted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kinds = _apply_kinds()
+    fake = FakeCluster(objects("before"), CRDS | set(kinds), apply_kinds=kinds)
+    base = "/apis/wgpolicyk8s.io/v1alpha2"
+    stale = f"{base}/namespaces/old-team/policyreports/placement-auditor"
+    theirs = f"{base}/namespaces/old-team/policyreports/kyverno-report"
+    for path, labels in (
+        (stale, {"app.kubernetes.io/managed-by": "placement-auditor"}),
+        (theirs, {"app.kubernetes.io/managed-by": "kyverno"}),
+    ):
+        name = path.rsplit("/", 1)[-1]
+        fake.applied[path] = {
+            "apiVersion": "wgpolicyk8s.io/v1alpha2",
+            "kind": "PolicyReport",
+            "metadata": {
+                "name": name,
+                "namespace": "old-team",
+                "labels": labels,
+                "managedFields": [{"manager": "x"}],
+            },
+            "results": [],
+        }
+    with serve(fake) as url:
+        config = str(kubeconfig(tmp_path / "kubeconfig", url))
+        assert cli.main(["cluster", "--kubeconfig", config, "--publish-reports", "--format", "json"]) == 1
+    err = capsys.readouterr().err
+    assert "deleted the stale PolicyReport old-team/placement-auditor" in err
+    assert stale not in fake.applied and theirs in fake.applied  # another tool's report is left alone
+    assert f"{base}/namespaces/ml-demo/policyreports/placement-auditor" in fake.applied
