@@ -1,6 +1,7 @@
 """The RBAC of `auditor cluster --publish-reports` (deploy/kustomize/components/publish-reports):
 exactly the resources the publisher writes, both PolicyReport APIs, with the verbs server-side
-apply needs (create the first time, patch after, get), bound to the auditor's service account;
+apply needs (create the first time, patch after, get) and those that remove its stale reports
+(list, delete), bound to the auditor's service account;
 valid Kubernetes objects (kubernetes-validate, strict)."""
 
 from __future__ import annotations
