@@ -313,7 +313,7 @@ def _read_cluster(args: argparse.Namespace) -> ClusterRead | None:
     if args.in_cluster and args.context:
         raise ConfigError("(arguments)", 0, "--in-cluster", "give --context or --in-cluster, not both")
     try:
-        settings = load_settings(Path(args.config) if getattr(args, "config", None) else None)
+        settings = _settings(args)
         read = cluster.read_cluster(
             args.context, args.kubeconfig, args.in_cluster, ReadOptions.from_settings(settings)
         )
@@ -443,7 +443,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     from auditor.store import database
 
-    settings = load_settings(Path(args.config)) if args.config else Settings()
+    settings = _service_settings(args, _Fallback.DEFAULTS)
     url = database.resolve_url(settings.database.url)
     engine = database.make_engine(url)
     try:
