@@ -36,6 +36,7 @@ from auditor.errors import (
     for_http_status,
 )
 from auditor.explain import ExplainError, explain, to_json, to_text
+from auditor.model.source import NotAudited
 from auditor.reports import csv_report, json_report, junit, markdown, sarif, table
 from auditor.resources import examples_dir
 from auditor.rules.packs import load_packs
@@ -344,6 +345,11 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         inv = cluster.inventory_from_read(read, settings)
         result = scan(inv, pack, utc_date(system_clock))
         result.findings = prometheus.enrich(result.findings, inv, settings, os.environ, result.observation)
+        # What could not be read makes the report partial too (SARIF executionSuccessful, JSON complete).
+        result.not_audited += [
+            NotAudited(f"cluster:{read.context}/{p.what}", f"{p.problem}: {p.message}")
+            for p in read.incomplete
+        ]
         _emit(args, result)
     if args.publish_reports:
         _publish_reports(args, result, read.incomplete)

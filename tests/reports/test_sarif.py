@@ -264,3 +264,21 @@ def test_stored_findings_are_relative_to_the_targets_checkout(
     assert _uris(run) == [{"uri": "before/workload.yaml", "uriBaseId": "%SRCROOT%"}]
     related = run["results"][0]["relatedLocations"]
     assert {r["physicalLocation"]["artifactLocation"]["uri"] for r in related} == {"policies.yaml"}
+
+
+def test_a_partial_cluster_read_is_not_a_successful_execution(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+    from fakeapi import FakeCluster, kubeconfig, serve
+    from seedcluster import objects
+
+    cluster = FakeCluster(objects("before"), {"/apis/cilium.io/v2/ciliumnetworkpolicies"})
+    cluster.faults.forbidden.add("/api/v1/services")
+    with serve(cluster) as url:
+        code = cli.main(
+            ["cluster", "--kubeconfig", str(kubeconfig(tmp_path / "k", url)), "--format", "sarif"]
+        )
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 3 and sarif_problems(doc) == []
+    assert doc["runs"][0]["invocations"][0]["executionSuccessful"] is False
