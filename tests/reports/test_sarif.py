@@ -282,3 +282,10 @@ def test_a_partial_cluster_read_is_not_a_successful_execution(
     doc = json.loads(capsys.readouterr().out)
     assert code == 3 and sarif_problems(doc) == []
     assert doc["runs"][0]["invocations"][0]["executionSuccessful"] is False
+
+
+def test_help_uris_point_where_the_package_says_it_lives() -> None:
+    import tomllib
+
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert urls["Homepage"] == sarif.PROJECT_URL and urls["Documentation"].startswith(sarif.DOCS_URL)
