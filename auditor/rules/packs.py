@@ -791,12 +791,12 @@ def evaluate_custom_rules(pack: PolicyPack, model: AuditModel) -> tuple[list[Fin
             if not settings.scope.matches(ref.namespace, ref.kind, labels):
                 continue
             base = {**activation.base, "params": dict(settings.options)}
-            targets: Iterable[tuple[str, Mapping[str, Any]]] = (
-                [(r.name, {**base, "role": m}) for r, m in activation.roles]
+            targets: Iterable[tuple[str, str, Mapping[str, Any]]] = (
+                [(r.name, r.label, {**base, "role": m}) for r, m in activation.roles]
                 if rule.target == "role"
-                else [("", base)]
+                else [("", "", base)]
             )
-            for target, variables in targets:
+            for target, role_label, variables in targets:
                 what = f"{ref.kind} {ref.namespace}/{ref.name}" + (f" role {target}" if target else "")
                 try:
                     hit = rule.condition.evaluate(variables)
@@ -824,6 +824,7 @@ def evaluate_custom_rules(pack: PolicyPack, model: AuditModel) -> tuple[list[Fin
                         workload=_object(activation.workload),
                         message=message,
                         target=target,
+                        role=role_label,
                     )
                 )
     errors: list[LoadError] = []
