@@ -40,7 +40,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from auditor import yamlio
 from auditor.cost import DEFAULT_PRICES, NetworkModel, Price
@@ -407,6 +407,39 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AuditSettings:
+    """What the audit core reads (inventory, placement, reachability, rules): nothing about
+    databases, targets, mail or rendering. `source` names where the settings came from."""
+
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    topology: TopologySettings = field(default_factory=TopologySettings)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    cost: CostSettings = field(default_factory=CostSettings)
+    source: str = "defaults"
+
+    @classmethod
+    def of(cls, settings: AuditView) -> AuditSettings:
+        if isinstance(settings, AuditSettings):
+            return settings
+        return cls(settings.kubernetes, settings.topology, settings.network, settings.cost, settings.source)
+
+
+class AuditView(Protocol):
+    """Anything carrying the audit's settings (the config file's Settings, or AuditSettings)."""
+
+    @property
+    def kubernetes(self) -> KubernetesSettings: ...
+    @property
+    def topology(self) -> TopologySettings: ...
+    @property
+    def network(self) -> NetworkConfig: ...
+    @property
+    def cost(self) -> CostSettings: ...
+    @property
+    def source(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """The placement-auditor config file (docs/config.md)."""
 
@@ -445,6 +478,11 @@ class Settings:
             service=service,
             warnings=warnings_for(self.targets, self.digest, where.file),
         )
+
+    @property
+    def audit(self) -> AuditSettings:
+        """The part of the settings the audit core reads."""
+        return AuditSettings.of(self)
 
     def target(self, name: str) -> TargetSettings:
         for t in self.targets:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from auditor import yamlio
-from auditor.config import Settings
+from auditor.config import AuditSettings, AuditView
 from auditor.model.labels import SelectorError
 from auditor.model.objects import (
     LivePod,
@@ -104,7 +104,7 @@ class RawObject:
 
 @dataclass
 class Inventory:
-    settings: Settings
+    settings: AuditSettings
     network: cni.NetworkSettings
     namespaces: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
@@ -237,7 +237,7 @@ def _error(raw: RawObject, exc: SelectorError, namespace: str | None) -> LoadErr
 
 
 def detect_cni(
-    objects: Sequence[RawObject], settings: Settings
+    objects: Sequence[RawObject], settings: AuditSettings
 ) -> tuple[cni.NetworkSettings, list[LoadError]]:
     """The CNI settings in force: a cilium-config ConfigMap wins, then the config file, then what
     the policy kinds present imply."""
@@ -272,8 +272,9 @@ def detect_cni(
 
 
 def build_inventory(
-    documents: Iterable[yamlio.Document], settings: Settings, load_errors: Iterable[LoadError] = ()
+    documents: Iterable[yamlio.Document], settings: AuditView, load_errors: Iterable[LoadError] = ()
 ) -> Inventory:
+    settings = AuditSettings.of(settings)  # the core keeps only what it reads
     documents = list(documents)
     objects = list(iter_objects(documents))
     network, cni_errors = detect_cni(objects, settings)
