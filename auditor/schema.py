@@ -44,9 +44,10 @@ class Where:
 
     file: str
     base: Path
+    kind: type[ConfigError] = ConfigError  # the error class this file's problems raise
 
     def error(self, path: str, line: int, message: str) -> ConfigError:
-        return ConfigError(self.file, line, path, message)
+        return self.kind(self.file, line, path, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,23 @@ def _accepts(tp: Any, value: Any) -> bool:
     return isinstance(value, tp)
 
 
+def kind_of(value: object) -> str:
+    """What a YAML value is, in words: "null", "a list", "a mapping", "a string"…"""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, int | float):
+        return "a number"
+    return f"a {type(value).__name__}"
+
+
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
 
@@ -138,7 +156,7 @@ def read(cls: type[T], raw: Any, path: str, where: Where, line: int = 0) -> T:
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
-        raise where.error(path or "(top)", line or 1, "must be a mapping")
+        raise where.error(path or "(top)", line or 1, f"must be a mapping, not {kind_of(raw)}")
     fields = {meta_of(f).key or f.name: f for f in dataclasses.fields(cast(Any, cls)) if not is_internal(f)}
     hints = _hints(cls)
     values: dict[str, Any] = {}
@@ -155,7 +173,7 @@ def read(cls: type[T], raw: Any, path: str, where: Where, line: int = 0) -> T:
             and f.default is dataclasses.MISSING
             and f.default_factory is dataclasses.MISSING
         ):
-            raise where.error(f"{prefix}{key}", line, "required")
+            raise where.error(f"{prefix}{key}", line, "is required")
     obj = cls(**values)
     validated = getattr(obj, "validated", None)
     if validated is not None:
@@ -178,7 +196,7 @@ def _value(tp: Any, meta: Meta, value: Any, path: str, where: Where, line: int) 
     if typing.get_origin(tp) is tuple:
         (item_tp, *_rest) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise where.error(path, line, "must be a list")
+            raise where.error(path, line, f"must be a list, not {kind_of(value)}")
         out = tuple(
             _value(item_tp, _item_meta(meta), item, f"{path}[{i}]", where, _item_line(value, i, line))
             for i, item in enumerate(value)
@@ -186,7 +204,9 @@ def _value(tp: Any, meta: Meta, value: Any, path: str, where: Where, line: int) 
         return _checked(meta, out, path, where, line)
     if tp in _TYPE_NAMES:
         if not _accepts(tp, value):
-            raise where.error(path, line, f"must be {_TYPE_NAMES[tp]} (got {type(value).__name__})")
+            # YAML 1.1 reads on/off/yes/no as booleans and bare digits as numbers.
+            hint = " (quote it)" if tp is str and isinstance(value, bool | int | float) else ""
+            raise where.error(path, line, f"must be {_TYPE_NAMES[tp]}, not {kind_of(value)}{hint}")
         return _checked(meta, float(value) if tp is float else value, path, where, line)
     raise TypeError(f"{path}: no reader for {tp!r}; give the field a parse hook")
 
@@ -206,7 +226,7 @@ def _item_meta(meta: Meta) -> Meta:
 def _checked(meta: Meta, value: Any, path: str, where: Where, line: int) -> Any:
     if isinstance(value, str):
         if meta.choices and value not in meta.choices:
-            raise where.error(path, line, f"must be one of {', '.join(meta.choices)}; got {value!r}")
+            raise where.error(path, line, f"{value!r} is not one of {', '.join(meta.choices)}")
         if meta.pattern and not re.fullmatch(meta.pattern, value):
             raise where.error(
                 path, line, f"{meta.pattern_text or 'does not match ' + meta.pattern}: {value!r}"
