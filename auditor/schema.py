@@ -25,6 +25,7 @@ from typing import Any, TypeVar, Union, cast
 
 from auditor import yamlio
 from auditor.errors import ConfigError
+from auditor.model.labels import type_name
 
 T = TypeVar("T")
 JSON = dict[str, Any]
@@ -125,19 +126,7 @@ def _accepts(tp: Any, value: Any) -> bool:
 
 def kind_of(value: object) -> str:
     """What a YAML value is, in words: "null", "a list", "a mapping", "a string"…"""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, int | float):
-        return "a number"
-    return f"a {type(value).__name__}"
+    return "null" if value is None else f"a {type_name(value)}"
 
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}

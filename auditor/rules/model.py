@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from auditor.inventory import Inventory, role_claim_zones
+from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_endpoint
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.model.objects import Node, Role, Workload
 from auditor.placement.coupling import (
@@ -190,7 +190,7 @@ class RoleEndpoints:
                         wanted.discard(node_zone)
                         if not wanted:
                             break
-            found = self._endpoints[(role, zone)] = self.inv.pod_endpoint(role, zone, firsts.get(zone))
+            found = self._endpoints[(role, zone)] = role_endpoint(self.inv, role, zone, firsts.get(zone))
         return found
 
 
@@ -233,7 +233,7 @@ def build_model(
 ) -> AuditModel:
     """The model rules read. With `observed`, placements are where the pods actually run (only
     edges between roles with running pods are analysed), instead of where they could land."""
-    engine = engine or inv.engine()
+    engine = engine or policy_engine(inv)
     options = placement_options(inv)
     zone_key = options.zone_key
     pair_context = PairContext(inv.nodes, options)

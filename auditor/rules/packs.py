@@ -100,7 +100,7 @@ from typing import Any
 from auditor import yamlio
 from auditor.errors import ConfigError
 from auditor.model.findings import SEVERITIES, Finding, ObjectRef
-from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector, type_name
+from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector
 from auditor.model.objects import Workload
 from auditor.model.source import LoadError, SourceRef
 from auditor.resources import policies_dir
@@ -539,10 +539,6 @@ def _item_line(seq: object, index: int, default: int) -> int:
     return default
 
 
-def _type_name(value: object) -> str:
-    return "null" if value is None else f"a {type_name(value)}"
-
-
 @dataclass
 class _Draft:
     """Settings being merged for one rule."""
@@ -651,7 +647,7 @@ class _Merger:
         )
         if not same:
             raise where.error(
-                path, line, f"must be {_type_name(default)} like its default, not {_type_name(value)}"
+                path, line, f"must be {kind_of(default)} like its default, not {kind_of(value)}"
             )
 
     def _custom_rule(
