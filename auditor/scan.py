@@ -14,7 +14,7 @@ from auditor.placement.observed import Observation, observe
 from auditor.progress import Progress, silent
 from auditor.rules import live, run_rules
 from auditor.rules.groups import Groups, groups
-from auditor.rules.model import build_model, object_ref
+from auditor.rules.model import AuditModel, build_model, object_ref
 from auditor.rules.packs import (
     ExpiredWaiver,
     PolicyPack,
@@ -44,8 +44,10 @@ class ScanResult:
     # What the audit did not see (a skipped or failed render, an unreadable file): when any,
     # the audit is partial (`auditor scan` exits 3) and a stored run resolves nothing.
     not_audited: list[NotAudited] = field(default_factory=list)
+    # The model the findings came from (remediation plans fixes on it); None for stored results.
+    model: AuditModel | None = field(default=None, repr=False, compare=False)
     # The policy packs the scan ran under (SARIF lists their custom rules and severity overrides).
-    pack: PolicyPack | None = None
+    pack: PolicyPack | None = field(default=None, repr=False, compare=False)
 
     @property
     def complete(self) -> bool:
@@ -138,6 +140,7 @@ def scan(
         labels,
         groups(model),
         list(inv.not_audited),
+        model,
         pack,
     )
 

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 from gitrepos import commit, git, make_repo
+from jsonschema import Draft202012Validator
 from seedrepo import SEED, seed_files
 
 from auditor import cli
+from auditor.reports.findings_schema import document_schema
 
 BEFORE = SEED / "before" / "workload.yaml"  # the broken placement: one cross-zone-blocked finding
 AFTER = SEED / "after" / "workload.yaml"  # the fixed one
@@ -21,7 +23,11 @@ AFTER = SEED / "after" / "workload.yaml"  # the fixed one
 def _diff(capsys: pytest.CaptureFixture[str], repo: Path, ref: str, *more: str) -> tuple[int, dict]:
     code = cli.main(["scan", str(repo), "--diff-base", ref, "--format", "json", *more])
     out = capsys.readouterr().out
-    return code, json.loads(out) if out else {}
+    doc = json.loads(out) if out else {}
+    if doc:  # the diff report is still the findings/v1 contract, with its diff fields declared
+        errors = list(Draft202012Validator(document_schema()).iter_errors(doc))
+        assert errors == [], [e.message for e in errors]
+    return code, doc
 
 
 def _state(repo: Path) -> tuple[str, ...]:
