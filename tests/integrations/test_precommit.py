@@ -44,6 +44,12 @@ def project_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return copy.as_uri()
 
 
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pre-commit's cache, shared by the tests: the hook's environment is built once."""
+    return tmp_path_factory.mktemp("pre-commit-home")
+
+
 def _env(home: Path) -> dict[str, str]:
     env = {**ENV, "PRE_COMMIT_HOME": str(home), "PRE_COMMIT_COLOR": "never"}
     env.pop("AUDITOR_CONFIG", None)
@@ -76,8 +82,9 @@ def test_the_hooks_are_declared_for_the_whole_tree() -> None:
         assert hook["entry"].startswith("auditor scan")
 
 
-def test_the_hook_fails_on_a_blocked_group_and_passes_once_fixed(project_url: str, tmp_path: Path) -> None:
-    home = tmp_path / "pre-commit-home"
+def test_the_hook_fails_on_a_blocked_group_and_passes_once_fixed(
+    project_url: str, home: Path, tmp_path: Path
+) -> None:
     repo = make_repo(tmp_path / "infra", seed_files("before"))
     args = ["training", "policies", "--nodes", "nodes/nodes.yaml"]
     commit(repo, {".pre-commit-config.yaml": _config(project_url, "placement-auditor", args)}, "hooks")
@@ -92,8 +99,9 @@ def test_the_hook_fails_on_a_blocked_group_and_passes_once_fixed(project_url: st
     assert "Passed" in passed.stdout
 
 
-def test_the_diff_hook_fails_only_on_what_the_commit_introduces(project_url: str, tmp_path: Path) -> None:
-    home = tmp_path / "pre-commit-home"
+def test_the_diff_hook_fails_only_on_what_the_commit_introduces(
+    project_url: str, home: Path, tmp_path: Path
+) -> None:
     repo = make_repo(tmp_path / "infra", seed_files("before"))  # already broken on HEAD
     commit(repo, {".pre-commit-config.yaml": _config(project_url, "placement-auditor-diff", ["."])}, "hooks")
     (repo / "notes.yaml").write_text("kind: ConfigMap\napiVersion: v1\nmetadata: {name: notes}\n")
