@@ -74,7 +74,9 @@ class Resource:
     name: str
 
     def to_json(self) -> dict[str, str]:
-        out = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
+        out = {"kind": self.kind, "name": self.name}
+        if self.api_version:  # unknown for some stored findings: left out rather than guessed
+            out = {"apiVersion": self.api_version, **out}
         if self.namespace:
             out["namespace"] = self.namespace
         return out
@@ -180,7 +182,7 @@ def entries_from_export(
         verdict = {"waived": "skip", "resolved": "pass"}.get(status, "fail")
         w = f["workload"]
         detail = f.get("detail") or {}
-        api_version = (detail.get("workload") or {}).get("apiVersion", "") or "v1"
+        api_version = (detail.get("workload") or {}).get("apiVersion", "")
         props = {"fingerprint": f["fingerprint"], "certainty": f["certainty"], "target": f["target"]}
         props["status"] = status
         if controls.get((f["target"], f["rule"])):
