@@ -266,8 +266,10 @@ def _emit(args: argparse.Namespace, result: ScanResult, root: Path | None = None
         text = sarif.render(result, source)
     elif args.format == "markdown":
         text = markdown.render(json_report.to_document(result))
-    elif args.format in ("json", "junit", "csv"):
-        renderers = {"json": json_report.render, "junit": junit.render, "csv": csv_report.render}
+    elif args.format == "junit":
+        text = junit.render(result, sarif.SourceRoot(root or _scan_root(args), Path.cwd()))
+    elif args.format in ("json", "csv"):
+        renderers = {"json": json_report.render, "csv": csv_report.render}
         text = renderers[args.format](result)
     else:
         out_tty = args.output is None and sys.stdout.isatty()

@@ -157,8 +157,9 @@ class SourceRoot:
     root: Path | None = None
     cwd: Path | None = None
 
-    def uri(self, name: str) -> tuple[str, str | None] | None:
-        """(uri, uriBaseId) for a file name, or None when it names no file."""
+    def path(self, name: str) -> tuple[str, bool] | None:
+        """(path, relative to the root) for a file name: a root-relative POSIX path, else an
+        absolute one; None when it names no file."""
         name = name.removesuffix(" (rendered)")
         if not name or name.startswith(("<", "cluster:", "helm:")):
             return None
@@ -169,9 +170,17 @@ class SourceRoot:
             root = self.root.resolve() if self.root is not None else None
             resolved = Path(_normalise(path))
             if root is not None and resolved.is_relative_to(root):
-                return _quote(resolved.relative_to(root).as_posix()), SRCROOT
-            return resolved.as_uri(), None
-        return _quote(PurePosixPath(_normalise(path)).as_posix()), SRCROOT
+                return resolved.relative_to(root).as_posix(), True
+            return resolved.as_posix(), False
+        return PurePosixPath(_normalise(path)).as_posix().removeprefix("./"), True
+
+    def uri(self, name: str) -> tuple[str, str | None] | None:
+        """(uri, uriBaseId) for a file name, or None when it names no file."""
+        found = self.path(name)
+        if found is None:
+            return None
+        path, relative = found
+        return (_quote(path), SRCROOT) if relative else (Path(path).as_uri(), None)
 
     def base_ids(self) -> dict[str, Any]:
         description = {"text": "The root of the audited repository: result paths are relative to it."}

@@ -289,3 +289,15 @@ def test_help_uris_point_where_the_package_says_it_lives() -> None:
 
     urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
     assert urls["Homepage"] == sarif.PROJECT_URL and urls["Documentation"].startswith(sarif.DOCS_URL)
+
+
+def test_junit_names_files_as_sarif_does(
+    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from xml.etree import ElementTree as ET
+
+    monkeypatch.chdir(repo / "training")
+    assert cli.main(["scan", ".", "../policies", "--nodes", "../nodes/nodes.yaml", "--format", "junit"]) == 1
+    root = ET.fromstring(capsys.readouterr().out.split("?>", 1)[1])
+    (case,) = [c for c in root.iter("testcase") if c.find("failure") is not None]
+    assert case.get("file") == "training/workload.yaml"
