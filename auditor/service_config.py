@@ -15,6 +15,12 @@
       stale_after_seconds: 300    # a `running` run without a heartbeat this long is `interrupted`
       git_cache_dir: .auditor-cache/git
       git_timeout_seconds: 300
+      broker:                     # fleet mode (docs/scale.md); absent: everything in-process
+        url_env: AUDITOR_BROKER_URL   # redis://… (default) or amqp://… (RabbitMQ)
+      github_app:                 # the GitHub App receiving webhooks at /hooks/github
+        app_id: 12345
+        private_key_file: app.pem
+        webhook_secret_env: AUDITOR_WEBHOOK_SECRET
     targets:
       - name: infra
         schedule: "0 6 * * *"     # cron, five fields
@@ -64,6 +70,62 @@ class DatabaseSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """Fleet mode: audits, PR checks and webhook work run as Celery tasks on `auditor worker`s.
+
+    Without a `service.broker` section the service runs everything in its own process (the
+    embedded default)."""
+
+    url: str = field(default="", repr=False)  # redis://host:6379/0 or amqp://…; may carry a password
+    url_env: str = "AUDITOR_BROKER_URL"  # the URL from the environment (wins when set)
+    # Seconds a delivered, unacknowledged task stays invisible to other workers (Redis and SQS
+    # transports). Tasks are acknowledged late, so this is how long a task of a worker that died
+    # without a goodbye (kill -9, node lost) waits before another worker gets it. Longer than the
+    # longest audit, or a slow audit is delivered twice (harmless — tasks are idempotent — but
+    # wasted work). RabbitMQ redelivers when the connection drops and ignores this.
+    visibility_timeout_seconds: int = 3600
+    # Seconds a worker's lease on a target lasts without renewal (one run per target across the
+    # fleet); renewed every heartbeat_seconds. A killed worker's target is free after this.
+    lease_seconds: int = 60
+    # Seconds a task waits before trying again when its target is leased by another worker.
+    busy_retry_seconds: int = 5
+    queue: str = "auditor"  # the Celery queue every task goes to (KEDA scales on its length)
+    # Port of the worker's Prometheus endpoint (task latency, failures, queue depth); 0: none.
+    # Only the worker's own process records: run `--pool solo` (one process per pod) to see all.
+    metrics_port: int = 9109
+
+    def resolved_url(self, environ: Mapping[str, str]) -> str:
+        return environ.get(self.url_env, "") if self.url_env and environ.get(self.url_env) else self.url
+
+
+@dataclass(frozen=True, slots=True)
+class GitHubAppSettings:
+    """The GitHub App: webhooks at POST /hooks/github, check runs on pull requests."""
+
+    app_id: int
+    private_key_file: str  # the App's PEM private key (signs the JWT)
+    base_url: str = "https://api.github.com"  # GitHub Enterprise: https://HOST/api/v3
+    webhook_secret: str = field(default="", repr=False)
+    webhook_secret_env: str = "AUDITOR_WEBHOOK_SECRET"
+    # A delivery whose event time (pull_request.updated_at, repository.pushed_at,
+    # installation.updated_at) is older than this many seconds is rejected as stale (GitHub sends
+    # no timestamp header; see docs/service.md). Also how long delivery ids are remembered.
+    max_delivery_age_seconds: int = 3600
+    max_body_bytes: int = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
+    # How App repositories are fetched; {full_name} is owner/name.
+    clone_url: str = "https://github.com/{full_name}.git"
+    check_name: str = "placement-audit"
+    fail_on: str = "high"  # the exit-code contract's threshold, applied to the introduced findings
+    paths: tuple[str, ...] = ()  # inside each App repository; default: all of it
+    nodes: tuple[str, ...] = ()
+
+    def secret(self, environ: Mapping[str, str]) -> str:
+        return self.webhook_secret or (
+            environ.get(self.webhook_secret_env, "") if self.webhook_secret_env else ""
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceSettings:
     host: str = "127.0.0.1"
     port: int = 8080
@@ -83,6 +145,8 @@ class ServiceSettings:
     stale_after_seconds: int = 300
     git_cache_dir: str = ".auditor-cache/git"
     git_timeout_seconds: int = 300
+    broker: BrokerSettings | None = None  # fleet mode; None: the embedded default
+    github_app: GitHubAppSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +229,31 @@ _SERVICE_KEYS: dict[str, type | tuple[type, ...]] = {
     "stale_after_seconds": int,
     "git_cache_dir": str,
     "git_timeout_seconds": int,
+    "broker": dict,
+    "github_app": dict,
+}
+_BROKER_KEYS: dict[str, type | tuple[type, ...]] = {
+    "url": str,
+    "url_env": str,
+    "visibility_timeout_seconds": int,
+    "lease_seconds": int,
+    "busy_retry_seconds": int,
+    "queue": str,
+    "metrics_port": int,
+}
+_APP_KEYS: dict[str, type | tuple[type, ...]] = {
+    "app_id": int,
+    "private_key_file": str,
+    "base_url": str,
+    "webhook_secret": str,
+    "webhook_secret_env": str,
+    "max_delivery_age_seconds": int,
+    "max_body_bytes": int,
+    "clone_url": str,
+    "check_name": str,
+    "fail_on": str,
+    "paths": list,
+    "nodes": list,
 }
 _TARGET_KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
@@ -260,8 +349,71 @@ def parse_service(raw: Any, file: str, base: Path) -> ServiceSettings:
             raise ServiceConfigError(
                 file, yamlio.key_line(raw, "timezone"), "service.timezone", "unknown time zone"
             ) from None
-    settings = ServiceSettings(**section)
+    broker = _broker(raw.get("broker"), file) if "broker" in section else None
+    app = _github_app(raw.get("github_app"), file, base) if "github_app" in section else None
+    section.pop("broker", None)
+    section.pop("github_app", None)
+    settings = ServiceSettings(**section, broker=broker, github_app=app)
     return replace(settings, git_cache_dir=str(base / settings.git_cache_dir))
+
+
+def _broker(raw: Any, file: str) -> BrokerSettings:
+    b = mapping(raw, "service.broker", _BROKER_KEYS, file)
+    for key in ("visibility_timeout_seconds", "lease_seconds", "busy_retry_seconds"):
+        if key in b and b[key] <= 0:
+            raise ServiceConfigError(
+                file, yamlio.key_line(raw, key), f"service.broker.{key}", "must be positive"
+            )
+    url = b.get("url", "")
+    if url and not re.match(r"^(redis|rediss|amqp|amqps|sentinel)://", url):
+        raise ServiceConfigError(
+            file, yamlio.key_line(raw, "url"), "service.broker.url", "a redis://, rediss:// or amqp:// URL"
+        )
+    if "metrics_port" in b and not 0 <= b["metrics_port"] <= 65535:
+        raise ServiceConfigError(
+            file, yamlio.key_line(raw, "metrics_port"), "service.broker.metrics_port", "must be 0–65535"
+        )
+    if "queue" in b and not NAME_RE.match(b["queue"]):
+        raise ServiceConfigError(file, yamlio.key_line(raw, "queue"), "service.broker.queue", "a queue name")
+    return BrokerSettings(**b)
+
+
+def _github_app(raw: Any, file: str, base: Path) -> GitHubAppSettings:
+    a = mapping(raw, "service.github_app", _APP_KEYS, file)
+    line = yamlio.line_of(raw)
+    if not a.get("app_id") or a["app_id"] <= 0 or not a.get("private_key_file"):
+        raise ServiceConfigError(file, line, "service.github_app", "needs app_id and private_key_file")
+    for key in ("max_delivery_age_seconds", "max_body_bytes"):
+        if key in a and a[key] <= 0:
+            raise ServiceConfigError(
+                file, yamlio.key_line(raw, key), f"service.github_app.{key}", "must be positive"
+            )
+    if a.get("fail_on", "high") not in ("critical", "high", "medium", "low", "none"):
+        raise ServiceConfigError(
+            file,
+            yamlio.key_line(raw, "fail_on"),
+            "service.github_app.fail_on",
+            "critical, high, medium, low or none",
+        )
+    if "{full_name}" not in a.get("clone_url", "{full_name}"):
+        raise ServiceConfigError(
+            file,
+            yamlio.key_line(raw, "clone_url"),
+            "service.github_app.clone_url",
+            "must contain {full_name}",
+        )
+    url = a.get("base_url", "https://api.github.com")
+    if not re.match(r"^https?://[^\s/]+", url):
+        raise ServiceConfigError(
+            file, yamlio.key_line(raw, "base_url"), "service.github_app.base_url", f"not a URL: {url!r}"
+        )
+    keyfile = a["private_key_file"]
+    if not Path(keyfile).is_absolute():
+        keyfile = str(base / keyfile)
+    a["private_key_file"], a["base_url"] = keyfile, url.rstrip("/")
+    a["paths"] = _strings(raw, a.get("paths", []), "paths", "service.github_app.paths", file)
+    a["nodes"] = _strings(raw, a.get("nodes", []), "nodes", "service.github_app.nodes", file)
+    return GitHubAppSettings(**a)
 
 
 def validate_cron(expr: str) -> str | None:
