@@ -33,9 +33,13 @@ def app_key(directory: Path) -> tuple[Path, str]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     path = directory / "app.pem"
     path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
     )
-    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     return path, public.decode()
 
 
@@ -102,7 +106,9 @@ def pull_request_event(
     }
 
 
-def push_event(after: str, at: datetime, ref: str = "refs/heads/main", full_name: str = "acme/infra") -> dict[str, Any]:
+def push_event(
+    after: str, at: datetime, ref: str = "refs/heads/main", full_name: str = "acme/infra"
+) -> dict[str, Any]:
     return {
         "ref": ref,
         "before": "0" * 40,
@@ -155,7 +161,19 @@ def redis_server(directory: Path) -> Iterator[str]:
         pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
     port = free_port()
     process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(directory)],
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

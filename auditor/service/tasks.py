@@ -210,7 +210,14 @@ def celery_app(settings: Settings, environ: dict[str, str]) -> Any:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": broker.visibility_timeout_seconds},
+        broker_transport_options={
+            "visibility_timeout": broker.visibility_timeout_seconds,
+            # Redis: how often a worker sweeps the unacknowledged messages for ones past their
+            # visibility timeout (kombu's default sweep is 10 s × every 10th call = 100 s; a dead
+            # worker's task should wait the visibility timeout, not that).
+            "unacked_restore_interval": max(1, min(10, broker.visibility_timeout_seconds // 4)),
+            "unacked_restore_throttle": 1,
+        },
         task_default_queue=broker.queue,
         task_ignore_result=True,
         task_serializer="json",

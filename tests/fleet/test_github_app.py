@@ -140,9 +140,21 @@ def test_forged_replayed_and_stale_deliveries_are_refused(lab: Lab) -> None:
 
 def test_installation_events_add_and_remove_targets(lab: Lab) -> None:
     now = lab.clock()
-    assert deliver(lab.base, "installation_repositories", installation_repositories_event(["acme/infra", "acme/ml"], [], now))[0] == 202
+    assert (
+        deliver(
+            lab.base,
+            "installation_repositories",
+            installation_repositories_event(["acme/infra", "acme/ml"], [], now),
+        )[0]
+        == 202
+    )
     assert lab.fleet.app_repositories() == {"acme/infra": 7, "acme/ml": 7}
-    assert deliver(lab.base, "installation_repositories", installation_repositories_event([], ["acme/ml"], now))[0] == 202
+    assert (
+        deliver(lab.base, "installation_repositories", installation_repositories_event([], ["acme/ml"], now))[
+            0
+        ]
+        == 202
+    )
     assert lab.fleet.app_repositories() == {"acme/infra": 7}
 
 
@@ -161,24 +173,34 @@ def test_pr_adding_a_blocking_policy_fails_and_the_fixing_push_turns_it_green(la
     assert annotation["title"].startswith("cross-zone-blocked (critical")
     assert "CiliumNetworkPolicy" in annotation["message"]
     summary = run["output"]["summary"]
-    assert "Introduced: 1, resolved: 1" in summary and "### Resolved" in summary and "cross-zone-traffic" in summary
+    assert (
+        "Introduced: 1, resolved: 1" in summary
+        and "### Resolved" in summary
+        and "cross-zone-traffic" in summary
+    )
     assert "### Map of the affected groups" in summary and "zones zone-a" in summary
     # A redelivery of the same event (GitHub's "Redeliver" keeps the GUID: refused) and a second
     # event for the same head (reopened): the same check run is updated, never a second one.
     assert deliver(lab.base, "pull_request", event, delivery="same-guid")[0] == 202
     assert deliver(lab.base, "pull_request", event, delivery="same-guid")[0] == 409
     updates = run["output_updates"]
-    status, _ = deliver(lab.base, "pull_request", pull_request_event("reopened", 12, head, lab.main_sha, lab.clock()))
+    status, _ = deliver(
+        lab.base, "pull_request", pull_request_event("reopened", 12, head, lab.main_sha, lab.clock())
+    )
     assert status == 202
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (run["output_updates"] >= updates + 2 and run["status"] == "completed"):
+    while time.monotonic() < deadline and not (
+        run["output_updates"] >= updates + 2 and run["status"] == "completed"
+    ):
         time.sleep(0.1)
     assert run["output_updates"] >= updates + 2 and run["conclusion"] == "failure"
     assert len([r for r in lab.hub.check_runs if r["head_sha"] == head]) == 1
 
     # The fixing push: the workload pinned to one zone (the seed lab's "after").
     fixed = _push_branch(lab.origin, {"training/workload.yaml": SEED / "after" / "workload.yaml"}, "pin zone")
-    status, _ = deliver(lab.base, "pull_request", pull_request_event("synchronize", 12, fixed, lab.main_sha, lab.clock()))
+    status, _ = deliver(
+        lab.base, "pull_request", pull_request_event("synchronize", 12, fixed, lab.main_sha, lab.clock())
+    )
     assert status == 202
     green = _wait_completed(lab.hub, fixed)
     assert green["conclusion"] == "success" and green["annotations"] == []
