@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
@@ -28,15 +28,13 @@ BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 
 
 class QueueDepth(Collector):
-    def __init__(self, app: Any, queue: str) -> None:
-        self.app, self.queue = app, queue
+    def __init__(self, depth: Callable[[], int], queue: str) -> None:
+        self.depth, self.queue = depth, queue
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "auditor_queue_depth", "Messages waiting in the task queue", labels=["queue"]
-        )
+        family = GaugeMetricFamily("auditor_queue_depth", "Messages waiting in the task queue", labels=["queue"])
         try:
-            family.add_metric([self.queue], float(queue_depth(self.app, self.queue)))
+            family.add_metric([self.queue], float(self.depth()))
         except Exception as exc:  # the broker away: no sample (absent() alerts on it)
             log.warning("queue depth: %s", exc)
         yield family
@@ -49,18 +47,23 @@ def queue_depth(app: Any, queue: str) -> int:
         return int(count)
 
 
-def install(app: Any, queue: str, port: int, registry: CollectorRegistry | None = None) -> CollectorRegistry:
+class WorkerMetrics:
+    def __init__(self, registry: CollectorRegistry, depth: Callable[[], int], queue: str) -> None:
+        self.registry = registry
+        self.duration = Histogram(
+            "auditor_task_duration_seconds", "Task run time", ["task"], buckets=BUCKETS, registry=registry
+        )
+        self.failures = Counter("auditor_task_failures_total", "Tasks that failed", ["task"], registry=registry)
+        self.retries = Counter(
+            "auditor_task_retries_total", "Tasks retried (target leased elsewhere)", ["task"], registry=registry
+        )
+        registry.register(QueueDepth(depth, queue))
+
+
+def install(app: Any, queue: str, port: int) -> WorkerMetrics:
     from celery import signals
 
-    registry = registry or CollectorRegistry()
-    duration = Histogram(
-        "auditor_task_duration_seconds", "Task run time", ["task"], buckets=BUCKETS, registry=registry
-    )
-    failures = Counter("auditor_task_failures_total", "Tasks that failed", ["task"], registry=registry)
-    retries = Counter(
-        "auditor_task_retries_total", "Tasks retried (target leased elsewhere)", ["task"], registry=registry
-    )
-    registry.register(QueueDepth(app, queue))
+    metrics = WorkerMetrics(CollectorRegistry(), lambda: queue_depth(app, queue), queue)
     started: dict[str, float] = {}
 
     def prerun(task_id: str = "", **_: Any) -> None:
@@ -69,18 +72,18 @@ def install(app: Any, queue: str, port: int, registry: CollectorRegistry | None 
     def postrun(task_id: str = "", task: Any = None, state: str = "", **_: Any) -> None:
         begun = started.pop(task_id, None)
         if begun is not None and state != "RETRY":
-            duration.labels(getattr(task, "name", "?")).observe(time.monotonic() - begun)
+            metrics.duration.labels(getattr(task, "name", "?")).observe(time.monotonic() - begun)
 
     def failure(sender: Any = None, **_: Any) -> None:
-        failures.labels(getattr(sender, "name", "?")).inc()
+        metrics.failures.labels(getattr(sender, "name", "?")).inc()
 
     def retry(sender: Any = None, **_: Any) -> None:
-        retries.labels(getattr(sender, "name", "?")).inc()
+        metrics.retries.labels(getattr(sender, "name", "?")).inc()
 
     signals.task_prerun.connect(prerun, weak=False)
     signals.task_postrun.connect(postrun, weak=False)
     signals.task_failure.connect(failure, weak=False)
     signals.task_retry.connect(retry, weak=False)
     if port:
-        start_http_server(port, addr="0.0.0.0", registry=registry)
-    return registry
+        start_http_server(port, addr="0.0.0.0", registry=metrics.registry)
+    return metrics
