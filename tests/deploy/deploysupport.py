@@ -159,7 +159,9 @@ def worker_metrics() -> set[str]:
     metrics.duration.labels("auditor.audit").observe(1.0)
     metrics.failures.labels("auditor.audit").inc()
     metrics.retries.labels("auditor.audit").inc()
-    return {s.name for family in registry.collect() for s in family.samples if not s.name.endswith("_created")}
+    return {
+        s.name for family in registry.collect() for s in family.samples if not s.name.endswith("_created")
+    }
 
 
 def documented_external_metrics() -> set[str]:
