@@ -211,7 +211,7 @@ class CheckRuns:
         return f"{self.kind}:{head_sha}"
 
     def start(self, repository: str, head_sha: str, task_key: str) -> Any:
-        repo = self.client.get_repo(repository)
+        repo = self.client.get_repo(repository, lazy=True)  # no GET: the calls below name it
         record = self.fleet.check_run(repository, head_sha, self.kind)
         run = None
         if record is not None and record.check_run_id is not None:

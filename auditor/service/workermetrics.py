@@ -32,7 +32,9 @@ class QueueDepth(Collector):
         self.depth, self.queue = depth, queue
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily("auditor_queue_depth", "Messages waiting in the task queue", labels=["queue"])
+        family = GaugeMetricFamily(
+            "auditor_queue_depth", "Messages waiting in the task queue", labels=["queue"]
+        )
         try:
             family.add_metric([self.queue], float(self.depth()))
         except Exception as exc:  # the broker away: no sample (absent() alerts on it)
@@ -53,9 +55,14 @@ class WorkerMetrics:
         self.duration = Histogram(
             "auditor_task_duration_seconds", "Task run time", ["task"], buckets=BUCKETS, registry=registry
         )
-        self.failures = Counter("auditor_task_failures_total", "Tasks that failed", ["task"], registry=registry)
+        self.failures = Counter(
+            "auditor_task_failures_total", "Tasks that failed", ["task"], registry=registry
+        )
         self.retries = Counter(
-            "auditor_task_retries_total", "Tasks retried (target leased elsewhere)", ["task"], registry=registry
+            "auditor_task_retries_total",
+            "Tasks retried (target leased elsewhere)",
+            ["task"],
+            registry=registry,
         )
         registry.register(QueueDepth(depth, queue))
 

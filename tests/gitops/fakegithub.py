@@ -448,6 +448,10 @@ def _apply_check(
         run["annotations"].extend(annotations)  # GitHub appends annotations on every update
         run["output_updates"] = run.get("output_updates", 0) + 1
     run["status"], run["conclusion"] = status, conclusion if status == "completed" else None
+    if status == "completed":
+        import time
+
+        run["completed_monotonic"] = time.monotonic()  # benchmarks: webhook → check run
     return None
 
 
@@ -543,6 +547,35 @@ def _checks_route(
     return not_found
 
 
+class MultiHub:
+    """Many repositories behind one server: /repos/OWNER/NAME/… goes to that repository's
+    FakeGitHub, /app/… to the first; installation tokens are shared (one App, one installation)."""
+
+    def __init__(self, hubs: list[FakeGitHub]) -> None:
+        self.hubs = {f"{h.owner}/{h.name}": h for h in hubs}
+        self.first = hubs[0]
+        for h in hubs[1:]:
+            h.issued = self.first.issued
+        self._base = ""
+
+    @property
+    def base(self) -> str:
+        return self._base
+
+    @base.setter
+    def base(self, value: str) -> None:
+        self._base = value
+        for h in self.hubs.values():
+            h.base = value
+
+    def answer(self, method: str, raw: str, headers: Any, body: bytes) -> tuple[int, dict[str, str], Any]:
+        m = re.match(r"/repos/([^/]+/[^/?]+)", raw)
+        hub = self.hubs.get(m.group(1)) if m else self.first
+        if hub is None:
+            return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+        return hub.answer(method, raw, headers, body)
+
+
 FakeGitHub._app_route = _app_route  # type: ignore[attr-defined]
 FakeGitHub._token_valid = _token_valid  # type: ignore[attr-defined]
 FakeGitHub._installation = _installation  # type: ignore[attr-defined]
@@ -552,7 +585,7 @@ FakeGitHub._checks_route = _checks_route  # type: ignore[attr-defined]
 
 
 @contextmanager
-def serve(hub: FakeGitHub) -> Iterator[str]:
+def serve(hub: FakeGitHub | MultiHub) -> Iterator[str]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True
