@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -287,8 +286,8 @@ def run_pushes(
                 sizes = dict(
                     session.execute(
                         text(
-                            "SELECT relname, pg_total_relation_size(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                            "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+                            "SELECT relname, pg_total_relation_size(c.oid) FROM pg_class c "
+                            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'"
                         )
                     ).all()
                 )
@@ -347,10 +346,11 @@ def main() -> int:
                 r = run_prs(w, repos, hub, gh, broker, root, key)
                 results.append(r)
                 print(
-                    f"workers={w}: {args.repos} PR checks in {r['elapsed']:.1f} s, {r['throughput']:.2f} checks/s, "
-                    f"webhook→check run p50 {r['p50']:.1f} s p95 {r['p95']:.1f} s; webhooks accepted in {r['accept_seconds']:.2f} s; "
-                    f"worker CPU {r['cpu_per_check']:.2f} s/check, peak RSS {r['rss_mb']:.0f} MiB; rows {r['rows']}"
-                    + (f"; ERRORS {r['errors'][:5]}" if r["errors"] else "")
+                    f"workers={w}: {args.repos} PR checks in {r['elapsed']:.1f} s, "
+                    f"{r['throughput']:.2f} checks/s, webhook→check run p50 {r['p50']:.1f} s "
+                    f"p95 {r['p95']:.1f} s; webhooks accepted in {r['accept_seconds']:.2f} s; "
+                    f"worker CPU {r['cpu_per_check']:.2f} s/check, peak RSS {r['rss_mb']:.0f} MiB; "
+                    f"rows {r['rows']}" + (f"; ERRORS {r['errors'][:5]}" if r["errors"] else "")
                 )
             push = run_pushes(max(counts), repos, gh, broker, root, key)
         base = results[0]
@@ -358,7 +358,8 @@ def main() -> int:
         for r in results:
             print(
                 f"  {r['workers']} worker(s): throughput ×{r['throughput'] / base['throughput']:.2f}, "
-                f"p95 ×{r['p95'] / base['p95']:.2f}, CPU per check ×{r['cpu_per_check'] / base['cpu_per_check']:.2f}"
+                f"p95 ×{r['p95'] / base['p95']:.2f}, "
+                f"CPU per check ×{r['cpu_per_check'] / base['cpu_per_check']:.2f}"
             )
         n = args.repos
         print(
