@@ -287,7 +287,8 @@ def run_pushes(
                     session.execute(
                         text(
                             "SELECT relname, pg_total_relation_size(c.oid) FROM pg_class c "
-                            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+                            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                            "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
                         )
                     ).all()
                 )
