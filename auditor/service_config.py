@@ -118,6 +118,10 @@ class GitHubAppSettings:
     fail_on: str = "high"  # the exit-code contract's threshold, applied to the introduced findings
     paths: tuple[str, ...] = ()  # inside each App repository; default: all of it
     nodes: tuple[str, ...] = ()
+    # Seconds PyGithub waits between two writes of one client (a check run's create and updates):
+    # GitHub asks integrators to pace writes (secondary rate limits). It bounds a check's wall time
+    # (docs/scale.md); 0 turns it off.
+    seconds_between_writes: float = 1.0
 
     def secret(self, environ: Mapping[str, str]) -> str:
         return self.webhook_secret or (
@@ -254,6 +258,7 @@ _APP_KEYS: dict[str, type | tuple[type, ...]] = {
     "fail_on": str,
     "paths": list,
     "nodes": list,
+    "seconds_between_writes": (int, float),
 }
 _TARGET_KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
@@ -383,6 +388,15 @@ def _github_app(raw: Any, file: str, base: Path) -> GitHubAppSettings:
     line = yamlio.line_of(raw)
     if not a.get("app_id") or a["app_id"] <= 0 or not a.get("private_key_file"):
         raise ServiceConfigError(file, line, "service.github_app", "needs app_id and private_key_file")
+    if a.get("seconds_between_writes", 0) < 0:
+        raise ServiceConfigError(
+            file,
+            yamlio.key_line(raw, "seconds_between_writes"),
+            "service.github_app.seconds_between_writes",
+            "must be 0 or more",
+        )
+    if "seconds_between_writes" in a:
+        a["seconds_between_writes"] = float(a["seconds_between_writes"])
     for key in ("max_delivery_age_seconds", "max_body_bytes"):
         if key in a and a[key] <= 0:
             raise ServiceConfigError(

@@ -110,6 +110,9 @@ def proc_cpu(pid: int) -> tuple[float, int]:
     return cpu, hwm
 
 
+PACE = {"writes": 1.0}  # service.github_app.seconds_between_writes (--seconds-between-writes)
+
+
 def config(path: Path, db: str, broker: str, gh: str, root: Path, key: Path, cache: str) -> Path:
     path.write_text(
         f"database: {{url: '{db}'}}\n"
@@ -121,6 +124,7 @@ def config(path: Path, db: str, broker: str, gh: str, root: Path, key: Path, cac
         "  github_app:\n"
         f"    app_id: {APP_ID}\n    private_key_file: '{key}'\n    base_url: '{gh}'\n"
         f"    webhook_secret: '{SECRET}'\n    clone_url: '{root}/{{full_name}}.git'\n"
+        f"    seconds_between_writes: {PACE['writes']}\n"
     )
     return path
 
@@ -320,7 +324,14 @@ def main() -> int:
     parser.add_argument("--repos", type=int, default=200)
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument(
+        "--seconds-between-writes",
+        type=float,
+        default=1.0,
+        help="the App client's write pacing (default 1.0, GitHub's guidance; 0: CPU-bound checks)",
+    )
     args = parser.parse_args()
+    PACE["writes"] = args.seconds_between_writes
     counts = [int(x) for x in args.workers.split(",")]
     root = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     try:
@@ -372,7 +383,7 @@ def main() -> int:
             "  bytes per run (table+indexes): "
             + ", ".join(f"{t} {b / n:.0f}" for t, b in sorted(push["bytes"].items()) if b)
         )
-        print(f"\ncpus: {os.cpu_count()}, load average {os.getloadavg()}")
+        print(f"\npacing: {PACE['writes']} s between writes; cpus: {os.cpu_count()}, load {os.getloadavg()}")
         bad = [e for r in [*results, push] for e in r["errors"]]
         if bad:
             print(f"WRONG ANSWERS: {bad[:10]}")

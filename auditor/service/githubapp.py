@@ -56,7 +56,14 @@ def app_auth(app: GitHubAppSettings) -> Any:
 def integration(app: GitHubAppSettings) -> Any:
     from github import GithubIntegration
 
-    return GithubIntegration(auth=app_auth(app), base_url=app.base_url)
+    pace = app.seconds_between_writes
+    return GithubIntegration(
+        auth=app_auth(app),
+        base_url=app.base_url,
+        timeout=30,
+        seconds_between_requests=min(0.25, pace),
+        seconds_between_writes=pace,
+    )
 
 
 def installation_client(app: GitHubAppSettings, installation_id: int) -> Any:
@@ -211,7 +218,7 @@ class CheckRuns:
         return f"{self.kind}:{head_sha}"
 
     def start(self, repository: str, head_sha: str, task_key: str) -> Any:
-        repo = self.client.get_repo(repository, lazy=True)  # no GET: the calls below name it
+        repo = self.client.withLazy(True).get_repo(repository)  # no GET: the calls below name it
         record = self.fleet.check_run(repository, head_sha, self.kind)
         run = None
         if record is not None and record.check_run_id is not None:
