@@ -57,3 +57,12 @@ def test_bad_settings_name_the_key(tmp_path: Path, service: str, key: str) -> No
     with pytest.raises(ConfigError) as exc:
         _load(tmp_path, service)
     assert key in str(exc.value) or getattr(exc.value, "key", "") == key
+
+
+def test_worker_needs_a_broker(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from auditor import cli
+
+    path = tmp_path / "auditor.yaml"
+    path.write_text("service: {port: 8081}\n")
+    assert cli.main(["worker", "--config", str(path)]) == 2
+    assert "service.broker" in capsys.readouterr().err
