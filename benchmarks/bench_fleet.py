@@ -380,8 +380,12 @@ def main() -> int:
         )
         print("  rows per run: " + ", ".join(f"{t} {c / n:.2f}" for t, c in push["rows"].items()))
         print(
-            "  bytes per run (table+indexes): "
-            + ", ".join(f"{t} {b / n:.0f}" for t, b in sorted(push["bytes"].items()) if b)
+            "  bytes per row (table+indexes; 8 kB pages: an upper bound at this size): "
+            + ", ".join(
+                f"{t} {b / push['rows'][t]:.0f}"
+                for t, b in sorted(push["bytes"].items())
+                if push["rows"].get(t)
+            )
         )
         print(f"\npacing: {PACE['writes']} s between writes; cpus: {os.cpu_count()}, load {os.getloadavg()}")
         bad = [e for r in [*results, push] for e in r["errors"]]
