@@ -115,7 +115,7 @@ _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 def _repo(data: Any, path: str) -> str:
     name = _field(data, path, str)
-    if not _REPO.match(name):
+    if not _REPO.match(name) or any(part in (".", "..") for part in name.split("/")):
         raise WebhookRejected(400, f"payload field {path} is not owner/name")
     return str(name)
 

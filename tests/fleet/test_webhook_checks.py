@@ -77,6 +77,7 @@ def test_ignored_actions_and_events_and_bad_payloads() -> None:
         (b"{", "not JSON"),
         (_pr("yesterday"), "pull_request.updated_at"),
         (_pr("2026-12-01T05:59:00Z", repository={"full_name": "../../etc"}), "repository.full_name"),
+        (_pr("2026-12-01T05:59:00Z", repository={"full_name": "acme/.."}), "repository.full_name"),
         (_pr("2026-12-01T05:59:00Z", installation={"id": "7"}), "installation.id"),
     ):
         with pytest.raises(WebhookRejected, match=field.replace(".", r"\.")) as exc:
