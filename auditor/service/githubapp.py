@@ -17,9 +17,13 @@ a stored run audits a target, and publishes one Check Run on the head SHA:
 - the conclusion by the exit-code contract, applied to the introduced findings as
   `scan --baseline` applies it: `success` (0: none at or above `fail_on`), `failure` (1), and
   `failure` titled "audit incomplete" when an audit failed or was partial (3: never green).
-The check run's id is kept per (repository, head SHA, kind) in the store: a redelivered task
-updates the same check run; when the id was lost (the worker died between GitHub's answer and the
-store's commit), the check run is found again by its `external_id` on the commit.
+The check run's id is kept per (repository, head SHA, kind) in the store, with how many
+annotations it already has: a task redelivered after its worker died mid-report updates the same
+check run and sends only the annotations still missing; when the id itself was lost (the worker died
+between GitHub's answer and the store's commit), the check run is found again by its `external_id`
+on the commit. A commit whose check run is completed is not reported again (a replay, or
+`reopened` with an unchanged head): GitHub appends annotations on every update and cannot remove
+them, so a second report would repeat each one.
 """
 
 from __future__ import annotations
@@ -217,16 +221,26 @@ class CheckRuns:
     def external_id(self, head_sha: str) -> str:
         return f"{self.kind}:{head_sha}"
 
-    def start(self, repository: str, head_sha: str, task_key: str) -> Any:
-        repo = self.client.withLazy(True).get_repo(repository)  # no GET: the calls below name it
+    def start(self, repository: str, head_sha: str, task_key: str) -> tuple[Any, int] | None:
+        """The check run to report on and how many annotations it already has; None when this
+        commit's check run is completed (a redelivery or a second event for the same head SHA:
+        the audit of one commit is reported once — GitHub appends annotations on every update and
+        cannot remove them, so a re-report would repeat each one)."""
         record = self.fleet.check_run(repository, head_sha, self.kind)
+        if record is not None and record.status == "completed":
+            return None
+        repo = self.client.withLazy(True).get_repo(repository)  # no GET: the calls below name it
         run = None
+        sent = 0
         if record is not None and record.check_run_id is not None:
             run = repo.get_check_run(record.check_run_id)
+            sent = record.annotations_sent
         else:
+            # The id may have been lost between GitHub's answer and the store's commit.
             for found in repo.get_commit(head_sha).get_check_runs(check_name=self.kind):
                 if found.external_id == self.external_id(head_sha):
                     run = found
+                    sent = int(found.output.annotations_count or 0)
                     break
         if run is None:
             run = repo.create_check_run(
@@ -236,18 +250,42 @@ class CheckRuns:
                 external_id=self.external_id(head_sha),
             )
         elif run.status == "completed":
-            # A new audit of the same commit (a redelivery, a re-run): shown as running again.
-            run.edit(status="in_progress")
+            self.fleet.record_check_run(
+                repository,
+                head_sha,
+                self.kind,
+                check_run_id=run.id,
+                status="completed",
+                conclusion=run.conclusion,
+            )
+            return None
         self.fleet.record_check_run(
-            repository, head_sha, self.kind, check_run_id=run.id, status="in_progress", task_key=task_key
+            repository,
+            head_sha,
+            self.kind,
+            check_run_id=run.id,
+            status="in_progress",
+            task_key=task_key,
+            annotations_sent=sent,
         )
-        return run
+        return run, sent
 
-    def finish(self, repository: str, head_sha: str, run: Any, output: CheckOutput) -> None:
-        parts = batches(output.annotations)
+    def finish(self, repository: str, head_sha: str, run: Any, output: CheckOutput, sent: int = 0) -> None:
+        """Send the annotations not sent yet (batches of 50, progress recorded after each), then
+        the conclusion with the last batch."""
+        parts = batches(output.annotations[sent:])
         base = {"title": output.title, "summary": output.summary}
         for part in parts[:-1]:
             run.edit(output={**base, "annotations": part})
+            sent += len(part)
+            self.fleet.record_check_run(
+                repository,
+                head_sha,
+                self.kind,
+                check_run_id=run.id,
+                status="in_progress",
+                annotations_sent=sent,
+            )
         run.edit(status="completed", conclusion=output.conclusion, output={**base, "annotations": parts[-1]})
         self.fleet.record_check_run(
             repository,
@@ -256,6 +294,7 @@ class CheckRuns:
             check_run_id=run.id,
             status="completed",
             conclusion=output.conclusion,
+            annotations_sent=sent + len(parts[-1]),
         )
 
 
@@ -305,7 +344,12 @@ def audit_pull_request(
             else ""
         )
     checks = CheckRuns(fleet, client, app.check_name)
-    run = checks.start(event.repository, event.head_sha, task_key)
+    started = checks.start(event.repository, event.head_sha, task_key)
+    if started is None:
+        log.info("%s %s: its check run is complete; nothing to do", event.repository, event.head_sha)
+        record = fleet.check_run(event.repository, event.head_sha, app.check_name)
+        return CheckOutput(record.conclusion if record and record.conclusion else "success", "", "", ())
+    run, sent = started
     assert target.git is not None
     from auditor import gcpause
 
@@ -326,5 +370,5 @@ def audit_pull_request(
             f"The audit could not run: {type(exc).__name__}: {exc}"[:2000],
             (),
         )
-    checks.finish(event.repository, event.head_sha, run, output)
+    checks.finish(event.repository, event.head_sha, run, output, sent)
     return output

@@ -48,6 +48,7 @@ class CheckRunRecord:
     check_run_id: int | None
     status: str
     conclusion: str | None
+    annotations_sent: int = 0
 
 
 def _aware(value: datetime) -> datetime:
@@ -204,7 +205,13 @@ class FleetStore:
             if row is None:
                 return None
             return CheckRunRecord(
-                row.repository, row.head_sha, row.kind, row.check_run_id, row.status, row.conclusion
+                row.repository,
+                row.head_sha,
+                row.kind,
+                row.check_run_id,
+                row.status,
+                row.conclusion,
+                row.annotations_sent,
             )
 
     def record_check_run(
@@ -217,6 +224,7 @@ class FleetStore:
         status: str,
         conclusion: str | None = None,
         task_key: str | None = None,
+        annotations_sent: int | None = None,
     ) -> None:
         """Insert or update the row of (repository, head SHA, kind)."""
         now = self.clock()
@@ -239,6 +247,7 @@ class FleetStore:
                         check_run_id=check_run_id,
                         status=status,
                         conclusion=conclusion,
+                        annotations_sent=annotations_sent or 0,
                         task_key=task_key,
                         updated_at=now,
                     )
@@ -247,6 +256,8 @@ class FleetStore:
             if check_run_id is not None:
                 row.check_run_id = check_run_id
             row.status, row.conclusion, row.updated_at = status, conclusion, now
+            if annotations_sent is not None:
+                row.annotations_sent = annotations_sent
             if task_key is not None:
                 row.task_key = task_key
 

@@ -278,6 +278,9 @@ class CheckRunRow(Base):
     check_run_id: Mapped[int | None] = mapped_column(BigInteger)  # GitHub's id, once created
     status: Mapped[str] = mapped_column(String(20))  # queued | in_progress | completed
     conclusion: Mapped[str | None] = mapped_column(String(30))
+    # Annotations already sent (GitHub appends them on every update and has no way to remove
+    # them): a task resuming after a crash sends only the rest.
+    annotations_sent: Mapped[int] = mapped_column(Integer, default=0)
     task_key: Mapped[str | None] = mapped_column(String(200))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 

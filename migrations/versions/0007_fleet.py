@@ -51,6 +51,7 @@ def upgrade() -> None:
         sa.Column("check_run_id", sa.BigInteger(), nullable=True),
         sa.Column("status", sa.String(length=20), nullable=False),
         sa.Column("conclusion", sa.String(length=30), nullable=True),
+        sa.Column("annotations_sent", sa.Integer(), nullable=False),
         sa.Column("task_key", sa.String(length=200), nullable=True),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_check_runs")),

@@ -1,10 +1,12 @@
 """Check runs against the local GitHub through PyGithub with App authentication: more than 50
-annotations go in batches (the server refuses 51 in one request, as GitHub does); a check run whose
-id the store lost is found again by its external_id, never created twice; installation tokens that
-expire are refreshed by the library."""
+annotations go in batches (the server refuses 51 in one request, as GitHub does) and a report cut
+off after a batch resumes with the missing ones only; a completed commit is not reported twice; a
+check run whose id the store lost is found again by its external_id, never created twice;
+installation tokens that expire are refreshed by the library."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,39 +34,64 @@ def _annotation(i: int) -> dict[str, object]:
     }
 
 
-def test_annotations_batched_and_lost_ids_found_again(tmp_path: Path) -> None:
+def test_annotations_batched_resumed_once_and_lost_ids_found_again(tmp_path: Path) -> None:
     key, public = app_key(tmp_path)
     origin = Origin(tmp_path)
     sha = origin.commit({"a.yaml": "a: 1\n"})
     hub = FakeGitHub(origin.bare, app_id=APP_ID, tokens=set(), app_public_key=public, installation_ids=(7,))
     with serve(hub) as base, engine_for("sqlite", tmp_path) as engine:
-        app = GitHubAppSettings(APP_ID, str(key), base_url=base)
+        app = GitHubAppSettings(APP_ID, str(key), base_url=base, seconds_between_writes=0)
         fleet = FleetStore(engine, Clock())
         checks = CheckRuns(fleet, githubapp.installation_client(app, 7), "placement-audit")
-        run = checks.start("acme/infra", sha, "check:1")
         output = CheckOutput("failure", "120 findings", "summary", tuple(_annotation(i) for i in range(120)))
-        checks.finish("acme/infra", sha, run, output)
+        started = checks.start("acme/infra", sha, "check:1")
+        assert started is not None and started[1] == 0
+        run, _ = started
+        # The worker "dies" after the first batch of 50 went out: its second update never leaves.
+        original_edit = run.edit
+        calls = {"n": 0}
+
+        def edit_then_fail(**kwargs: object) -> None:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise RuntimeError("worker lost")
+            original_edit(**kwargs)
+
+        run.edit = edit_then_fail
+        with contextlib.suppress(RuntimeError):
+            checks.finish("acme/infra", sha, run, output)
         [stored] = hub.check_runs
-        assert len(stored["annotations"]) == 120 and stored["output_updates"] == 3  # 50 + 50 + 20
-        assert stored["status"] == "completed" and stored["conclusion"] == "failure"
+        assert len(stored["annotations"]) == 50 and stored["status"] == "in_progress"
+        assert fleet.check_run("acme/infra", sha, "placement-audit").annotations_sent == 50
+        # The redelivered task: the same check run, only the 70 missing annotations.
+        again = checks.start("acme/infra", sha, "check:1")
+        assert again is not None and again[0].id == stored["id"] and again[1] == 50
+        checks.finish("acme/infra", sha, again[0], output, again[1])
+        assert len(hub.check_runs) == 1
+        assert [a["title"] for a in stored["annotations"]] == [f"cross-zone-blocked #{i}" for i in range(120)]
+        assert stored["output_updates"] == 3 and stored["conclusion"] == "failure"  # 50, then 50 + 20
+        # Done: a further task for this commit does nothing.
+        assert checks.start("acme/infra", sha, "check:1") is None
         # 51 in one request is refused, as GitHub does (the batching above is what made it pass).
         try:
-            run.edit(
+            again[0].edit(
                 output={"title": "t", "summary": "s", "annotations": [_annotation(i) for i in range(51)]}
             )
         except Exception as exc:  # github.GithubException
             assert getattr(exc, "status", None) == 422
         else:
             raise AssertionError("51 annotations were accepted")
-        # The store lost the id (a worker died between GitHub's answer and the commit): the check
-        # run is found by its external_id on the commit and updated, not created again.
+        # Another commit whose check run id the store lost (a worker died between GitHub's answer
+        # and the commit): found again by its external_id, with its annotation count.
+        sha2 = origin.commit({"b.yaml": "b: 1\n"})
+        started2 = checks.start("acme/infra", sha2, "check:2")
+        assert started2 is not None
+        checks.finish("acme/infra", sha2, started2[0], CheckOutput("failure", "t", "s", (_annotation(0),)))
         with fleet.sessions.begin() as session:
-            session.execute(delete(CheckRunRow))
-        again = checks.start("acme/infra", sha, "check:2")
-        assert again.id == stored["id"] and len(hub.check_runs) == 1
-        checks.finish("acme/infra", sha, again, CheckOutput("success", "ok", "fine", ()))
-        assert hub.check_runs[0]["conclusion"] == "success"
-        assert fleet.check_run("acme/infra", sha, "placement-audit").check_run_id == stored["id"]
+            session.execute(delete(CheckRunRow).where(CheckRunRow.head_sha == sha2))
+        assert checks.start("acme/infra", sha2, "check:3") is None  # completed on GitHub: nothing to do
+        assert len(hub.check_runs) == 2
+        assert fleet.check_run("acme/infra", sha2, "placement-audit").check_run_id == started2[0].id
 
 
 def test_expiring_installation_tokens_are_refreshed_by_the_library(tmp_path: Path) -> None:

@@ -159,6 +159,9 @@ def test_two_scheduler_replicas_never_both_fire(tmp_path: Path, pg: str) -> None
         replicas[leader][0].leader._connection = None
         replicas[leader][2].engine.dispose()
         standby = replicas[1 - leader][0]
+        # PostgreSQL releases the lock when the dead session's backend has exited: the standby
+        # gets it on one of its next tries.
+        wait_for(standby.leader.is_leader, 20, "the standby to take the lock")
         standby.run_scheduled("lab")
         assert len(replicas[1 - leader][1].audits) == 1
         replicas[leader][0].run_scheduled("lab")
