@@ -300,5 +300,5 @@ def create_app(
             headers={"Location": f"/api/v1/runs/{run_id}"},
         )
 
-    web.mount(app, store)
+    web.mount(app, store, runner)
     return app

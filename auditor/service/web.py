@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Protocol
 
 from fastapi import FastAPI, HTTPException, Path, Query
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup
 
 from auditor import templating
@@ -34,6 +34,12 @@ Choice = Annotated[str | None, Query(max_length=20, pattern=r"^[a-z-]*$")]
 TargetName = Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 K8sName = Annotated[str, Path(max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 PER_PAGE = 100
+# Two zones and a shut door, as the tab's icon (browsers ask for /favicon.ico).
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect x="1" y="3" width="6" height="10" rx="1" '
+    'fill="#1d4f91"/><rect x="9" y="3" width="6" height="10" rx="1" fill="#1d4f91"/>'
+    '<rect x="7" y="7" width="2" height="2" fill="#c62828"/></svg>'
+)
 
 
 class Analyser(Protocol):
@@ -161,6 +167,10 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         if target is None or target["kind"] != "git":
             return None
         return links.file_url(target["location"], revision, file, line)
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def fleet_page() -> HTMLResponse:
