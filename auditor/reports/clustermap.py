@@ -103,7 +103,9 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
     # The overall zone × zone matrix, with zone names along both sides.
     ox, oy = grid_x, 40
     for i, za in enumerate(zones):
-        out.append(f'<text class="z" x="{ox - 6}" y="{oy + i * SQ + SQ - 3}" text-anchor="end">{escape(_fit(za, LABEL_W - 20))}</text>')
+        out.append(
+            f'<text class="z" x="{ox - 6}" y="{oy + i * SQ + SQ - 3}" text-anchor="end">{escape(_fit(za, LABEL_W - 20))}</text>'
+        )
         for j, zb in enumerate(zones):
             cp, al = overall.get((za, zb), [0, 0])
             st = _state(cp, al)
@@ -118,13 +120,17 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
     # Column headers of the grid.
     gy = head
     for j, z in enumerate(zones):
-        out.append(f'<text class="z" x="{grid_x + j * CELL_W + 6}" y="{gy - 8}">{escape(_fit(z, CELL_W - 8))}</text>')
+        out.append(
+            f'<text class="z" x="{grid_x + j * CELL_W + 6}" y="{gy - 8}">{escape(_fit(z, CELL_W - 8))}</text>'
+        )
     out.append(f'<text class="m" x="{matrix_x}" y="{gy - 8}">zone doors</text>')
     out.append(f'<text class="m" x="{count_x}" y="{gy - 8}">groups straddling zones</text>')
     for r, ns in enumerate(namespaces):
         y = gy + r * CELL_H
         out.append(f'<g class="ns" data-namespace="{escape(ns)}">')
-        out.append(f'<text class="n" x="8" y="{y + 19}">{escape(_fit(ns or "(cluster)", LABEL_W - 16))}<title>{escape(ns)}</title></text>')
+        out.append(
+            f'<text class="n" x="8" y="{y + 19}">{escape(_fit(ns or "(cluster)", LABEL_W - 16))}<title>{escape(ns)}</title></text>'
+        )
         for j, z in enumerate(zones):
             n = pods.get((ns, z), 0)
             css = "cell on" if n else "cell off"
@@ -145,17 +151,28 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
         mine = by_ns.get(ns, [])
         if mine:
             bad = sum(s.denied for s in mine)
-            text = f"{len(mine)} group(s), {bad} through a shut door" if bad else f"{len(mine)} group(s), all open"
+            text = (
+                f"{len(mine)} group(s), {bad} through a shut door"
+                if bad
+                else f"{len(mine)} group(s), all open"
+            )
             names = ", ".join(f"{s.kind} {s.name}" for s in mine[:20]) + (" …" if len(mine) > 20 else "")
             out.append(
                 f'<text class="{"bad" if bad else "m"}" x="{count_x}" y="{y + 19}">{escape(text)}<title>{escape(names)}</title></text>'
             )
         out.append("</g>")
     ly = gy + max(1, len(namespaces)) * CELL_H + 24
-    legend = [("open", "open: every class pair allowed"), ("partial", "partial"), ("closed", "closed: none allowed"), ("none", "no pods")]
+    legend = [
+        ("open", "open: every class pair allowed"),
+        ("partial", "partial"),
+        ("closed", "closed: none allowed"),
+        ("none", "no pods"),
+    ]
     x = 8
     for cls, label in legend:
-        out.append(f'<rect class="sq {cls}" x="{x}" y="{ly - 11}" width="12" height="12"/><text class="m" x="{x + 18}" y="{ly}">{label}</text>')
+        out.append(
+            f'<rect class="sq {cls}" x="{x}" y="{ly - 11}" width="12" height="12"/><text class="m" x="{x + 18}" y="{ly}">{label}</text>'
+        )
         x += 30 + len(label) * 7
     for k, note in enumerate(cmap.notes):
         out.append(f'<text class="m" x="8" y="{ly + 20 + k * 16}">{escape(note)}</text>')

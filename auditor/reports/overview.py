@@ -94,7 +94,9 @@ def top_groups(items: Iterable[Item], limit: int) -> tuple[list[TopGroup], int]:
     for (target, kind, ns, name), mine in groups.items():
         worst = min(mine, key=order)
         tops.append(
-            TopGroup(target, kind, ns, name, worst.severity, len(mine), sum(i.cost or 0 for i in mine), worst.id)
+            TopGroup(
+                target, kind, ns, name, worst.severity, len(mine), sum(i.cost or 0 for i in mine), worst.id
+            )
         )
     tops.sort(key=lambda g: (RANK.get(g.severity, 9), -g.cost, g.target, g.namespace, g.name))
     return tops[:limit], max(0, len(tops) - limit)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+import textwrap
 from typing import Any
 from xml.sax.saxutils import escape
 
@@ -138,7 +139,8 @@ def from_group(groups: Groups, group: Group, findings: Sequence[Finding] = ()) -
         dest = e.destination
         if e.destination_workload is not None:
             other = by_identity.get(e.destination_workload.identity)
-            dest = f"{e.destination_workload.name}/{e.destination}"
+            name = e.destination_workload.name
+            dest = name if e.destination == name else f"{name}/{e.destination}"
             if dest not in roles:
                 peer = next((r for r in other.roles if r.name == e.destination), None) if other else None
                 roles[dest] = MapRole(
@@ -318,10 +320,15 @@ def svg(group: GroupMap) -> str:
         key.append((number, state, "crossing" if crossing_any else "", label))
 
     key_top = grid_bottom + 18
-    legend_y = key_top + KEY_LINE * len(key) + 14
+    width = max(width, 720)
+    room = int((width - 3 * COL_PAD - 2 * BADGE_R) / CHAR_W)
+    wrapped = [
+        (number, state, crossing, textwrap.wrap(text, room, break_on_hyphens=False) or [""])
+        for number, state, crossing, text in key
+    ]
+    legend_y = key_top + KEY_LINE * sum(len(w[3]) for w in wrapped) + 14
     notes_y = legend_y + 44
     height = notes_y + KEY_LINE * len(group.notes) + 8
-    width = max(width, 620)
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="zonemap" viewBox="0 0 {width:.0f} {height:.0f}" '
         f'width="{width:.0f}" height="{height:.0f}" role="img" aria-label="{_attr(group.title or "zone map")}">',
@@ -355,15 +362,19 @@ def svg(group: GroupMap) -> str:
     out.extend(parts)
     out.extend(badges)
     y = key_top
-    for number, state, crossing, text in key:
+    for number, state, crossing, lines in wrapped:
+        cls = " ".join(c for c in ("key", state, crossing) if c)
         out.append(
-            f'<g class="{" ".join(c for c in ("key", state, crossing) if c)}" data-edge="{number}">'
+            f'<g class="{cls}" data-edge="{number}">'
             f'<circle class="kbadge {state}" cx="{COL_PAD + BADGE_R}" cy="{y - 4}" r="{BADGE_R}"/>'
             f'<text class="knum" x="{COL_PAD + BADGE_R}" y="{y}" text-anchor="middle">{number}</text>'
-            f'<text class="ktext {state}" x="{COL_PAD + 2 * BADGE_R + 8}" y="{y}">'
-            f"{escape(_fit(text, width - 3 * COL_PAD - 2 * BADGE_R))}<title>{escape(text)}</title></text></g>"
         )
-        y += KEY_LINE
+        for line in lines:
+            out.append(
+                f'<text class="ktext {state}" x="{COL_PAD + 2 * BADGE_R + 8}" y="{y}">{escape(line)}</text>'
+            )
+            y += KEY_LINE
+        out.append("</g>")
     out.append(_legend(legend_y))
     y = notes_y
     for note in group.notes:

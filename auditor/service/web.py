@@ -178,8 +178,12 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         names = [t["name"] for t in store.targets()]
         trends = {n: store.trend(n) for n in names}
         fleet = overview.overview(items, trends)
-        per_target = {n: overview.overview([i for i in items if i.target == n], {n: trends[n]}, 0) for n in names}
-        chart = line_chart([(p.label, float(p.findings)) for p in fleet.trend], label="active findings over runs")
+        per_target = {
+            n: overview.overview([i for i in items if i.target == n], {n: trends[n]}, 0) for n in names
+        }
+        chart = line_chart(
+            [(p.label, float(p.findings)) for p in fleet.trend], label="active findings over runs"
+        )
         cost = line_chart([(p.label, p.cost) for p in fleet.trend], " USD", "monthly cost over runs")
         return page(
             "overview.html.j2",
@@ -213,7 +217,9 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         info = evidence()
         for f in shown:
             t = info.get(f["target"])
-            f["source_url"] = source_link(t, t["revision"] if t else None, f["workload"]["file"], f["workload"]["line"])
+            f["source_url"] = source_link(
+                t, t["revision"] if t else None, f["workload"]["file"], f["workload"]["line"]
+            )
         query = {
             k: v
             for k, v in (
@@ -249,10 +255,15 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         siblings = [
             f
             for f in every(FindingFilter(item["target"], namespace=w["namespace"]))
-            if f["workload"]["name"] == w["name"] and f["workload"]["kind"] == w["kind"]
-            and f["status"] != "resolved" and f["id"] != finding_id
+            if f["workload"]["name"] == w["name"]
+            and f["workload"]["kind"] == w["kind"]
+            and f["status"] != "resolved"
+            and f["id"] != finding_id
         ][:30]
-        details = [item["detail"], *(d["detail"] for d in map(store.finding, (s["id"] for s in siblings)) if d)]
+        details = [
+            item["detail"],
+            *(d["detail"] for d in map(store.finding, (s["id"] for s in siblings)) if d),
+        ]
         drawn = zonemap.svg(zonemap.from_findings(title, details)) if item["detail"].get("edge") else ""
         t = evidence().get(item["target"])
         revision = next((h["revision"] for h in reversed(item["history"]) if h["revision"]), None)
@@ -313,11 +324,18 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         groups = clustermap.straddlers(a.result.groups) if a.result.groups is not None else []
         drawn = clustermap.svg(cmap, groups, f"cluster map of {name}")
         return page(
-            "clustermap.html.j2", name=name, map=Markup(drawn), straddlers=groups[:200], more=len(groups) - 200,
-            revision=a.revision, cmap=cmap,
+            "clustermap.html.j2",
+            name=name,
+            map=Markup(drawn),
+            straddlers=groups[:200],
+            more=len(groups) - 200,
+            revision=a.revision,
+            cmap=cmap,
         )
 
-    @app.get("/targets/{name}/groups/{namespace}/{workload}", response_class=HTMLResponse, include_in_schema=False)
+    @app.get(
+        "/targets/{name}/groups/{namespace}/{workload}", response_class=HTMLResponse, include_in_schema=False
+    )
     def group_page(name: TargetName, namespace: K8sName, workload: K8sName) -> HTMLResponse:
         if name not in {t["name"] for t in store.targets()}:
             raise HTTPException(404, "no such target")

@@ -141,7 +141,13 @@ class Browser:
                     {
                         "format": "png",
                         "captureBeyondViewport": True,
-                        "clip": {"x": 0, "y": 0, "width": width, "height": min(full["height"], 6000), "scale": 1},
+                        "clip": {
+                            "x": 0,
+                            "y": 0,
+                            "width": width,
+                            "height": min(full["height"], 6000),
+                            "scale": 1,
+                        },
                     },
                     session,
                     events,

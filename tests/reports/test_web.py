@@ -106,7 +106,10 @@ def test_the_fleet_overview_counts_by_severity_and_rule_with_cost_trend_and_top_
     assert set(cards) == {"critical", "high", "medium", "low"}
     # lab: 1 cross-zone-blocked (critical) + 1 cross-zone-traffic; infra: evil (critical) + big-job
     # (medium); gh: two high and one low.
-    assert '<a class="card sev-critical" href="/findings?severity=critical" data-severity="critical"><b>2</b>' in html
+    assert (
+        '<a class="card sev-critical" href="/findings?severity=critical" data-severity="critical"><b>2</b>'
+        in html
+    )
     assert 'data-severity="high"><b>2</b>' in html and 'data-severity="low"><b>1</b>' in html
     rules = [a["data-rule"] for t, a in tags if t == "tr" and a.get("data-rule")]
     assert rules[0] == "cross-zone-traffic" and "cross-zone-blocked" in rules
@@ -118,7 +121,12 @@ def test_the_fleet_overview_counts_by_severity_and_rule_with_cost_trend_and_top_
         "web",
     ]
     groups = html.split('id="top-groups"')[1]
-    assert groups.index("evil-job") < groups.index("dear-job") < groups.index("cheap-job") < groups.index("low-job")
+    assert (
+        groups.index("evil-job")
+        < groups.index("dear-job")
+        < groups.index("cheap-job")
+        < groups.index("low-job")
+    )
     assert "$2,450.00" in html  # big-job's cost in the total and its group
 
 
@@ -139,7 +147,9 @@ def test_findings_are_sorted_by_severity_then_cost_and_filter(site: Site) -> Non
 def test_git_findings_link_to_the_file_and_line_at_the_audited_revision(site: Site) -> None:
     base, ids, browser = site
     html = browser.load(f"{base}/findings?target=gh").html
-    links = [a["href"] for t, a in elements(html) if t == "a" and (a.get("href") or "").startswith("https://")]
+    links = [
+        a["href"] for t, a in elements(html) if t == "a" and (a.get("href") or "").startswith("https://")
+    ]
     assert f"https://github.com/acme/ml-infra/blob/{SHA}/jobs/dear-job.yaml#L3" in links
     page = browser.load(f"{base}/findings/{ids['dear-job']}").html
     assert f'href="https://github.com/acme/ml-infra/blob/{SHA}/jobs/dear-job.yaml#L3"' in page
@@ -186,7 +196,9 @@ def test_the_cluster_map_shows_shut_zone_doors_and_the_groups_across_them(site: 
     html = load(site, "/targets/lab/map", "web-cluster-map")
     tags = elements(html)
     assert any(t == "svg" and a.get("class") == "clustermap" for t, a in tags)
-    overall = {(a["data-from"], a["data-to"]): a["class"] for t, a in tags if t == "rect" and a.get("data-from")}
+    overall = {
+        (a["data-from"], a["data-to"]): a["class"] for t, a in tags if t == "rect" and a.get("data-from")
+    }
     # The seed lab's policies keep each zone to itself: zone-a → zone-b is shut for training traffic.
     assert overall[("zone-a", "zone-b")] in ("sq closed", "sq partial")
     assert overall[("zone-a", "zone-a")] in ("sq open", "sq partial")

@@ -184,7 +184,10 @@ def test_edges_say_their_verdict_port_and_deciding_policy() -> None:
     # Worker↔Worker crosses zones (allowed), Master→Master is a loop in zone-c.
     assert edges[2].get("class") == "edge allowed crossing"
     assert edges[3].get("class") == "edge allowed" and " C" in edges[3].get("d", "")
-    keys = ["".join(k.itertext()) for k in root.iterfind(".//s:text[@class='ktext denied']", NS)]
+    keys = [
+        " ".join("".join(t.itertext()) for t in k.iterfind("s:text[@class='ktext denied']", NS))
+        for k in root.iterfind(".//s:g[@data-edge]", NS)
+    ]
     assert any("decided by NetworkPolicy ml/<deny-all>" in k for k in keys)
     # Hover titles are escaped text, the SVG stays well-formed with a hostile name.
     legend = root.find(".//s:g[@class='legend']", NS)
