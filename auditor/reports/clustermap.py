@@ -63,6 +63,10 @@ def _state(class_pairs: int, allowed: int) -> str:
     return "closed" if allowed == 0 else "partial"
 
 
+def _attr(value: str) -> str:
+    return escape(value, {'"': "&quot;"})
+
+
 def _fit(text: str, width: float, size: float = 12) -> str:
     room = max(1, int(width / (0.62 * size)))
     return text if len(text) <= room else text[: room - 1] + "…"
@@ -94,7 +98,7 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
     height = head + max(1, len(namespaces)) * CELL_H + 70
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="clustermap" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" role="img" aria-label="{escape(title or "cluster map", {chr(34): "&quot;"})}">',
+        f'width="{width}" height="{height}" role="img" aria-label="{_attr(title or "cluster map")}">',
         f"<style>{STYLE}</style>",
         f"<title>{escape(title or 'cluster map')}</title>",
         f'<text class="h" x="8" y="20">Training traffic between zones (probe {escape(cmap.protocol)} '
@@ -104,13 +108,14 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
     ox, oy = grid_x, 40
     for i, za in enumerate(zones):
         out.append(
-            f'<text class="z" x="{ox - 6}" y="{oy + i * SQ + SQ - 3}" text-anchor="end">{escape(_fit(za, LABEL_W - 20))}</text>'
+            f'<text class="z" x="{ox - 6}" y="{oy + i * SQ + SQ - 3}" text-anchor="end">'
+            f"{escape(_fit(za, LABEL_W - 20))}</text>"
         )
         for j, zb in enumerate(zones):
             cp, al = overall.get((za, zb), [0, 0])
             st = _state(cp, al)
             out.append(
-                f'<rect class="sq {st}" data-from="{escape(za)}" data-to="{escape(zb)}" x="{ox + j * SQ}" '
+                f'<rect class="sq {st}" data-from="{_attr(za)}" data-to="{_attr(zb)}" x="{ox + j * SQ}" '
                 f'y="{oy + i * SQ}" width="{SQ - 2}" height="{SQ - 2}"><title>{escape(za)} → {escape(zb)}: '
                 f"{st} ({al} of {cp} class pairs allowed)</title></rect>"
             )
@@ -127,15 +132,17 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
     out.append(f'<text class="m" x="{count_x}" y="{gy - 8}">groups straddling zones</text>')
     for r, ns in enumerate(namespaces):
         y = gy + r * CELL_H
-        out.append(f'<g class="ns" data-namespace="{escape(ns)}">')
+        out.append(f'<g class="ns" data-namespace="{_attr(ns)}">')
         out.append(
-            f'<text class="n" x="8" y="{y + 19}">{escape(_fit(ns or "(cluster)", LABEL_W - 16))}<title>{escape(ns)}</title></text>'
+            f'<text class="n" x="8" y="{y + 19}">{escape(_fit(ns or "(cluster)", LABEL_W - 16))}'
+            f"<title>{escape(ns)}</title></text>"
         )
         for j, z in enumerate(zones):
             n = pods.get((ns, z), 0)
             css = "cell on" if n else "cell off"
             out.append(
-                f'<rect class="{css}" x="{grid_x + j * CELL_W}" y="{y + 2}" width="{CELL_W - 4}" height="{CELL_H - 4}" rx="4"/>'
+                f'<rect class="{css}" x="{grid_x + j * CELL_W}" y="{y + 2}" width="{CELL_W - 4}" '
+                f'height="{CELL_H - 4}" rx="4"/>'
             )
             if n:
                 out.append(f'<text class="p" x="{grid_x + j * CELL_W + 8}" y="{y + 20}">{n} pods</text>')
@@ -145,8 +152,9 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
                 st = _state(cp, al)
                 size = max(3, (CELL_H - 6) // nz)
                 out.append(
-                    f'<rect class="sq {st}" x="{matrix_x + j * size}" y="{y + 3 + i * size}" width="{size - 1}" '
-                    f'height="{size - 1}"><title>{escape(ns)}: {escape(za)} → {escape(zb)} {st}</title></rect>'
+                    f'<rect class="sq {st}" x="{matrix_x + j * size}" y="{y + 3 + i * size}" '
+                    f'width="{size - 1}" height="{size - 1}">'
+                    f"<title>{escape(ns)}: {escape(za)} → {escape(zb)} {st}</title></rect>"
                 )
         mine = by_ns.get(ns, [])
         if mine:
@@ -158,7 +166,8 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
             )
             names = ", ".join(f"{s.kind} {s.name}" for s in mine[:20]) + (" …" if len(mine) > 20 else "")
             out.append(
-                f'<text class="{"bad" if bad else "m"}" x="{count_x}" y="{y + 19}">{escape(text)}<title>{escape(names)}</title></text>'
+                f'<text class="{"bad" if bad else "m"}" x="{count_x}" y="{y + 19}">{escape(text)}'
+                f"<title>{escape(names)}</title></text>"
             )
         out.append("</g>")
     ly = gy + max(1, len(namespaces)) * CELL_H + 24
@@ -171,7 +180,8 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
     x = 8
     for cls, label in legend:
         out.append(
-            f'<rect class="sq {cls}" x="{x}" y="{ly - 11}" width="12" height="12"/><text class="m" x="{x + 18}" y="{ly}">{label}</text>'
+            f'<rect class="sq {cls}" x="{x}" y="{ly - 11}" width="12" height="12"/>'
+            f'<text class="m" x="{x + 18}" y="{ly}">{label}</text>'
         )
         x += 30 + len(label) * 7
     for k, note in enumerate(cmap.notes):

@@ -110,7 +110,10 @@ def build(
     items = [overview.Item.from_json(f) for f in active]
     summary = overview.overview(items, {}, LIST_LIMIT)
     # Blocked groups first, then the rest by severity and cost.
-    blocked_groups = {(f["target"], f["workload"]["kind"], f["workload"]["namespace"], f["workload"]["name"]) for f in blocked}
+    blocked_groups = {
+        (f["target"], f["workload"]["kind"], f["workload"]["namespace"], f["workload"]["name"])
+        for f in blocked
+    }
     groups, _ = overview.top_groups(items, len(items) or 1)
     groups.sort(key=lambda g: (g.target, g.kind, g.namespace, g.name) not in blocked_groups)  # stable
     base = settings.base_url.rstrip("/") if settings.base_url else ""
@@ -136,7 +139,8 @@ def build(
         "base_url": base,
     }
     subject = (
-        f"[placement-auditor] {team.name}: {len(blocked_groups)} blocked, {len(new)} new, {len(resolved)} resolved"
+        f"[placement-auditor] {team.name}: {len(blocked_groups)} blocked, {len(new)} new,"
+        f" {len(resolved)} resolved"
         f", ${total:,.0f}/month inter-AZ"
     )
     text = _env(False).get_template("digest.txt.j2").render(**values)

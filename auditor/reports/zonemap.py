@@ -15,9 +15,9 @@ scan's groups (`from_group`) or from stored findings (`from_findings`)."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-import textwrap
 from typing import Any
 from xml.sax.saxutils import escape
 
@@ -314,7 +314,8 @@ def svg(group: GroupMap) -> str:
         parts.append(f'<path {common} d="{path}">{title}</path>')
         parts.append(f'<polygon class="head {state}" points="{head}"/>')
         badges.append(
-            f'<g class="badge {state}" data-edge="{number}"><circle cx="{bx:.1f}" cy="{by:.1f}" r="{BADGE_R}"/>'
+            f'<g class="badge {state}" data-edge="{number}">'
+            f'<circle cx="{bx:.1f}" cy="{by:.1f}" r="{BADGE_R}"/>'
             f'<text x="{bx:.1f}" y="{by + 4:.1f}" text-anchor="middle">{number}</text>{title}</g>'
         )
         key.append((number, state, "crossing" if crossing_any else "", label))
@@ -331,7 +332,8 @@ def svg(group: GroupMap) -> str:
     height = notes_y + KEY_LINE * len(group.notes) + 8
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="zonemap" viewBox="0 0 {width:.0f} {height:.0f}" '
-        f'width="{width:.0f}" height="{height:.0f}" role="img" aria-label="{_attr(group.title or "zone map")}">',
+        f'width="{width:.0f}" height="{height:.0f}" role="img" '
+        f'aria-label="{_attr(group.title or "zone map")}">',
         f"<style>{STYLE}</style>",
         f"<title>{escape(group.title or 'zone map')}</title>",
     ]
@@ -355,15 +357,17 @@ def svg(group: GroupMap) -> str:
         out.append(
             f'<g class="box" data-role="{_attr(name)}" data-zone="{_attr(zone)}">'
             f'<rect class="{css}" x="{b.x:.1f}" y="{b.y:.1f}" width="{BOX_W}" height="{BOX_H}" rx="6"/>'
-            f'<text class="rname" x="{b.x + 8:.1f}" y="{b.y + 19:.1f}">{escape(_fit(name, BOX_W - 16))}</text>'
-            f'<text class="rmeta" x="{b.x + 8:.1f}" y="{b.y + 36:.1f}">{escape(_fit(second, BOX_W - 16, 11))}</text>'
+            f'<text class="rname" x="{b.x + 8:.1f}" y="{b.y + 19:.1f}">'
+            f"{escape(_fit(name, BOX_W - 16))}</text>"
+            f'<text class="rmeta" x="{b.x + 8:.1f}" y="{b.y + 36:.1f}">'
+            f"{escape(_fit(second, BOX_W - 16, 11))}</text>"
             f"<title>{escape(name)}: {escape(second)} in {escape(zone)}</title></g>"
         )
     out.extend(parts)
     out.extend(badges)
     y = key_top
-    for number, state, crossing, lines in wrapped:
-        cls = " ".join(c for c in ("key", state, crossing) if c)
+    for number, state, marked, lines in wrapped:
+        cls = " ".join(c for c in ("key", state, marked) if c)
         out.append(
             f'<g class="{cls}" data-edge="{number}">'
             f'<circle class="kbadge {state}" cx="{COL_PAD + BADGE_R}" cy="{y - 4}" r="{BADGE_R}"/>'
@@ -420,13 +424,16 @@ STYLE = (
     ".zonemap{font-family:system-ui,'DejaVu Sans',sans-serif}"
     ".zone{fill:#f4f6f8;stroke:#9aa5b1}.zname{font-weight:600;font-size:14px;fill:#334}"
     ".role{stroke-width:1.5}.role.feasible{fill:#fff;stroke:#556;stroke-dasharray:5 3}"
-    ".role.actual{fill:#dbe9f9;stroke:#1d4f91}.role.unplaced{fill:#fdecea;stroke:#b71c1c;stroke-dasharray:2 2}"
+    ".role.actual{fill:#dbe9f9;stroke:#1d4f91}"
+    ".role.unplaced{fill:#fdecea;stroke:#b71c1c;stroke-dasharray:2 2}"
     ".rname{font-size:12px;font-weight:600;fill:#112}.rmeta{font-size:11px;fill:#445}"
     ".edge{fill:none;stroke-width:2.2}.edge.denied{stroke:#c62828;stroke-dasharray:7 4}"
     ".edge.allowed{stroke:#2e7d32}.halo{fill:none;stroke:#f5b041;stroke-width:7;stroke-opacity:.55}"
     ".head.denied{fill:#c62828}.head.allowed{fill:#2e7d32}"
-    ".badge circle,.kbadge{stroke:#fff;stroke-width:1.5}.badge.denied circle,.kbadge.denied{fill:#c62828}"
-    ".badge.allowed circle,.kbadge.allowed{fill:#2e7d32}.badge text,.knum{font-size:10px;font-weight:700;fill:#fff}"
+    ".badge circle,.kbadge{stroke:#fff;stroke-width:1.5}"
+    ".badge.denied circle,.kbadge.denied{fill:#c62828}"
+    ".badge.allowed circle,.kbadge.allowed{fill:#2e7d32}"
+    ".badge text,.knum{font-size:10px;font-weight:700;fill:#fff}"
     ".ktext{font-size:12px;fill:#223}.ktext.denied{fill:#7a1f1f}.ltext{font-size:11px;fill:#445}"
     ".note{font-size:11px;fill:#666}"
 )

@@ -36,7 +36,8 @@ K8sName = Annotated[str, Path(max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-
 PER_PAGE = 100
 # Two zones and a shut door, as the tab's icon (browsers ask for /favicon.ico).
 FAVICON = (
-    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect x="1" y="3" width="6" height="10" rx="1" '
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    '<rect x="1" y="3" width="6" height="10" rx="1" '
     'fill="#1d4f91"/><rect x="9" y="3" width="6" height="10" rx="1" fill="#1d4f91"/>'
     '<rect x="7" y="7" width="2" height="2" fill="#c62828"/></svg>'
 )
@@ -85,7 +86,7 @@ def _style_hashes() -> tuple[str, ...]:
     injected into a page would not match, and no 'unsafe-inline' is needed."""
     env = templating.sandbox("web", autoescape=True)
     html = env.get_template("base.html.j2").render(targets=[])
-    blocks = re.findall(r"<style>(.*?)</style>", html, re.DOTALL) + [zonemap.STYLE, clustermap.STYLE]
+    blocks = [*re.findall(r"<style>(.*?)</style>", html, re.DOTALL), zonemap.STYLE, clustermap.STYLE]
     digests = (hashlib.sha256(b.encode()).digest() for b in sorted(set(blocks)))
     return tuple(f"'sha256-{base64.b64encode(d).decode()}'" for d in digests)
 

@@ -4,6 +4,7 @@ no edge runs through a box, each edge is drawn once with its verdict and decidin
 
 from __future__ import annotations
 
+import itertools
 import re
 import xml.etree.ElementTree as ET
 
@@ -142,7 +143,7 @@ def test_the_map_has_no_overlaps_and_every_edge_ends_on_its_boxes(zones: int) ->
         if "C" in e.get("d", ""):  # a loop: both ends on the same box's top border
             assert src == dst
             continue
-        for a, b in zip(points, points[1:], strict=False):  # no segment runs through a box
+        for a, b in itertools.pairwise(points):  # no segment runs through a box
             seg = (min(a[0], b[0]), min(a[1], b[1]), max(a[0], b[0]), max(a[1], b[1]))
             for key, r in boxes.items():
                 shrunk = (r[0] + 1, r[1] + 1, r[2] - 1, r[3] - 1)
