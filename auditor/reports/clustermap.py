@@ -9,7 +9,7 @@ the groups of a scan (rules/groups.py) that can be split across zones. Drawn as 
 - left, a grid: a row per namespace, a column per zone, each cell with the pods that can land there;
 - right of each row, the namespace's own zone × zone matrix (training traffic stays in a namespace
   far more often than not): a square per (from zone, to zone), green open, amber partial, red closed;
-- above, the same matrix over the whole target (every namespace pair summed);
+- above, the target's doors: per pair of zones, in how many namespaces that traffic is open;
 - at the end of the row, how many groups of that namespace straddle zones and how many of those
   straddle a closed or partial door.
 
@@ -17,6 +17,7 @@ Pure; text escaped; no script."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
@@ -77,24 +78,20 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
     namespaces = sorted({c.cell.namespace for c in cmap.cells})
     pods = {(c.cell.namespace, c.cell.zone): c.pods for c in cmap.cells}
     within: dict[tuple[str, str, str], tuple[int, int]] = {}
-    overall: dict[tuple[str, str], list[int]] = {}
     for p in cmap.pairs:
         if p.source.namespace == p.destination.namespace:
             within[(p.source.namespace, p.source.zone, p.destination.zone)] = (p.class_pairs, p.allowed)
-        acc = overall.setdefault((p.source.zone, p.destination.zone), [0, 0])
-        acc[0] += p.class_pairs
-        acc[1] += p.allowed
     by_ns: dict[str, list[Straddler]] = {}
     for s in groups:
         by_ns.setdefault(s.namespace, []).append(s)
 
     nz = max(1, len(zones))
-    matrix_w = nz * SQ
+    matrix_w = max(nz * SQ, 80)
     grid_x = LABEL_W
     matrix_x = grid_x + nz * CELL_W + GAP
     count_x = matrix_x + matrix_w + GAP
     width = count_x + 230
-    head = 40 + nz * SQ + 64  # the overall matrix and the column headers
+    head = 56 + nz * 26 + 56  # the target's doors and the grid's column headers
     height = head + max(1, len(namespaces)) * CELL_H + 70
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="clustermap" viewBox="0 0 {width} {height}" '
@@ -102,26 +99,41 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
         f"<style>{STYLE}</style>",
         f"<title>{escape(title or 'cluster map')}</title>",
         f'<text class="h" x="8" y="20">Training traffic between zones (probe {escape(cmap.protocol)} '
-        f"{cmap.ports[0]}-{cmap.ports[1]}), whole target</text>",
+        f"{cmap.ports[0]}-{cmap.ports[1]}), within each namespace</text>",
     ]
-    # The overall zone × zone matrix, with zone names along both sides.
-    ox, oy = grid_x, 40
-    for i, za in enumerate(zones):
+    # The target's zone × zone doors: per pair of zones, in how many namespaces training traffic
+    # within the namespace is open (every class pair allowed), partly open or closed.
+    ox, oy, row_h = grid_x, 56, 26
+    out.append(f'<text class="m" x="8" y="{oy - 10}">from zone ↓ · to zone →</text>')
+    for j, zb in enumerate(zones):
         out.append(
-            f'<text class="z" x="{ox - 6}" y="{oy + i * SQ + SQ - 3}" text-anchor="end">'
-            f"{escape(_fit(za, LABEL_W - 20))}</text>"
+            f'<text class="z" x="{ox + j * CELL_W + 6}" y="{oy - 10}">{escape(_fit(zb, CELL_W - 8))}</text>'
         )
+    for i, za in enumerate(zones):
+        y = oy + i * row_h
+        out.append(f'<text class="z" x="8" y="{y + 16}">{escape(_fit(za, LABEL_W - 16))}</text>')
         for j, zb in enumerate(zones):
-            cp, al = overall.get((za, zb), [0, 0])
-            st = _state(cp, al)
-            out.append(
-                f'<rect class="sq {st}" data-from="{_attr(za)}" data-to="{_attr(zb)}" x="{ox + j * SQ}" '
-                f'y="{oy + i * SQ}" width="{SQ - 2}" height="{SQ - 2}"><title>{escape(za)} → {escape(zb)}: '
-                f"{st} ({al} of {cp} class pairs allowed)</title></rect>"
+            states = Counter(_state(*within[(ns, za, zb)]) for ns in namespaces if (ns, za, zb) in within)
+            states.pop("none", None)
+            total = sum(states.values())
+            st = (
+                "none"
+                if not total
+                else "open"
+                if states["open"] == total
+                else "closed"
+                if states["closed"] == total
+                else "partial"
             )
-    out.append(
-        f'<text class="m" x="{ox + nz * SQ + 10}" y="{oy + 11}">rows: from zone · columns: to zone</text>'
-    )
+            label = f"open in {states['open']}/{total}" if total else "no pods"
+            out.append(
+                f'<rect class="sq {st}" data-from="{_attr(za)}" data-to="{_attr(zb)}" x="{ox + j * CELL_W}" '
+                f'y="{y}" width="{CELL_W - 4}" height="{row_h - 4}" rx="3">'
+                f"<title>{escape(za)} → {escape(zb)}: "
+                f"open in {states['open']}, partly open in {states['partial']}, closed in {states['closed']} "
+                f"of {total} namespaces</title></rect>"
+                f'<text class="sqt" x="{ox + j * CELL_W + 6}" y="{y + 15}">{label}</text>'
+            )
     # Column headers of the grid.
     gy = head
     for j, z in enumerate(zones):
@@ -193,7 +205,7 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
 STYLE = (
     ".clustermap{font-family:system-ui,'DejaVu Sans',sans-serif}.h{font-size:14px;font-weight:600;fill:#223}"
     ".z{font-size:12px;font-weight:600;fill:#334}.n{font-size:12px;fill:#112}.p{font-size:11px;fill:#1d4f91}"
-    ".m{font-size:11px;fill:#555}.bad{font-size:11px;fill:#b71c1c;font-weight:600}"
+    ".m{font-size:11px;fill:#555}.sqt{font-size:11px;fill:#fff;font-weight:600}.bad{font-size:11px;fill:#b71c1c;font-weight:600}"
     ".cell.on{fill:#dbe9f9;stroke:#1d4f91}.cell.off{fill:#f6f7f8;stroke:#dde}"
     ".sq.open{fill:#43a047}.sq.partial{fill:#f5a623}.sq.closed{fill:#d32f2f}.sq.none{fill:#e6e8eb}"
 )

@@ -286,7 +286,7 @@ def svg(group: GroupMap) -> str:
         if s is d:  # a role to itself in one zone: a loop over the box's top border
             i = loops.get((s.role, s.zone), 0)
             loops[(s.role, s.zone)] = i + 1
-            x1 = s.x + BOX_W - 16 - i * 34
+            x1 = s.x + BOX_W - 16 - i * 46  # each loop with its badge on its right, clear of the next
             x2 = x1 - 22
             y = s.y
             lift = 16
