@@ -21,7 +21,6 @@ import argparse
 import email
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -102,7 +101,8 @@ def main() -> int:
     for team in sorted(p for p in (args.repo / "clusters").iterdir() if p.is_dir()):
         spaces = sorted(d.name for d in team.iterdir() if d.is_dir())
         if spaces:
-            teams += f"    - {{name: {team.name}, to: [{team.name}@example.com], namespaces: {json.dumps(spaces)}}}\n"
+            teams += f"    - {{name: {team.name}, to: [{team.name}@example.com], "
+            teams += f"namespaces: {json.dumps(spaces)}}}\n"
     config = work / "auditor.yaml"
     config.write_text(
         f"database: {{url: 'sqlite:///{db}'}}\n"

@@ -24,6 +24,7 @@ from markupsafe import Markup
 
 from auditor import templating
 from auditor.connectivity import connectivity
+from auditor.gitops.git import GitError
 from auditor.reports import clustermap, links, overview, zonemap
 from auditor.rules import RULES
 from auditor.service.runner import Analysis, FixPreview
@@ -113,6 +114,7 @@ class _Analyses:
     def __init__(self, analyser: Analyser | None, store: Store, keep: int = 2) -> None:
         self.analyser, self.store, self.keep = analyser, store, keep
         self.cache: dict[str, tuple[int | None, Analysis]] = {}
+        self.fixes: dict[tuple[str, str], tuple[int | None, FixPreview]] = {}
         self.locks: dict[str, threading.Lock] = {}
         self.guard = threading.Lock()
 
@@ -129,13 +131,35 @@ class _Analyses:
                 return hit[1]
             try:
                 analysis = self.analyser.analyse(target)
-            except (ValueError, OSError) as exc:
+            except (ValueError, OSError, GitError) as exc:
                 raise HTTPException(409, f"cannot read target {target}: {exc}") from None
             with self.guard:
                 self.cache[target] = (key, analysis)
                 while len(self.cache) > self.keep:
                     self.cache.pop(next(iter(self.cache)))
             return analysis
+
+    def fix(self, target: str, fingerprint: str) -> FixPreview:
+        """A fix preview, kept like the analysis until the target's next run."""
+        if self.analyser is None:
+            raise HTTPException(503, "fix previews need the target's manifests: this server has no runner")
+        runs = self.store.runs(target, 1).items
+        key = runs[0]["id"] if runs else None
+        with self.guard:
+            lock = self.locks.setdefault(target, threading.Lock())
+        with lock:
+            hit = self.fixes.get((target, fingerprint))
+            if hit is not None and hit[0] == key:
+                return hit[1]
+            try:
+                preview = self.analyser.preview_fix(target, fingerprint)
+            except (ValueError, OSError, GitError) as exc:
+                raise HTTPException(409, f"cannot read target {target}: {exc}") from None
+            with self.guard:
+                self.fixes[(target, fingerprint)] = (key, preview)
+                while len(self.fixes) > 100:
+                    self.fixes.pop(next(iter(self.fixes)))
+            return preview
 
 
 def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
@@ -282,12 +306,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         item = store.finding(finding_id)
         if item is None:
             raise HTTPException(404, "no such finding")
-        if analyser is None:
-            raise HTTPException(503, "fix previews need the target's manifests: this server has no runner")
-        try:
-            preview = analyser.preview_fix(item["target"], item["fingerprint"])
-        except (ValueError, OSError) as exc:
-            raise HTTPException(409, f"cannot read target {item['target']}: {exc}") from None
+        preview = analyses.fix(item["target"], item["fingerprint"])
         return page("fix.html.j2", item=item, preview=preview)
 
     @app.get("/targets/{name}", response_class=HTMLResponse, include_in_schema=False)

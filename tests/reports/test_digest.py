@@ -92,7 +92,10 @@ def test_digests_are_routed_sent_once_and_escaped(tmp_path: Path, smtp: tuple[In
         parts = _parts(ml)
         assert set(parts) == {"text/plain", "text/html"}
         # ml-platform sees the ml-* namespaces of every target: the blocked evil-job first, big-job's cost.
-        assert "BLOCKED TRAINING GROUPS (1)" in parts["text/plain"] and "evil-job" in parts["text/plain"]
+        assert (
+            "BLOCKED TRAINING GROUPS: 1 (1 blocked edge finding)" in parts["text/plain"]
+            and "evil-job" in parts["text/plain"]
+        )
         assert "$2,450.00/month ml-prod/big-job" in parts["text/plain"]
         assert "until 2026-12-10: moving next quarter" in parts["text/plain"]  # waiver expiring soon
         assert "<script>" not in parts["text/html"] and "&lt;script&gt;" in parts["text/html"]
@@ -436,8 +439,8 @@ def test_the_largest_digest_stays_under_the_clipping_size(tmp_path: Path, smtp: 
         html, text = parts["text/html"], parts["text/plain"]
         assert len(html.encode()) < 100_000, len(html.encode())
         assert "<svg" not in html
-        assert "Blocked training groups (151)" in html  # evil-job and the 150
-        assert html.count('class="blocked"') == 10 and "and 141 more blocked" in html
+        assert "Blocked training groups: 151 (151 blocked edge findings)" in html  # evil-job and the 150
+        assert html.count('class="blocked"') == 10 and "and 141 more blocked finding(s)" in html
         assert (
             "and 141 more" in text
             and text.count("map and details: http://auditor.example:8080/findings/") == 10

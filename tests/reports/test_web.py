@@ -220,6 +220,15 @@ def test_the_group_page_draws_the_whole_group(site: Site) -> None:
     assert call(f"{base}/targets/lab/groups/ml-demo/nope")[0] == 404
 
 
+def test_maps_of_a_target_that_cannot_be_read_say_why(site: Site) -> None:
+    base, ids, _ = site
+    status, body, _ = call(f"{base}/targets/web/map")  # its directory does not exist
+    assert status == 409 and "/nonexistent" in str(body)
+    status, body, _ = call(f"{base}/targets/gh/map")  # in the store, no longer in the config
+    assert status == 409 and "no target named 'gh'" in str(body)
+    assert call(f"{base}/findings/{ids['dear-job']}/fix")[0] == 409
+
+
 def test_the_fix_page_shows_the_proposed_diff(site: Site) -> None:
     _, ids, _ = site
     html = load(site, f"/findings/{ids['trainer-workers']}/fix", "web-fix")
