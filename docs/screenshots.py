@@ -172,7 +172,8 @@ def main() -> int:
             pages["group-map-3-zones"] = f"/targets/bench/groups/{w['namespace']}/{w['name']}"
         else:
             problems.append("no finding with an edge over three zones")
-        pages["fix"] = f"/findings/{blocked['id']}/fix"
+        fixable = next((f for f in findings if f["rule"] == "cross-zone-blocked"), blocked)
+        pages["fix"] = f"/findings/{fixable['id']}/fix"
         with Browser() as browser:
             for name, path in pages.items():
                 t = time.monotonic()

@@ -25,6 +25,7 @@ from markupsafe import Markup
 from auditor import templating
 from auditor.connectivity import connectivity
 from auditor.gitops.git import GitError
+from auditor.remediation.fix import FIXABLE
 from auditor.reports import clustermap, links, overview, zonemap
 from auditor.rules import RULES
 from auditor.service.runner import Analysis, FixPreview
@@ -298,7 +299,8 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
             map=Markup(drawn),
             source_url=source_link(t, revision, w["file"], w["line"]),
             revision=revision,
-            can_fix=analyser is not None and t is not None and t["kind"] != "cluster",
+            can_read=analyser is not None and t is not None and t["kind"] != "cluster",
+            fixable=item["rule"] in FIXABLE and item["status"] != "resolved",
         )
 
     @app.get("/findings/{finding_id}/fix", response_class=HTMLResponse, include_in_schema=False)
