@@ -88,8 +88,10 @@ def _policy_name(p: Mapping[str, Any]) -> str:
 
 def from_findings(title: str, details: Iterable[Mapping[str, Any]]) -> GroupMap:
     """The map from findings' JSON (as the store keeps them): the edges that have findings, the
-    zones each end can land in as the finding states them; replica counts are unknown."""
+    zones each end can land in as the finding states them (where pods run, for a live finding:
+    certainty `observed`); replica counts are unknown."""
     zones: dict[str, list[str]] = {}
+    observed: dict[str, list[str]] = {}  # a live finding (certainty observed) states where pods run
     edges: dict[tuple[str, str, str, str], MapEdge] = {}
     for d in details:
         edge = d.get("edge")
@@ -100,6 +102,9 @@ def from_findings(title: str, details: Iterable[Mapping[str, Any]]) -> GroupMap:
         for role, info in ((s, src), (t, dst)):
             have = zones.setdefault(role, [])
             have.extend(z for z in info.get("zones") or () if z not in have)
+            if d.get("certainty") == "observed":
+                seen = observed.setdefault(role, [])
+                seen.extend(z for z in info.get("zones") or () if z not in seen)
         ports = str(edge.get("port") or "ephemeral")
         proto = str(edge.get("protocol") or "TCP")
         pairs = tuple((a, b) for a in src.get("zones") or () for b in dst.get("zones") or () if a != b)
@@ -122,7 +127,7 @@ def from_findings(title: str, details: Iterable[Mapping[str, Any]]) -> GroupMap:
         )
         if old is None or (blocked and not old.denied):
             edges[key] = new
-    roles = tuple(MapRole(name, None, tuple(z)) for name, z in zones.items())
+    roles = tuple(MapRole(name, None, tuple(z), tuple(observed.get(name, ()))) for name, z in zones.items())
     return GroupMap(title, roles, tuple(edges.values()))
 
 

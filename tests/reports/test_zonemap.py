@@ -236,3 +236,24 @@ def test_a_stored_finding_becomes_a_map() -> None:
     assert edge.get("class") == "edge denied crossing"
     assert (edge.get("data-from"), edge.get("data-to")) == ("zone-a", "zone-b")
     assert root.get("aria-label") == "t <&>"
+
+
+def test_a_live_finding_draws_where_the_pods_run() -> None:
+    detail = {
+        "rule": "cross-zone-traffic",
+        "certainty": "observed",
+        "edge": {
+            "from": {"role": "Worker", "zones": ["zone-a", "zone-b"]},
+            "to": {"role": "Master", "zones": ["zone-c"]},
+            "port": 23456,
+        },
+    }
+    root = parse(zonemap.svg(zonemap.from_findings("live", [detail])))
+    running = {
+        (b.get("data-role"), b.get("data-zone"))
+        for b in root.iterfind(".//s:g[@class='box']", NS)
+        if b.find("s:rect[@class='role actual']", NS) is not None
+    }
+    assert running == {("Worker", "zone-a"), ("Worker", "zone-b"), ("Master", "zone-c")}
+    (edge,) = root.findall(".//s:path[@data-edge]", NS)
+    assert edge.get("class") == "edge allowed crossing"
