@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from markupsafe import Markup
+
 from auditor import TOOL_NAME, __version__, templating
 from auditor.reports import StoredResult, junit, policyreport, sarif, zonemap
 from auditor.rules import RULES
@@ -122,14 +124,94 @@ def to_csv(report: Report) -> str:
     return out.getvalue()
 
 
+# What each default control asks, in our words (SOC 2, Trust Services Criteria 2017), so a reader
+# of the report sees why a placement finding is evidence for it. Ids of other frameworks print
+# without a description.
+CONTROL_DESCRIPTIONS = {
+    "CC6.6": "Logical access security measures protect against threats from sources outside the "
+    "system boundaries: network policies restrict which workloads may reach which.",
+    "CC7.1": "Detection and monitoring procedures identify configuration changes that introduce "
+    "vulnerabilities or failures: placements that a policy blocks are detected before or after they ship.",
+    "CC8.1": "Changes to infrastructure and software are authorised, designed, tested and approved: "
+    "placement labels and policies are changed deliberately and consistently.",
+    "A1.1": "Current processing capacity and use are maintained, monitored and evaluated: split "
+    "training groups lose throughput and pay for inter-zone traffic.",
+    "A1.2": "Environmental protections, recovery infrastructure and availability are designed and "
+    "operated to meet objectives: a training group whose members cannot reach each other is unavailable.",
+}
+MAPS_IN_APPENDIX = 25  # group maps drawn in the evidence appendix (blocked groups first)
+
+
+def content_hash(report: Report) -> str:
+    """sha256 of the report's data (its compliance/v1 JSON): the same data gives the same hash,
+    whichever format it is rendered to; printed on the PDF's cover."""
+    return hashlib.sha256(to_json(report).encode()).hexdigest()
+
+
+def _summary(report: Report) -> dict[str, Any]:
+    active = [f for f in report.findings if f["status"] in ("new", "open", "reopened")]
+    by_sev = {s: sum(f["severity"] == s for f in active) for s in ("critical", "high", "medium", "low")}
+    status = {
+        s: sum(r["status"] == s for r in report.rows) for s in ("fail", "waived", "pass", "not-audited")
+    }
+    controls: dict[str, dict[str, Any]] = {}
+    for r in report.rows:
+        for c in r["controls"]:
+            entry = controls.setdefault(c, {"id": c, "rules": [], "status": "pass", "open": 0})
+            if r["rule"] not in entry["rules"]:
+                entry["rules"].append(r["rule"])
+            entry["open"] += r["open_findings"]
+            order = ("fail", "not-audited", "waived", "pass")
+            if order.index(r["status"]) < order.index(entry["status"]):
+                entry["status"] = r["status"]
+    for c in controls.values():
+        c["description"] = CONTROL_DESCRIPTIONS.get(c["id"], "")
+    cost = round(sum(float(f.get("estimated_monthly_cost_usd") or 0) for f in active), 2)
+    rank = {"critical": 0, "high": 1, "medium": 2, "low": 3}
+    ordered = sorted(
+        report.findings,
+        key=lambda f: (
+            f["status"] not in ("new", "open", "reopened"),
+            rank.get(f["severity"], 9),
+            -float(f.get("estimated_monthly_cost_usd") or 0),
+            f["id"],
+        ),
+    )
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for f in ordered:
+        if f.get("detail", {}).get("edge"):
+            w = f["workload"]
+            groups.setdefault((f["target"], w["kind"], w["namespace"], w["name"]), []).append(f)
+    periods = sorted(r["started_at"] for r in report.runs if r.get("started_at"))
+    return {
+        "active": len(active),
+        "by_severity": by_sev,
+        "status": status,
+        "controls": sorted(controls.values(), key=lambda c: c["id"]),
+        "cost": cost,
+        "ordered": ordered,
+        "groups": groups,
+        "period_start": report.since or (periods[0] if periods else None),
+        "failing_targets": sorted({r["target"] for r in report.rows if r["status"] == "fail"}),
+        "unaudited_targets": sorted({r["target"] for r in report.rows if r["status"] == "not-audited"}),
+    }
+
+
 def to_html(report: Report) -> str:
     env = templating.sandbox("report", autoescape=True)
-    maps = {
-        f["id"]: zonemap.svg(f["detail"], f"{f['rule']} {f['workload']['namespace']}/{f['workload']['name']}")
-        for f in report.findings
-        if f.get("detail", {}).get("edge")
-    }
-    return env.get_template("report.html.j2").render(report=report, maps=maps)
+    summary = _summary(report)
+    maps = []
+    for (target, kind, ns, name), items in list(summary["groups"].items())[:MAPS_IN_APPENDIX]:
+        title = f"{kind} {ns}/{name} [{target}]"
+        maps.append((title, Markup(zonemap.svg(zonemap.from_findings(title, [f["detail"] for f in items])))))
+    return env.get_template("report.html.j2").render(
+        report=report,
+        s=summary,
+        maps=maps,
+        more_maps=max(0, len(summary["groups"]) - MAPS_IN_APPENDIX),
+        content_hash=content_hash(report),
+        tool={"name": TOOL_NAME, "version": __version__},
+    )
 
 
 def to_pdf(report: Report) -> bytes:

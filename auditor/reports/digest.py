@@ -1,7 +1,12 @@
-"""The daily digest per team: what changed since the last digest (new, reopened, resolved; blocked
-groups first), the top findings by estimated cost, the total estimated monthly inter-AZ cost and its
-trend, waivers expiring soon, and audit coverage (targets whose last run failed or is stale).
-Routed per team by target, namespace and workload label. Pure: the caller passes the store's data and
+"""The daily digest per team. A summary comes first (active findings by severity, blocked groups,
+the estimated monthly inter-AZ cost and what changed since the last digest — or that this is the
+first one), then the top groups (blocked first, then by cost) with "and N more" linking to the web
+pages, the changes (new, reopened, resolved), waivers expiring soon and audit coverage (targets whose
+last run failed or is stale). Routed per team by target, namespace and workload label.
+
+Every list is capped (LIST_LIMIT) so the HTML of the largest team stays far below the ~100 KB at
+which Gmail clips a message. Maps are never inlined as SVG (neither Gmail nor Outlook renders it):
+each group links to its web page, which has the map. Pure: the caller passes the store's data and
 the time."""
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from auditor import templating
-from auditor.reports import zonemap
+from auditor.reports import overview
 from auditor.service_config import DigestSettings, Team
 
 BLOCKED = ("cross-zone-blocked", "traffic-blocked")
+LIST_LIMIT = 10  # groups, blocked groups and each kind of change listed; the rest is "and N more"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +59,9 @@ def build(
     trends: Mapping[str, Sequence[Mapping[str, Any]]],
     since: datetime,
     now: datetime,
+    first: bool = False,
 ) -> Digest:
+    """`first`: the team has had no digest yet (so nothing is "since the last digest")."""
     active = [f for f in export["findings"] if f["status"] in ("new", "open", "reopened") and routed(team, f)]
     new = _blocked_first([f for f in changes.get("new", []) if routed(team, f)])
     reopened = _blocked_first([f for f in changes.get("reopened", []) if routed(team, f)])
@@ -98,30 +106,51 @@ def build(
             coverage.append(
                 {"target": t["name"], "problem": f"stale: last successful run {ok['finished_at']}"}
             )
-    blocked = [f for f in active if f["rule"] in BLOCKED]
+    blocked = _blocked_first([f for f in active if f["rule"] in BLOCKED])
+    items = [overview.Item.from_json(f) for f in active]
+    summary = overview.overview(items, {}, LIST_LIMIT)
+    # Blocked groups first, then the rest by severity and cost.
+    blocked_groups = {
+        (f["target"], f["workload"]["kind"], f["workload"]["namespace"], f["workload"]["name"])
+        for f in blocked
+    }
+    groups, _ = overview.top_groups(items, len(items) or 1)
+    groups.sort(key=lambda g: (g.target, g.kind, g.namespace, g.name) not in blocked_groups)  # stable
+    base = settings.base_url.rstrip("/") if settings.base_url else ""
     values = {
         "team": team,
         "since": since,
         "now": now,
+        "first": first,
+        "summary": summary,
         "new": new,
         "reopened": reopened,
         "resolved": resolved,
-        "blocked": _blocked_first(blocked),
+        "blocked": blocked,
+        "blocked_groups": len(blocked_groups),
+        "groups": groups[:LIST_LIMIT],
+        "more_groups": max(0, len(groups) - LIST_LIMIT),
+        "limit": LIST_LIMIT,
         "costly": costly,
         "total": total,
-        "trend": trend,
+        "trend": None if first else trend,
         "expiring": expiring,
         "coverage": coverage,
-        "base_url": settings.base_url,
-        "maps": {f["id"]: zonemap.svg(f["detail"]) for f in blocked if f.get("detail", {}).get("edge")},
+        "base_url": base,
     }
     subject = (
-        f"[placement-auditor] {team.name}: {len(blocked)} blocked, {len(new)} new, {len(resolved)} resolved"
+        f"[placement-auditor] {team.name}: {len(blocked_groups)} blocked, {len(new)} new,"
+        f" {len(resolved)} resolved"
         f", ${total:,.0f}/month inter-AZ"
     )
     text = _env(False).get_template("digest.txt.j2").render(**values)
     html = _env(True).get_template("digest.html.j2").render(**values)
-    counts = {"new": len(new), "reopened": len(reopened), "resolved": len(resolved), "blocked": len(blocked)}
+    counts = {
+        "new": len(new),
+        "reopened": len(reopened),
+        "resolved": len(resolved),
+        "blocked": len(blocked_groups),
+    }
     return Digest(team, subject, text, html, counts)
 
 

@@ -327,5 +327,5 @@ def create_app(
             )
             return JSONResponse(answer, status_code=status)
 
-    web.mount(app, store)
+    web.mount(app, store, runner)
     return app

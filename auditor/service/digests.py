@@ -25,9 +25,11 @@ def build_all(settings: Settings, store: Store) -> list[tuple[digests.Digest, da
     trends = {t["name"]: store.trend(t["name"]) for t in export["targets"]}
     out: list[tuple[digests.Digest, datetime, datetime]] = []
     for team in settings.digest.teams:
-        since = store.last_digest_end(team.name) or now - timedelta(days=1)
+        last = store.last_digest_end(team.name)
+        since = last or now - timedelta(days=1)
         changes = store.changes_since(since)
-        out.append((digests.build(team, settings.digest, export, changes, trends, since, now), since, now))
+        built = digests.build(team, settings.digest, export, changes, trends, since, now, first=last is None)
+        out.append((built, since, now))
     return out
 
 

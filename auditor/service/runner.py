@@ -10,13 +10,15 @@ that `recover` marks `interrupted` on the next start.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import logging
 import os
 import socket
 import threading
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -24,7 +26,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from auditor import gcpause
 from auditor.config import Settings
 from auditor.gitops import git
-from auditor.rules.packs import load_packs
+from auditor.inventory import Inventory
+from auditor.rules.packs import PolicyPack, load_packs
 from auditor.scan import ScanResult, scan
 from auditor.service_config import TargetSettings
 from auditor.sources.kubeapi import ReadOptions
@@ -60,6 +63,25 @@ class RunResult:
     status: str
     summary: RunSummary | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """A target's inventory and a scan of it, not recorded as a run (see AuditRunner.analyse)."""
+
+    inventory: Inventory
+    result: ScanResult
+    revision: str | None
+    paths: list[Path]
+    pack: PolicyPack
+    today: date
+
+
+@dataclass(frozen=True, slots=True)
+class FixPreview:
+    revision: str | None
+    diffs: list[tuple[str, str]]  # (file relative to the target, unified diff)
+    notes: list[str]  # why there is no fix, what the re-audit said
 
 
 class TargetBusy(RuntimeError):
@@ -250,12 +272,71 @@ class AuditRunner:
         return path
 
     def _audit(self, target: TargetSettings, root: Path) -> ScanResult:
+        return self._analyse(target, root).result
+
+    def _analyse(self, target: TargetSettings, root: Path) -> Analysis:
         paths = [self._inside(root, p, "path") for p in target.paths] or [root]
         nodes = [self._inside(root, n, "node file") for n in target.nodes]
         packs = [self._inside(root, p, "policy pack") for p in target.policies]
         pack = load_packs(packs)
         inv = load_inventory([*paths, *nodes], self.settings, self.tools, root=root)
-        return scan(inv, pack, self.store.clock().date())
+        today = self.store.clock().date()
+        return Analysis(inv, scan(inv, pack, today), None, [*paths, *nodes], pack, today)
+
+    def analyse(self, target_name: str) -> Analysis:
+        """A fresh scan of a Git or directory target with its inventory, recording nothing: what
+        the web pages' group and cluster maps and fix previews draw (FileNotFoundError, GitError,
+        ValueError for a cluster target)."""
+        target = self.settings.target(target_name)
+        if target.cluster is not None:
+            raise ValueError(f"target {target_name} is a cluster: its map comes from `auditor cluster`")
+        with self._holding(target):
+            root, revision = self._materialise(target)
+            analysis = self._analyse(target, root)
+        return dataclasses.replace(analysis, revision=revision)
+
+    def preview_fix(self, target_name: str, fingerprint: str) -> FixPreview:
+        """The fix `auditor fix` would propose for one finding of a Git or directory target, as
+        unified diffs against the target's files (recording and committing nothing)."""
+        from auditor.remediation.fix import propose
+
+        target = self.settings.target(target_name)
+        if target.cluster is not None:
+            raise ValueError(f"target {target_name} is a cluster: fixes apply to manifests in Git")
+        with self._holding(target):
+            root, revision = self._materialise(target)
+            paths = [self._inside(root, p, "path") for p in target.paths] or [root]
+            nodes = [self._inside(root, n, "node file") for n in target.nodes]
+            pack = load_packs([self._inside(root, p, "policy pack") for p in target.policies])
+            _, proposals = propose(
+                [*paths, *nodes], self.settings, pack, self.store.clock().date(), {fingerprint}, self.tools
+            )
+            diffs: list[tuple[str, str]] = []
+            reasons: list[str] = []
+            for proposal in proposals:
+                if not proposal.fixed:
+                    reasons.append(proposal.reason)
+                for file, (before, after) in sorted(proposal.files.items()):
+                    name = Path(file).resolve()
+                    shown = (
+                        str(name.relative_to(root.resolve())) if name.is_relative_to(root.resolve()) else file
+                    )
+                    diffs.append(
+                        (
+                            shown,
+                            "".join(
+                                difflib.unified_diff(
+                                    before.splitlines(keepends=True),
+                                    after.splitlines(keepends=True),
+                                    f"a/{shown}",
+                                    f"b/{shown}",
+                                )
+                            ),
+                        )
+                    )
+                if proposal.reaudit:
+                    reasons.append(proposal.reaudit)
+        return FixPreview(revision, diffs, reasons)
 
     def _audit_cluster(self, target: TargetSettings) -> tuple[ScanResult, str | None]:
         from auditor.sources import cluster, prometheus

@@ -1,32 +1,61 @@
-"""Web pages served by `auditor serve`: findings with filters, a finding with its history and
-its zone map, a target's trends. Server-rendered HTML (Jinja, autoescaped) and SVG; no script and
-no external CDN; usable at phone width."""
+"""Web pages served by `auditor serve`: the fleet overview (`/`), a target's overview
+(`/targets/{name}`), its cluster map (`/targets/{name}/map`) and group maps
+(`/targets/{name}/groups/{namespace}/{workload}`), findings with filters sorted by severity then
+cost (`/findings`), a finding with its map, history and source link (`/findings/{id}`) and its
+proposed fix (`/findings/{id}/fix`). Server-rendered HTML (Jinja, autoescaped) and SVG; no script and
+no external asset; usable at phone width.
+
+Maps and fixes need the target's manifests: they come from `Analyser` (the runner: a fresh read of
+the target, never recorded as a run), kept per target until its next run."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import re
+import threading
 import urllib.parse
 from collections.abc import Sequence
-from typing import Annotated, Any
-from xml.sax.saxutils import escape
+from typing import Annotated, Any, Protocol
 
 from fastapi import FastAPI, HTTPException, Path, Query
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
+from markupsafe import Markup
 
 from auditor import templating
-from auditor.reports import zonemap
+from auditor.connectivity import connectivity
+from auditor.gitops.git import GitError
+from auditor.remediation.fix import FIXABLE
+from auditor.reports import clustermap, links, overview, zonemap
 from auditor.rules import RULES
-from auditor.store.repository import BadCursor, FindingFilter, Store
+from auditor.service.runner import Analysis, FixPreview
+from auditor.store.repository import FindingFilter, Store
 
 Name = Annotated[str | None, Query(max_length=253, pattern=r"^[\w./:@-]*$")]
 Choice = Annotated[str | None, Query(max_length=20, pattern=r"^[a-z-]*$")]
+TargetName = Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+K8sName = Annotated[str, Path(max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
+PER_PAGE = 100
+# Two zones and a shut door, as the tab's icon (browsers ask for /favicon.ico).
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    '<rect x="1" y="3" width="6" height="10" rx="1" '
+    'fill="#1d4f91"/><rect x="9" y="3" width="6" height="10" rx="1" fill="#1d4f91"/>'
+    '<rect x="7" y="7" width="2" height="2" fill="#c62828"/></svg>'
+)
 
 
-def line_chart(points: Sequence[tuple[str, float]], unit: str = "") -> str:
+class Analyser(Protocol):
+    def analyse(self, target_name: str) -> Analysis: ...
+
+    def preview_fix(self, target_name: str, fingerprint: str) -> FixPreview: ...
+
+
+def line_chart(points: Sequence[tuple[str, float]], unit: str = "", label: str = "") -> str:
     """A small SVG line chart (x: run times, y: value), labels escaped."""
-    w, h, pad = 720, 220, 40
+    from xml.sax.saxutils import escape
+
+    w, h, pad = 720, 220, 48
     if not points:
         return (
             '<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 720 60">'
@@ -38,11 +67,12 @@ def line_chart(points: Sequence[tuple[str, float]], unit: str = "") -> str:
     path = " ".join(f"{'M' if i == 0 else 'L'}{x:.1f},{y:.1f}" for i, (x, y) in enumerate(coords))
     dots = "".join(
         f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3">'
-        f"<title>{escape(label)}: {value:,.2f}{escape(unit)}</title></circle>"
-        for (x, y), (label, value) in zip(coords, points, strict=True)
+        f"<title>{escape(when)}: {value:,.2f}{escape(unit)}</title></circle>"
+        for (x, y), (when, value) in zip(coords, points, strict=True)
     )
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {w} {h}" width="100%">'
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {w} {h}" width="100%" '
+        f'role="img" aria-label="{escape(label)}">'
         f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#999"/>'
         f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="#999"/>'
         f'<text x="4" y="{pad}" font-size="11">{top:,.0f}</text>'
@@ -54,12 +84,11 @@ def line_chart(points: Sequence[tuple[str, float]], unit: str = "") -> str:
 
 
 def _style_hashes() -> tuple[str, ...]:
-    """CSP sources for the pages' own <style> blocks (the page's and the zone map's), by hash:
-    a style injected into a page would not match, and no 'unsafe-inline' is needed."""
+    """CSP sources for the pages' own <style> blocks (the page's and the maps'), by hash: a style
+    injected into a page would not match, and no 'unsafe-inline' is needed."""
     env = templating.sandbox("web", autoescape=True)
     html = env.get_template("base.html.j2").render(targets=[])
-    html += zonemap.svg({"edge": {"from": {}, "to": {}}})
-    blocks = re.findall(r"<style>(.*?)</style>", html, re.DOTALL)
+    blocks = [*re.findall(r"<style>(.*?)</style>", html, re.DOTALL), zonemap.STYLE, clustermap.STYLE]
     digests = (hashlib.sha256(b.encode()).digest() for b in sorted(set(blocks)))
     return tuple(f"'sha256-{base64.b64encode(d).decode()}'" for d in digests)
 
@@ -79,31 +108,144 @@ def content_security_policy() -> str:
     )
 
 
-def mount(app: FastAPI, store: Store) -> None:
+class _Analyses:
+    """The last analysis of each target, until the target has a newer run (one at a time per
+    target: a second request waits for the first instead of reading the target again)."""
+
+    def __init__(self, analyser: Analyser | None, store: Store, keep: int = 2) -> None:
+        self.analyser, self.store, self.keep = analyser, store, keep
+        self.cache: dict[str, tuple[int | None, Analysis]] = {}
+        self.fixes: dict[tuple[str, str], tuple[int | None, FixPreview]] = {}
+        self.locks: dict[str, threading.Lock] = {}
+        self.guard = threading.Lock()
+
+    def get(self, target: str) -> Analysis:
+        if self.analyser is None:
+            raise HTTPException(503, "maps need the target's manifests: this server has no runner")
+        runs = self.store.runs(target, 1).items
+        key = runs[0]["id"] if runs else None
+        with self.guard:
+            lock = self.locks.setdefault(target, threading.Lock())
+        with lock:
+            hit = self.cache.get(target)
+            if hit is not None and hit[0] == key:
+                return hit[1]
+            try:
+                analysis = self.analyser.analyse(target)
+            except (ValueError, OSError, GitError) as exc:
+                raise HTTPException(409, f"cannot read target {target}: {exc}") from None
+            with self.guard:
+                self.cache[target] = (key, analysis)
+                while len(self.cache) > self.keep:
+                    self.cache.pop(next(iter(self.cache)))
+            return analysis
+
+    def fix(self, target: str, fingerprint: str) -> FixPreview:
+        """A fix preview, kept like the analysis until the target's next run."""
+        if self.analyser is None:
+            raise HTTPException(503, "fix previews need the target's manifests: this server has no runner")
+        runs = self.store.runs(target, 1).items
+        key = runs[0]["id"] if runs else None
+        with self.guard:
+            lock = self.locks.setdefault(target, threading.Lock())
+        with lock:
+            hit = self.fixes.get((target, fingerprint))
+            if hit is not None and hit[0] == key:
+                return hit[1]
+            try:
+                preview = self.analyser.preview_fix(target, fingerprint)
+            except (ValueError, OSError, GitError) as exc:
+                raise HTTPException(409, f"cannot read target {target}: {exc}") from None
+            with self.guard:
+                self.fixes[(target, fingerprint)] = (key, preview)
+                while len(self.fixes) > 100:
+                    self.fixes.pop(next(iter(self.fixes)))
+            return preview
+
+
+def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
     env = templating.sandbox("web", autoescape=True)
     rules = [r.META.id for r in RULES]
+    analyses = _Analyses(analyser, store)
 
     def page(template: str, **values: Any) -> HTMLResponse:
         return HTMLResponse(env.get_template(template).render(targets=store.targets(), **values))
 
+    def every(flt: FindingFilter) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            result = store.findings(flt, 5000, cursor)
+            out.extend(result.items)
+            if result.next_cursor is None:
+                return out
+            cursor = result.next_cursor
+
+    def evidence() -> dict[str, dict[str, Any]]:
+        """Per target: its location and the revision of its last successful run."""
+        out = {}
+        for t in store.targets():
+            last = next((r for r in store.runs(t["name"], 20).items if r["status"] == "succeeded"), None)
+            out[t["name"]] = {**t, "revision": last["revision"] if last else None, "last_run": last}
+        return out
+
+    def source_link(target: dict[str, Any] | None, revision: str | None, file: str, line: int) -> str | None:
+        if target is None or target["kind"] != "git":
+            return None
+        return links.file_url(target["location"], revision, file, line)
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def fleet_page() -> HTMLResponse:
+        items = [overview.Item.from_json(f) for f in every(FindingFilter())]
+        names = [t["name"] for t in store.targets()]
+        trends = {n: store.trend(n) for n in names}
+        fleet = overview.overview(items, trends)
+        per_target = {
+            n: overview.overview([i for i in items if i.target == n], {n: trends[n]}, 0) for n in names
+        }
+        chart = line_chart(
+            [(p.label, float(p.findings)) for p in fleet.trend], label="active findings over runs"
+        )
+        cost = line_chart([(p.label, p.cost) for p in fleet.trend], " USD", "monthly cost over runs")
+        return page(
+            "overview.html.j2",
+            scope=None,
+            o=fleet,
+            per_target=per_target,
+            info=evidence(),
+            findings_chart=Markup(chart),
+            cost_chart=Markup(cost),
+        )
+
+    @app.get("/findings", response_class=HTMLResponse, include_in_schema=False)
     def findings_page(
         target: Name = None,
         rule: Name = None,
         severity: Choice = None,
         status: Choice = None,
         namespace: Name = None,
-        cursor: Annotated[str | None, Query(max_length=64)] = None,
+        page_no: Annotated[int, Query(alias="page", ge=1, le=100000)] = 1,
     ) -> HTMLResponse:
-        if severity and severity not in ("critical", "high", "medium", "low"):
+        if severity and severity not in overview.SEVERITIES:
             raise HTTPException(422, "unknown severity")
         if status and status not in ("new", "open", "reopened", "waived", "resolved"):
             raise HTTPException(422, "unknown status")
         flt = FindingFilter(target or None, rule or None, severity or None, status or None, namespace or None)
-        try:
-            result = store.findings(flt, 100, cursor or None)
-        except BadCursor as exc:
-            raise HTTPException(400, str(exc)) from None
+        rows = every(flt)
+        by_id = {f["id"]: f for f in rows}
+        ordered = sorted((overview.Item.from_json(f) for f in rows), key=overview.order)
+        start = (page_no - 1) * PER_PAGE
+        shown = [by_id[i.id] for i in ordered[start : start + PER_PAGE]]
+        info = evidence()
+        for f in shown:
+            t = info.get(f["target"])
+            f["source_url"] = source_link(
+                t, t["revision"] if t else None, f["workload"]["file"], f["workload"]["line"]
+            )
         query = {
             k: v
             for k, v in (
@@ -115,29 +257,118 @@ def mount(app: FastAPI, store: Store) -> None:
             )
             if v
         }
-        next_url = "/?" + urllib.parse.urlencode({**query, "cursor": result.next_cursor or ""})
-        return page("findings.html.j2", page=result, f=flt, rules=rules, next_url=next_url)
+        more = start + PER_PAGE < len(ordered)
+        next_url = "/findings?" + urllib.parse.urlencode({**query, "page": page_no + 1}) if more else ""
+        return page(
+            "findings.html.j2",
+            items=shown,
+            total=len(ordered),
+            first=start + 1,
+            f=flt,
+            rules=rules,
+            next_url=next_url,
+        )
 
     @app.get("/findings/{finding_id}", response_class=HTMLResponse, include_in_schema=False)
     def finding_page(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> HTMLResponse:
         item = store.finding(finding_id)
         if item is None:
             raise HTTPException(404, "no such finding")
-        title = f"{item['rule']} {item['workload']['namespace']}/{item['workload']['name']}"
-        drawn = zonemap.svg(item["detail"], title) if item["detail"].get("edge") else ""
-        return page("finding.html.j2", item=item, map=drawn)
+        w = item["workload"]
+        title = f"{w['kind']} {w['namespace']}/{w['name']}"
+        # The group's map from every stored finding of the same workload (a fresh read of the
+        # target draws the whole group: the link under the map).
+        siblings = [
+            f
+            for f in every(FindingFilter(item["target"], namespace=w["namespace"]))
+            if f["workload"]["name"] == w["name"]
+            and f["workload"]["kind"] == w["kind"]
+            and f["status"] != "resolved"
+            and f["id"] != finding_id
+        ][:30]
+        details = [
+            item["detail"],
+            *(d["detail"] for d in map(store.finding, (s["id"] for s in siblings)) if d),
+        ]
+        drawn = zonemap.svg(zonemap.from_findings(title, details)) if item["detail"].get("edge") else ""
+        t = evidence().get(item["target"])
+        revision = next((h["revision"] for h in reversed(item["history"]) if h["revision"]), None)
+        return page(
+            "finding.html.j2",
+            item=item,
+            map=Markup(drawn),
+            source_url=source_link(t, revision, w["file"], w["line"]),
+            revision=revision,
+            can_read=analyser is not None and t is not None and t["kind"] != "cluster",
+            fixable=item["rule"] in FIXABLE and item["status"] != "resolved",
+        )
+
+    @app.get("/findings/{finding_id}/fix", response_class=HTMLResponse, include_in_schema=False)
+    def fix_page(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> HTMLResponse:
+        item = store.finding(finding_id)
+        if item is None:
+            raise HTTPException(404, "no such finding")
+        preview = analyses.fix(item["target"], item["fingerprint"])
+        return page("fix.html.j2", item=item, preview=preview)
 
     @app.get("/targets/{name}", response_class=HTMLResponse, include_in_schema=False)
-    def target_page(
-        name: Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")],
-    ) -> HTMLResponse:
-        if name not in {t["name"] for t in store.targets()}:
+    def target_page(name: TargetName) -> HTMLResponse:
+        info = evidence()
+        if name not in info:
             raise HTTPException(404, "no such target")
         runs = store.trend(name)
-        findings_chart = line_chart([(r["finished_at"] or "", float(r["findings"])) for r in runs])
+        items = [overview.Item.from_json(f) for f in every(FindingFilter(name))]
+        o = overview.overview(items, {name: runs})
+        findings_chart = line_chart(
+            [(r["finished_at"] or "", float(r["findings"])) for r in runs], label="findings over runs"
+        )
         cost_chart = line_chart(
-            [(r["finished_at"] or "", float(r["estimated_monthly_cost_usd"] or 0)) for r in runs], " USD"
+            [(r["finished_at"] or "", float(r["estimated_monthly_cost_usd"] or 0)) for r in runs],
+            " USD",
+            "monthly cost over runs",
         )
         return page(
-            "target.html.j2", name=name, runs=runs, findings_chart=findings_chart, cost_chart=cost_chart
+            "target.html.j2",
+            name=name,
+            t=info[name],
+            runs=runs,
+            o=o,
+            findings_chart=Markup(findings_chart),
+            cost_chart=Markup(cost_chart),
         )
+
+    @app.get("/targets/{name}/map", response_class=HTMLResponse, include_in_schema=False)
+    def cluster_map_page(name: TargetName) -> HTMLResponse:
+        if name not in {t["name"] for t in store.targets()}:
+            raise HTTPException(404, "no such target")
+        a = analyses.get(name)
+        cmap = connectivity(a.inventory, "TCP", a.inventory.settings.network.ephemeral_ports)
+        groups = clustermap.straddlers(a.result.groups) if a.result.groups is not None else []
+        drawn = clustermap.svg(cmap, groups, f"cluster map of {name}")
+        return page(
+            "clustermap.html.j2",
+            name=name,
+            map=Markup(drawn),
+            straddlers=groups[:200],
+            more=len(groups) - 200,
+            revision=a.revision,
+            cmap=cmap,
+        )
+
+    @app.get(
+        "/targets/{name}/groups/{namespace}/{workload}", response_class=HTMLResponse, include_in_schema=False
+    )
+    def group_page(name: TargetName, namespace: K8sName, workload: K8sName) -> HTMLResponse:
+        if name not in {t["name"] for t in store.targets()}:
+            raise HTTPException(404, "no such target")
+        a = analyses.get(name)
+        groups = a.result.groups
+        found = (
+            [g for g in groups.groups if g.workload.namespace == namespace and g.workload.name == workload]
+            if groups is not None
+            else []
+        )
+        if not found or groups is None:
+            raise HTTPException(404, f"no group {namespace}/{workload} in target {name}")
+        maps = [Markup(zonemap.svg(zonemap.from_group(groups, g, a.result.findings))) for g in found]
+        return page("group.html.j2", name=name, groups=found, maps=maps, revision=a.revision)

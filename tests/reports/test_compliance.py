@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -80,7 +81,7 @@ def test_html_escapes_finding_text_and_embeds_the_map(tmp_path: Path, engine: En
         and "&lt;script&gt;" in html
         and "onmouseover=alert" not in html.replace("&lt;b onmouseover=alert(1)&gt;", "")
     )
-    assert 'class="edge blocked"' in html and "deny-&lt;all&gt;" in html
+    assert 'class="edge denied crossing"' in html and "deny-&lt;all&gt;" in html
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # no external assets
 
 
@@ -115,3 +116,95 @@ def test_stored_findings_render_as_the_findings_they_were(tmp_path: Path, engine
     document = json.loads(sarif.render(stored))
     assert document["runs"][0]["invocations"][0]["executionSuccessful"] is False
     assert len(document["runs"][0]["results"]) == len(active)
+
+
+def _words(pdf: Path) -> list[tuple[int, float, float, float, float, float, float, str]]:
+    """(page, page width, page height, xMin, yMin, xMax, yMax, word) for every word, from
+    pdftotext -bbox (points, origin top left)."""
+    import xml.etree.ElementTree as ET
+
+    out = subprocess.run(["pdftotext", "-bbox", str(pdf), "-"], capture_output=True, check=True).stdout
+    root = ET.fromstring(out)
+    words = []
+    for n, page in enumerate(root.iter("{http://www.w3.org/1999/xhtml}page"), 1):
+        w, h = float(page.get("width", 0)), float(page.get("height", 0))
+        for word in page.iter("{http://www.w3.org/1999/xhtml}word"):
+            box = tuple(float(word.get(k, 0)) for k in ("xMin", "yMin", "xMax", "yMax"))
+            words.append((n, w, h, *box, word.text or ""))  # type: ignore[arg-type]
+    return words
+
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils (pdftotext) is not installed")
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
+def test_pdf_pages_fit_with_cover_contents_numbers_and_landscape_findings(
+    tmp_path: Path, engine: Engine
+) -> None:
+    """80 findings with long names, messages and policies: no word lies beyond the page margins
+    (pdftotext bounding boxes), every page after the cover is numbered "Page n of N", the contents
+    give page numbers, the findings table is on landscape pages, the cover has scope, period,
+    generated-at, tool version and content hash."""
+    from factory import finding
+
+    from auditor import __version__
+    from auditor.store.repository import RunOutcome, TargetSpec
+
+    store, clock, settings = seeded_store(tmp_path, engine)
+    store.sync_targets(
+        [
+            *(TargetSpec(t["name"], t["kind"], t["location"]) for t in store.targets()),
+            TargetSpec("wide", "git", "https://example.com/wide.git"),
+        ]
+    )
+    run_id = store.claim_run("wide", None, "cli", "h:1")
+    long = "a-very-long-namespace-name-that-does-not-break-anywhere-" * 2
+    many = [
+        finding(
+            f"training-job-with-a-rather-long-name-{i:03d}",
+            rule="cross-zone-blocked",
+            severity="critical",
+            namespace=long[:63],
+            cost=float(i),
+            message="Worker → Master on TCP/23456 is denied by CiliumNetworkPolicy "
+            + "x" * 120
+            + " in zone-a",
+        )
+        for i in range(80)
+    ]
+    store.complete_run(run_id, RunOutcome("succeeded", "f" * 40, many))
+    report = compliance.build(store.export(), settings.reports, clock.now, None)  # type: ignore[attr-defined]
+    pdf = tmp_path / "r.pdf"
+    compliance.write(report, "pdf", pdf)
+    words = _words(pdf)
+    pages = max(w[0] for w in words)
+    mm = 72 / 25.4
+    for page, width, height, x0, y0, x1, y1, text in words:
+        side = 14 * mm if width > height else 16 * mm
+        assert x0 >= side - 1 and x1 <= width - side + 1, (page, text, x0, x1, width)
+        assert y0 >= 0 and y1 <= height - 4 * mm, (page, text, y1, height)
+    by_page: dict[int, str] = {}
+    for page, *_, text in words:
+        by_page[page] = by_page.get(page, "") + " " + text
+    assert "Page" not in by_page[1]  # the cover is not numbered
+    for n in range(2, pages + 1):
+        assert f"Page {n} of {pages}" in by_page[n], n
+    cover = by_page[1]
+    for needed in ("Scope", "Period", "Generated", "2026-12-02T06:00:00Z", __version__, "sha256:", "wide"):
+        assert needed in cover, needed
+    assert compliance.content_hash(report)[:20] in cover.replace(" ", "")
+    contents = by_page[2]
+    assert "Executive summary" in contents and "Control mapping" in contents
+    assert re.search(r"4\. Findings[ .]*\d+", contents)
+    landscape = {w[0] for w in words if w[1] > w[2]}
+    first = min(n for n, text in by_page.items() if n > 2 and "4. Findings" in text)
+    after = min(n for n, text in by_page.items() if n > 2 and "5. Waivers" in text)
+    finding_pages = set(range(first, after))
+    assert len(finding_pages) > 1 and finding_pages <= landscape and after not in landscape
+    controls = " ".join(by_page.values())
+    assert "CC7.1" in controls and "Detection and monitoring procedures" in controls
+    subprocess.run(
+        ["pdftoppm", "-png", "-r", "50", "-f", "1", "-l", "6", str(pdf), str(tmp_path / "page")], check=True
+    )
+    shots = Path("/tmp/placement-auditor-shots")
+    shots.mkdir(exist_ok=True)
+    for p in sorted(tmp_path.glob("page*.png")):
+        shutil.copy(p, shots / f"report-fit-{p.name}")

@@ -92,11 +92,22 @@ def test_digests_are_routed_sent_once_and_escaped(tmp_path: Path, smtp: tuple[In
         parts = _parts(ml)
         assert set(parts) == {"text/plain", "text/html"}
         # ml-platform sees the ml-* namespaces of every target: the blocked evil-job first, big-job's cost.
-        assert "BLOCKED TRAINING GROUPS (1)" in parts["text/plain"] and "evil-job" in parts["text/plain"]
+        assert (
+            "BLOCKED TRAINING GROUPS: 1 (1 blocked edge finding)" in parts["text/plain"]
+            and "evil-job" in parts["text/plain"]
+        )
         assert "$2,450.00/month ml-prod/big-job" in parts["text/plain"]
         assert "until 2026-12-10: moving next quarter" in parts["text/plain"]  # waiver expiring soon
         assert "<script>" not in parts["text/html"] and "&lt;script&gt;" in parts["text/html"]
-        assert 'class="edge blocked"' in parts["text/html"]
+        html = parts["text/html"]
+        assert "<svg" not in html  # mail clients do not render inline SVG: the map is a link
+        assert re.search(r'href="http://auditor\.example:8080/findings/\d+"[^>]*>map and details</a>', html)
+        # The summary comes first, and the first digest says it is the first (no "+$… since the last").
+        text = parts["text/plain"]
+        assert text.index("SUMMARY") < text.index("TOP GROUPS") < text.index("BLOCKED TRAINING GROUPS")
+        assert "This is the first digest for ml-platform" in text and "since the last digest" not in text
+        assert html.index('class="summary"') < html.index('class="groups"') < html.index('class="blocked"')
+        assert "first digest" in html and "since the last digest" not in html
         assert "trainer-workers" not in parts["text/plain"]  # not this team's namespace
         # lab-owners see the lab target only, and the coverage problem of nothing else.
         lab_text = _parts(lab)["text/plain"]
@@ -111,6 +122,9 @@ def test_digests_are_routed_sent_once_and_escaped(tmp_path: Path, smtp: tuple[In
         # The next day there is a new digest.
         clock.advance(days=1)
         assert digests.run(settings, store, {})[:2] == (2, 2)  # type: ignore[arg-type]
+        second = _parts(inbox.messages[-1][1])["text/plain"]
+        assert "first digest" not in second and "Changes since the last digest" in second
+        assert "+$0.00 since the last digest" in second  # nothing changed in cost
 
 
 def test_a_refused_digest_stays_in_the_outbox_and_is_retried(tmp_path: Path, smtp: tuple[Inbox, int]) -> None:
@@ -389,3 +403,46 @@ def test_config_rejects_a_bad_message_id_domain(tmp_path: Path) -> None:
         load_settings(path)
     assert (err.value.key, err.value.line) == ("digest.smtp.message_id_domain", 4)
     assert "a domain name" in err.value.message
+
+
+def test_the_largest_digest_stays_under_the_clipping_size(tmp_path: Path, smtp: tuple[Inbox, int]) -> None:
+    """150 blocked groups with long messages: the HTML part stays below 100 KB (Gmail clips
+    past ~102 KB), lists ten of each and says how many more, with a link to the web page."""
+    from factory import finding
+
+    from auditor.store.repository import RunOutcome, TargetSpec
+
+    inbox, port = smtp
+    with engine_for("sqlite", tmp_path) as engine:
+        store, _, settings = seeded_store(tmp_path, engine, _config(port))
+        store.sync_targets(
+            [
+                *(TargetSpec(t["name"], t["kind"], t["location"]) for t in store.targets()),
+                TargetSpec("big", "git", "https://example.com/big.git"),
+            ]
+        )
+        run_id = store.claim_run("big", None, "cli", "h:1")
+        many = [
+            finding(
+                f"job-{i:03d}",
+                rule="cross-zone-blocked",
+                severity="critical",
+                namespace="ml-research",
+                message=f"job-{i:03d}: Worker → Master is denied " + "because of the policy " * 40,
+            )
+            for i in range(150)
+        ]
+        store.complete_run(run_id, RunOutcome("succeeded", "0" * 40, many))
+        digests.run(settings, store, {})  # type: ignore[arg-type]
+        ml = next(m for r, m in inbox.messages if r == ["ml@example.com"])
+        parts = _parts(ml)
+        html, text = parts["text/html"], parts["text/plain"]
+        assert len(html.encode()) < 100_000, len(html.encode())
+        assert "<svg" not in html
+        assert "Blocked training groups: 151 (151 blocked edge findings)" in html  # evil-job and the 150
+        assert html.count('class="blocked"') == 10 and "and 141 more blocked finding(s)" in html
+        assert (
+            "and 141 more" in text
+            and text.count("map and details: http://auditor.example:8080/findings/") == 10
+        )
+        assert html.count('class="group"') == 10 and "more" in html
