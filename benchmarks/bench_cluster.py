@@ -58,7 +58,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 sys.path.insert(0, str(ROOT))
 
-import synth  # noqa: E402
+from world import netpol as synth  # noqa: E402
 from fakeapi import PLURALS, FakeCluster, kubeconfig, serve  # noqa: E402
 
 Obj = dict[str, Any]
@@ -1679,10 +1679,10 @@ class ClusterBuilder:
         n_np = count - n_cilium
         for i, ns in enumerate(namespaces):
             share = n_np // len(namespaces) + (1 if i < n_np % len(namespaces) else 0)
-            for obj in synth._network_policies(ns, i, share, self.rng):
+            for obj in synth.network_policies(ns, i, share, self.rng):
                 self.add(self.live_policy(obj))
             cshare = n_cilium // len(namespaces) + (1 if i < n_cilium % len(namespaces) else 0)
-            for obj in synth._cilium_policies(ns, cshare):
+            for obj in synth.cilium_policies(ns, cshare):
                 self.add(self.live_policy(obj))
 
 
@@ -1700,7 +1700,7 @@ def generate(
     b.nodes(nodes)
     b.cluster_basics(cilium_share > 0)
     # Platform namespaces and their workloads.
-    for ns in synth._namespaces(0, rng):  # kube-system, monitoring, ingress-nginx
+    for ns in synth.make_namespaces(0, rng):  # kube-system, monitoring, ingress-nginx
         b.namespace(ns["metadata"]["name"], ns["metadata"]["labels"])
     b.system_workloads()
     ds_pods = nodes * 2 + sum(1 for s in b.slots if s.pool.gpus)
@@ -1726,7 +1726,7 @@ def generate(
     dep_count = max(1, min(dep_count, app_pods))
     ns_count = max(1, min(dep_count, round(app_pods / synth.PODS_PER_NAMESPACE)))
     app_ns = []
-    for ns in synth._namespaces(ns_count, rng)[:ns_count]:
+    for ns in synth.make_namespaces(ns_count, rng)[:ns_count]:
         app_ns.append(b.namespace(ns["metadata"]["name"], ns["metadata"]["labels"]))
     if app_pods:
         b.app_deployments(app_ns, dep_count, app_pods)

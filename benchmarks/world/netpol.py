@@ -21,7 +21,7 @@ PODS_PER_NAMESPACE = 300
 APPS_PER_NAMESPACE = 12
 
 
-def _namespaces(count: int, rng: random.Random) -> list[dict[str, Any]]:
+def make_namespaces(count: int, rng: random.Random) -> list[dict[str, Any]]:
     out = []
     for i in range(count):
         name = f"ns-{i:04d}"
@@ -95,7 +95,7 @@ def _np(ns: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _network_policies(ns: str, index: int, count: int, rng: random.Random) -> Iterator[dict[str, Any]]:
+def network_policies(ns: str, index: int, count: int, rng: random.Random) -> Iterator[dict[str, Any]]:
     """`count` NetworkPolicies for one namespace, cycling through common shapes."""
     shapes = [
         lambda k: _np(ns, f"default-deny-{k}", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
@@ -238,7 +238,7 @@ def _network_policies(ns: str, index: int, count: int, rng: random.Random) -> It
         yield shapes[k % len(shapes)](k + index * 1000)
 
 
-def _cilium_policies(ns: str, count: int) -> Iterator[dict[str, Any]]:
+def cilium_policies(ns: str, count: int) -> Iterator[dict[str, Any]]:
     for k in range(count):
         app = f"app-{k % APPS_PER_NAMESPACE}"
         if k % 3 == 0:
@@ -287,7 +287,7 @@ def generate(pods: int, policies: int, seed: int = 1, cilium_share: float = 0.0)
     """A cluster of `pods` pods and `policies` policies (a `cilium_share` of them Cilium)."""
     rng = random.Random(seed)
     ns_count = max(1, round(pods / PODS_PER_NAMESPACE))
-    namespaces = _namespaces(ns_count, rng)
+    namespaces = make_namespaces(ns_count, rng)
     app_ns = [n["metadata"]["name"] for n in namespaces[:ns_count]]
     objects: list[dict[str, Any]] = [*namespaces]
     system = [
@@ -328,9 +328,9 @@ def generate(pods: int, policies: int, seed: int = 1, cilium_share: float = 0.0)
     n_np = policies - n_cilium
     for i, ns in enumerate(app_ns):
         share = n_np // len(app_ns) + (1 if i < n_np % len(app_ns) else 0)
-        objects += list(_network_policies(ns, i, share, rng))
+        objects += list(network_policies(ns, i, share, rng))
         cshare = n_cilium // len(app_ns) + (1 if i < n_cilium % len(app_ns) else 0)
-        objects += list(_cilium_policies(ns, cshare))
+        objects += list(cilium_policies(ns, cshare))
     return objects
 
 
