@@ -36,40 +36,27 @@ Every setting says its unit, default and why. The config file is YAML:
 
 from __future__ import annotations
 
-import re
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from auditor import service_config, yamlio
+from auditor import yamlio
 from auditor.cost import DEFAULT_PRICES, NetworkModel, Price
 from auditor.errors import ConfigError
 from auditor.model.objects import REGION_KEY, ZONE_KEY
 from auditor.reachability import cni as cni_settings
+from auditor.schema import Invalid, Where, field_docs, json_schema, read, setting
 from auditor.service_config import (
     DatabaseSettings,
     DigestSettings,
     ReportSettings,
     ServiceSettings,
     TargetSettings,
+    warnings_for,
 )
-from auditor.workloads.dataports import LINUX_EPHEMERAL, PortRange, parse_range
-
-SECTIONS = (
-    "kubernetes",
-    "topology",
-    "cluster",
-    "network",
-    "cost",
-    "sources",
-    "database",
-    "service",
-    "targets",
-    "prometheus",
-    "digest",
-    "reports",
-)
+from auditor.workloads.dataports import LINUX_EPHEMERAL, PortRange, parse_range, range_text
 
 # The newest stable Kubernetes minor release when this version of the tool was written.
 NEWEST_KUBERNETES = "1.37"
@@ -77,26 +64,70 @@ NEWEST_KUBERNETES = "1.37"
 POD_TOPOLOGY_LABELS_SINCE = (1, 35)
 
 
+def _version(text: str) -> tuple[int, int]:
+    major, _, minor = text.lstrip("v").partition(".")
+    return int(major), int(minor.split(".")[0] or 0)
+
+
+def _version_problem(text: str) -> str | None:
+    try:
+        _version(text)
+    except ValueError:
+        return f"must look like 1.35, got {text!r}"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class KubernetesSettings:
-    version: str = NEWEST_KUBERNETES
-    default_namespace: str = "default"
-    # The ExtendedResourceToleration admission plugin: off upstream by default; GKE (and clusters
-    # that enable it) make pods requesting e.g. nvidia.com/gpu tolerate NoSchedule taints of that key.
-    extended_resource_toleration: bool = False
+    """The cluster the manifests are for."""
+
+    version: str = setting(
+        NEWEST_KUBERNETES,
+        doc="Kubernetes minor release (e.g. 1.35).",
+        why="defaults that changed between releases follow it (pod topology labels from 1.35).",
+        check=_version_problem,
+    )
+    default_namespace: str = setting("default", doc="Namespace of manifests without metadata.namespace.")
+    extended_resource_toleration: bool = setting(
+        False,
+        doc="The ExtendedResourceToleration admission plugin runs: pods requesting e.g. nvidia.com/gpu "
+        "tolerate NoSchedule taints of that key.",
+        why="off upstream by default; GKE (and clusters that enable it) do it.",
+    )
 
     def version_tuple(self) -> tuple[int, int]:
-        major, _, minor = self.version.lstrip("v").partition(".")
-        return int(major), int(minor.split(".")[0] or 0)
+        return _version(self.version)
+
+
+def _pod_zone_labels(raw: Any) -> tuple[tuple[str, str], ...] | None:
+    if raw is None:
+        return None
+    if isinstance(raw, list):
+        return tuple((str(k), str(k)) for k in raw)
+    if isinstance(raw, Mapping):
+        return tuple((str(k), str(v)) for k, v in raw.items())
+    raise Invalid(f"a list of label keys or a mapping pod label → node label (got {type(raw).__name__})")
 
 
 @dataclass(frozen=True, slots=True)
 class TopologySettings:
-    zone_key: str = ZONE_KEY
-    region_key: str = REGION_KEY
-    # (pod label, node label) pairs copied from the node onto the pod when it is bound. None
-    # means: follow the Kubernetes version (zone and region from 1.35, nothing before).
-    pod_zone_labels: tuple[tuple[str, str], ...] | None = None
+    """Which node labels name zones and regions."""
+
+    zone_key: str = setting(ZONE_KEY, doc="Node label naming the zone.")
+    region_key: str = setting(REGION_KEY, doc="Node label naming the region.")
+    pod_zone_labels: tuple[tuple[str, str], ...] | None = setting(
+        None,
+        doc="Labels copied from the node onto the pod at binding (a list of keys, or pod label → node "
+        "label); null: follow the Kubernetes version (zone and region from 1.35, nothing before).",
+        parse=_pod_zone_labels,
+        json={
+            "anyOf": [
+                {"type": "array", "items": {"type": "string"}},
+                {"type": "object", "additionalProperties": {"type": "string"}},
+                {"type": "null"},
+            ]
+        },
+    )
 
     def effective_pod_zone_labels(self, k8s: KubernetesSettings) -> tuple[tuple[str, str], ...]:
         if self.pod_zone_labels is not None:
@@ -106,37 +137,92 @@ class TopologySettings:
         return ()
 
 
+def _label_filter(text: str) -> str | None:
+    try:
+        cni_settings.LabelFilter.from_setting(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _cidr_modes(text: str) -> frozenset[str]:
+    return frozenset(m for m in text.replace(" ", ",").split(",") if m)
+
+
+def _cidr_problem(text: str) -> str | None:
+    unknown = _cidr_modes(text) - {"pods", "nodes"}
+    return f"unknown value(s) {', '.join(sorted(unknown))} (pods, nodes)" if unknown else None
+
+
 @dataclass(frozen=True, slots=True)
 class CiliumConfig:
-    enforcement_mode: str = "default"
-    labels: str = ""
-    policy_cidr_match_mode: str = ""
-    enable_node_selector_labels: bool = False
-    cluster_name: str = "default"
+    """Cilium's settings that change verdicts (its `cilium-config` keys, when no ConfigMap is scanned)."""
+
+    enforcement_mode: str = setting(
+        "default", doc="Cilium `enable-policy`.", choices=cni_settings.ENFORCEMENT_MODES
+    )
+    labels: str = setting("", doc="Cilium `labels`: identity-relevant label patterns.", check=_label_filter)
+    policy_cidr_match_mode: str = setting(
+        "", doc="Cilium `policy-cidr-match-mode`: pods and/or nodes.", check=_cidr_problem
+    )
+    enable_node_selector_labels: bool = setting(False, doc="Cilium `enable-node-selector-labels`.")
+    cluster_name: str = setting("default", doc="Cilium `cluster-name`.")
+
+
+def _ephemeral(raw: Any) -> PortRange:
+    found = parse_range(raw) if isinstance(raw, str) else None
+    if found is None:
+        raise Invalid(
+            f"must be LO-HI with 1 <= LO <= HI <= 65535 (e.g. 32768-60999), got {raw!r}",
+        )
+    return found
 
 
 @dataclass(frozen=True, slots=True)
 class NetworkConfig:
-    cni: str = "auto"
-    ipblock_matches_pod_ips: bool = True
-    host_network_pods: str = "node"  # node | pod (generic CNI only; see reachability/cni.py)
-    cilium: CiliumConfig = field(default_factory=CiliumConfig)
-    # Ports (inclusive) the kernel picks from when NCCL, Gloo or MPI's TCP transport listen on
-    # port 0: the nodes' net.ipv4.ip_local_port_range. Default: Linux's 32768-60999. A pod's own
-    # sysctl of that name narrows it for that pod (workloads/dataports.py).
-    ephemeral_ports: PortRange = LINUX_EPHEMERAL
+    """The CNI and how it enforces policy."""
+
+    cni: str = setting(
+        "auto", doc="auto: detected from the scanned objects.", choices=("auto", *cni_settings.CNI_KINDS)
+    )
+    ipblock_matches_pod_ips: bool = setting(
+        True,
+        doc="ipBlock rules match pod IPs (plain NetworkPolicy implementations do; Cilium only with "
+        "policy-cidr-match-mode: pods).",
+    )
+    host_network_pods: str = setting(
+        "node",
+        doc="How a generic CNI treats hostNetwork pods: node (their traffic is the node's) or pod.",
+        choices=("node", "pod"),
+    )
+    cilium: CiliumConfig = setting(doc="Cilium settings.", factory=CiliumConfig)
+    ephemeral_ports: PortRange = setting(
+        LINUX_EPHEMERAL,
+        doc="Ports (inclusive) the kernel picks from when NCCL, Gloo or MPI's TCP transport listen on "
+        "port 0: the nodes' net.ipv4.ip_local_port_range (a pod's own sysctl narrows it).",
+        why="a data-plane edge is blocked only when every port of this range is denied.",
+        parse=_ephemeral,
+        json={"type": "string", "pattern": "^[0-9]+-[0-9]+$", "default": range_text(LINUX_EPHEMERAL)},
+    )
 
     def to_settings(self, cni_kind: str, source: str) -> cni_settings.NetworkSettings:
         if cni_kind == "cilium":
-            data = {
-                "enable-policy": self.cilium.enforcement_mode,
-                "labels": self.cilium.labels,
-                "policy-cidr-match-mode": self.cilium.policy_cidr_match_mode,
-                "enable-node-selector-labels": str(self.cilium.enable_node_selector_labels).lower(),
-                "cluster-name": self.cilium.cluster_name,
-            }
-            settings, _ = cni_settings.settings_from_cilium_config(data, source)
-            return settings
+            c = self.cilium
+            modes = _cidr_modes(c.policy_cidr_match_mode)
+            labels = (
+                cni_settings.LabelFilter.from_setting(c.labels)
+                if c.labels
+                else cni_settings.LabelFilter.cilium_default()
+            )
+            cilium = cni_settings.CiliumSettings(
+                c.enforcement_mode,
+                labels,
+                "pods" in modes,
+                "nodes" in modes,
+                c.enable_node_selector_labels,
+                c.cluster_name or "default",
+            )
+            return cni_settings.NetworkSettings("cilium", cilium, True, source)
         return cni_settings.NetworkSettings(
             cni_kind,
             cni_settings.CiliumSettings(),
@@ -146,18 +232,99 @@ class NetworkConfig:
         )
 
 
+def _prices(raw: Any) -> tuple[tuple[str, Price], ...]:
+    prices = dict(DEFAULT_PRICES)
+    if raw is None:
+        return tuple(prices.items())
+    if not isinstance(raw, Mapping):
+        raise Invalid("must be a mapping of provider → price")
+    known = {"usd_per_unit": (int, float), "unit": str, "charged": str, "as_of": str, "source": str}
+    for provider, entry in raw.items():
+        line = yamlio.key_line(raw, str(provider))
+        if not isinstance(entry, Mapping):
+            raise Invalid("must be a mapping", str(provider), line)
+        for key, value in entry.items():
+            if key not in known:
+                raise Invalid(f"unknown key (known: {', '.join(sorted(known))})", f"{provider}.{key}", line)
+            if isinstance(value, bool) or not isinstance(value, known[key]):  # type: ignore[arg-type]
+                raise Invalid(f"has the wrong type ({type(value).__name__})", f"{provider}.{key}", line)
+        missing = {"usd_per_unit", "unit", "as_of", "source"} - set(entry)
+        if missing:
+            raise Invalid(
+                f"missing {', '.join(sorted(missing))}: "
+                "every price needs its amount, unit, date (as_of) and source",
+                str(provider),
+                line,
+            )
+        charged = entry.get("charged", "sender")
+        if entry["unit"] not in ("GB", "GiB") or charged not in ("sender", "both directions"):
+            raise Invalid(
+                "unit must be GB or GiB; charged must be 'sender' or 'both directions'", str(provider), line
+            )
+        prices[str(provider)] = Price(
+            str(provider),
+            float(entry["usd_per_unit"]),
+            entry["unit"],
+            charged,
+            entry["as_of"],
+            entry["source"],
+        )
+    return tuple(prices.items())
+
+
 @dataclass(frozen=True, slots=True)
 class CostSettings:
     """Inter-zone traffic pricing and the training defaults used when annotations are absent."""
 
-    provider: str = "aws"  # key into prices
-    prices: tuple[tuple[str, Price], ...] = tuple(DEFAULT_PRICES.items())
-    default_gradient_bytes: float | None = None  # bytes per step; None: no estimate without annotation
-    default_steps_per_second: float | None = None
-    intra_zone_gbps: float = 100.0
-    inter_zone_gbps: float = 25.0
-    intra_zone_latency_ms: float = 0.05
-    inter_zone_latency_ms: float = 1.0
+    provider: str = setting("aws", doc="Key into prices.")
+    prices: tuple[tuple[str, Price], ...] = setting(
+        tuple(DEFAULT_PRICES.items()),
+        doc="Provider → {usd_per_unit, unit: GB|GiB, charged: sender|both directions, as_of, source}, "
+        "added to the built-in prices.",
+        parse=_prices,
+        json={
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {
+                    "usd_per_unit": {"type": "number", "minimum": 0, "description": "USD per unit moved."},
+                    "unit": {"enum": ["GB", "GiB"], "description": "The unit the price is per."},
+                    "charged": {
+                        "enum": ["sender", "both directions"],
+                        "description": "Who pays: the sending side only, or both sides (AWS).",
+                        "default": "sender",
+                    },
+                    "as_of": {"type": "string", "description": "Date the price was read (YYYY-MM-DD)."},
+                    "source": {"type": "string", "description": "Where the price was read (a URL)."},
+                },
+                "required": ["usd_per_unit", "unit", "as_of", "source"],
+                "additionalProperties": False,
+            },
+        },
+    )
+    default_gradient_bytes: float | None = setting(
+        None,
+        doc="Bytes per step when a workload has no gradient annotation; null: no estimate.",
+        unit="bytes",
+    )
+    default_steps_per_second: float | None = setting(
+        None, doc="Steps per second when a workload has no annotation; null: no estimate.", unit="steps/s"
+    )
+    intra_zone_gbps: float = setting(
+        100.0, doc="Bandwidth inside a zone.", unit="Gbit/s", exclusive_minimum=0
+    )
+    inter_zone_gbps: float = setting(25.0, doc="Bandwidth between zones.", unit="Gbit/s", exclusive_minimum=0)
+    intra_zone_latency_ms: float = setting(0.05, doc="Latency inside a zone.", unit="ms", minimum=0)
+    inter_zone_latency_ms: float = setting(1.0, doc="Latency between zones.", unit="ms", minimum=0)
+
+    def validated(self, raw: Any, where: Where, path: str, line: int) -> CostSettings:
+        if self.provider not in dict(self.prices):
+            raise where.error(
+                f"{path}.provider",
+                yamlio.key_line(raw, "provider", line),
+                f"no price for {self.provider!r} (have: {', '.join(sorted(dict(self.prices)))})",
+            )
+        return self
 
     def price(self) -> Price:
         return dict(self.prices)[self.provider]
@@ -172,55 +339,150 @@ class CostSettings:
 class SourcesSettings:
     """How a scanned tree's Kustomize directories and Helm charts are rendered (docs/config.md)."""
 
-    # Remote Kustomize resources, bases and components (URLs, git@…, github.com/…): refused by
-    # default, because auditing a repository must not reach the network or run what it fetches.
-    kustomize_remote: bool = False
-    # Seconds one `kubectl kustomize` or `helm template` may run before it is killed.
-    render_timeout_seconds: float = 120.0
-    # Bytes one render may print; the rendered YAML is read with the same ceiling as a file.
-    max_render_bytes: int = 16 * 1024 * 1024
+    kustomize_remote: bool = setting(
+        False,
+        doc="Allow remote Kustomize resources, bases and components (URLs, git@…, github.com/…).",
+        why="auditing a repository must not reach the network or run what it fetches.",
+    )
+    render_timeout_seconds: float = setting(
+        120.0,
+        doc="One `kubectl kustomize` or `helm template` may run this long before it is killed.",
+        unit="seconds",
+        exclusive_minimum=0,
+    )
+    max_render_bytes: int = setting(
+        16 * 1024 * 1024,
+        doc="Bytes one render may print; the rendered YAML is read with the same ceiling as a file.",
+        unit="bytes",
+        exclusive_minimum=0,
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class PrometheusSettings:
     """Measured signals for live audits. Without a URL the model is used, and findings say so."""
 
-    url: str = ""  # e.g. http://prometheus.monitoring:9090
-    timeout_seconds: float = 10.0
-    window: str = "1h"  # rate() window for bytes sent and drops
-    bearer_token_env: str = ""  # variable holding a token for a protected Prometheus
+    url: str = setting(
+        "",
+        doc="e.g. http://prometheus.monitoring:9090",
+        pattern=r"(https?://[^\s/]+.*)?",
+        pattern_text="not an http(s) URL",
+    )
+    timeout_seconds: float = setting(
+        10.0, doc="One query may take this long.", unit="seconds", exclusive_minimum=0
+    )
+    window: str = setting(
+        "1h",
+        doc="rate() window for bytes sent and drops.",
+        pattern=r"[0-9]+[smhd]",
+        pattern_text="a duration such as 5m, 1h or 1d",
+    )
+    bearer_token_env: str = setting(
+        "", doc="Environment variable holding a token for a protected Prometheus."
+    )
+
+
+def _annotation_keys(keys: tuple[str, ...]) -> str | None:
+    return None if all(keys) else "must be a list of annotation keys (or prefixes ending in /)"
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterSettings:
     """Live cluster reads and snapshots of them."""
 
-    # Seconds one read of a cluster may take, across every list page and retry: an API server
-    # that stalls (answers slowly, never finishes a list) ends the read with what it has, and
-    # the audit is partial instead of hanging a service run. Five minutes reads 150,000 pods.
-    read_deadline_seconds: float = 300.0
-    # Annotation keys a snapshot keeps beyond those the built-in audit reads (for CEL rules that
-    # read `annotations`): exact keys, or prefixes ending in "/". Every other annotation is dropped.
-    snapshot_annotations: tuple[str, ...] = ()
+    read_deadline_seconds: float = setting(
+        300.0,
+        doc="One read of a cluster, across every list page and retry, may take this long; past it the "
+        "audit is partial.",
+        unit="seconds",
+        why="an API server that stalls must not hang a service run; five minutes reads 150,000 pods.",
+        exclusive_minimum=0,
+    )
+    snapshot_annotations: tuple[str, ...] = setting(
+        (),
+        doc="Annotation keys a snapshot keeps beyond those the built-in audit reads (for CEL rules): "
+        "exact keys, or prefixes ending in /.",
+        check=_annotation_keys,
+    )
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
+class AuditSettings:
+    """What the audit core reads (inventory, placement, reachability, rules): nothing about
+    databases, targets, mail or rendering. `source` names where the settings came from."""
+
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     topology: TopologySettings = field(default_factory=TopologySettings)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     cost: CostSettings = field(default_factory=CostSettings)
     source: str = "defaults"
-    database: DatabaseSettings = field(default_factory=DatabaseSettings)
-    service: ServiceSettings = field(default_factory=ServiceSettings)
-    targets: tuple[TargetSettings, ...] = ()
-    prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
-    digest: DigestSettings | None = None
-    reports: ReportSettings = field(default_factory=ReportSettings)
-    sources: SourcesSettings = field(default_factory=SourcesSettings)
-    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+
+    @classmethod
+    def of(cls, settings: AuditView) -> AuditSettings:
+        if isinstance(settings, AuditSettings):
+            return settings
+        return cls(settings.kubernetes, settings.topology, settings.network, settings.cost, settings.source)
+
+
+class AuditView(Protocol):
+    """Anything carrying the audit's settings (the config file's Settings, or AuditSettings)."""
+
+    @property
+    def kubernetes(self) -> KubernetesSettings: ...
+    @property
+    def topology(self) -> TopologySettings: ...
+    @property
+    def network(self) -> NetworkConfig: ...
+    @property
+    def cost(self) -> CostSettings: ...
+    @property
+    def source(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The placement-auditor config file (docs/config.md)."""
+
+    kubernetes: KubernetesSettings = setting(
+        doc="The cluster the manifests are for.", factory=KubernetesSettings
+    )
+    topology: TopologySettings = setting(doc="Zone and region labels.", factory=TopologySettings)
+    network: NetworkConfig = setting(doc="The CNI and its settings.", factory=NetworkConfig)
+    cost: CostSettings = setting(doc="Inter-zone prices and training defaults.", factory=CostSettings)
+    source: str = setting("defaults", doc="The file the settings came from.", internal=True)
+    database: DatabaseSettings = setting(doc="The service's database.", factory=DatabaseSettings)
+    service: ServiceSettings = setting(doc="`auditor serve`.", factory=ServiceSettings)
+    targets: tuple[TargetSettings, ...] = setting((), doc="What the service audits.")
+    prometheus: PrometheusSettings = setting(doc="Measured signals.", factory=PrometheusSettings)
+    digest: DigestSettings | None = setting(None, doc="The daily digest e-mail.")
+    reports: ReportSettings = setting(doc="Compliance reports.", factory=ReportSettings)
+    sources: SourcesSettings = setting(doc="Rendering Kustomize and Helm.", factory=SourcesSettings)
+    cluster: ClusterSettings = setting(doc="Live cluster reads.", factory=ClusterSettings)
     # Settings that work but expose a secret (service_config.warnings_for); the CLI prints them.
-    warnings: tuple[str, ...] = field(default=(), compare=False)
+    warnings: tuple[str, ...] = field(default=(), compare=False, metadata={"internal": True})
+
+    def validated(self, raw: Any, where: Where, path: str, line: int) -> Settings:
+        names: set[str] = set()
+        for i, t in enumerate(self.targets):
+            if t.name in names:
+                item = raw["targets"][i]
+                raise where.error(
+                    f"targets[{i}].name", yamlio.line_of(item, line), f"duplicate target name {t.name!r}"
+                )
+            names.add(t.name)
+        cache = self.service.git_cache_dir
+        service = replace(self.service, git_cache_dir=str(where.base / cache))
+        return replace(
+            self,
+            source=where.file,
+            service=service,
+            warnings=warnings_for(self.targets, self.digest, where.file),
+        )
+
+    @property
+    def audit(self) -> AuditSettings:
+        """The part of the settings the audit core reads."""
+        return AuditSettings.of(self)
 
     def target(self, name: str) -> TargetSettings:
         for t in self.targets:
@@ -230,224 +492,11 @@ class Settings:
         raise ConfigError(self.source, 0, "--target", f"no target named {name!r} (known: {known})")
 
 
-_SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "kubernetes": {"version": str, "default_namespace": str, "extended_resource_toleration": bool},
-    "topology": {"zone_key": str, "region_key": str, "pod_zone_labels": (list, dict, type(None))},
-    "network": {
-        "cni": str,
-        "ipblock_matches_pod_ips": bool,
-        "host_network_pods": str,
-        "ephemeral_ports": str,
-        "cilium": dict,
-    },
-    "cost": {
-        "provider": str,
-        "prices": dict,
-        "default_gradient_bytes": (int, float, type(None)),
-        "default_steps_per_second": (int, float, type(None)),
-        "intra_zone_gbps": (int, float),
-        "inter_zone_gbps": (int, float),
-        "intra_zone_latency_ms": (int, float),
-        "inter_zone_latency_ms": (int, float),
-    },
-    "sources": {
-        "kustomize_remote": bool,
-        "render_timeout_seconds": (int, float),
-        "max_render_bytes": int,
-    },
-    "cluster": {"read_deadline_seconds": (int, float), "snapshot_annotations": list},
-    "prometheus": {"url": str, "timeout_seconds": (int, float), "window": str, "bearer_token_env": str},
-    "cost.prices.*": {"usd_per_unit": (int, float), "unit": str, "charged": str, "as_of": str, "source": str},
-    "network.cilium": {
-        "enforcement_mode": str,
-        "labels": str,
-        "policy_cidr_match_mode": str,
-        "enable_node_selector_labels": bool,
-        "cluster_name": str,
-    },
-}
-
-
-def _section(raw: Any, name: str, file: str) -> dict[str, Any]:
-    try:
-        return service_config.mapping(raw, name, _SCHEMA[name], file)
-    except service_config.ServiceConfigError as exc:
-        raise ConfigError(exc.file, exc.line, exc.key, exc.message) from None
-
-
 def parse_settings(data: Any, file: str) -> Settings:
     if data is None:
         return Settings(source=file)
-    if not isinstance(data, Mapping):
-        raise ConfigError(file, 1, "(top)", "the config file must be a mapping")
-    for key in data:
-        if key not in SECTIONS:
-            raise ConfigError(
-                file,
-                yamlio.key_line(data, str(key)),
-                str(key),
-                f"unknown section (known: {', '.join(sorted(SECTIONS))})",
-            )
     base = Path(file).resolve().parent if file not in ("", "defaults") else Path.cwd()
-    try:
-        database = service_config.parse_database(data.get("database"), file)
-        service = service_config.parse_service(data.get("service"), file, base)
-        targets = service_config.parse_targets(data.get("targets"), file, base)
-        digest = service_config.parse_digest(data.get("digest"), file)
-        reports = service_config.parse_reports(data.get("reports"), file)
-    except service_config.ServiceConfigError as exc:
-        raise ConfigError(exc.file, exc.line, exc.key, exc.message) from None
-    k8s = _section(data.get("kubernetes"), "kubernetes", file)
-    topo = _section(data.get("topology"), "topology", file)
-    net = _section(data.get("network"), "network", file)
-    cil = _section(net.pop("cilium", None), "network.cilium", file)
-    kubernetes = KubernetesSettings(**k8s)
-    try:
-        kubernetes.version_tuple()
-    except ValueError:
-        raise ConfigError(
-            file,
-            yamlio.key_line(data.get("kubernetes"), "version"),
-            "kubernetes.version",
-            f"must look like 1.35, got {kubernetes.version!r}",
-        ) from None
-    pzl = topo.pop("pod_zone_labels", None)
-    pairs: tuple[tuple[str, str], ...] | None = None
-    if isinstance(pzl, list):
-        pairs = tuple((str(k), str(k)) for k in pzl)
-    elif isinstance(pzl, Mapping):
-        pairs = tuple((str(k), str(v)) for k, v in pzl.items())
-    if net.get("cni", "auto") not in ("auto", *cni_settings.CNI_KINDS):
-        raise ConfigError(
-            file,
-            yamlio.key_line(data.get("network"), "cni"),
-            "network.cni",
-            f"must be auto, {', '.join(cni_settings.CNI_KINDS)}; got {net['cni']!r}",
-        )
-    if net.get("host_network_pods", "node") not in ("node", "pod"):
-        raise ConfigError(
-            file,
-            yamlio.key_line(data.get("network"), "host_network_pods"),
-            "network.host_network_pods",
-            "must be node or pod",
-        )
-    if "ephemeral_ports" in net:
-        ports = parse_range(net["ephemeral_ports"])
-        if ports is None:
-            raise ConfigError(
-                file,
-                yamlio.key_line(data.get("network"), "ephemeral_ports"),
-                "network.ephemeral_ports",
-                "must be LO-HI with 1 <= LO <= HI <= 65535 (e.g. 32768-60999), "
-                f"got {net['ephemeral_ports']!r}",
-            )
-        net["ephemeral_ports"] = ports
-    if cil.get("enforcement_mode", "default") not in cni_settings.ENFORCEMENT_MODES:
-        raise ConfigError(
-            file,
-            0,
-            "network.cilium.enforcement_mode",
-            f"must be one of {', '.join(cni_settings.ENFORCEMENT_MODES)}",
-        )
-    return Settings(
-        kubernetes,
-        TopologySettings(**topo, pod_zone_labels=pairs),
-        NetworkConfig(**net, cilium=CiliumConfig(**cil)),
-        _cost(data.get("cost"), file),
-        source=file,
-        database=database,
-        service=service,
-        targets=targets,
-        prometheus=_prometheus(data.get("prometheus"), file),
-        digest=digest,
-        reports=reports,
-        sources=_sources(data.get("sources"), file),
-        cluster=_cluster(data.get("cluster"), file),
-        warnings=service_config.warnings_for(targets, digest, file),
-    )
-
-
-def _sources(raw: Any, file: str) -> SourcesSettings:
-    section = _section(raw, "sources", file)
-    for key in ("render_timeout_seconds", "max_render_bytes"):
-        if key in section and section[key] <= 0:
-            raise ConfigError(file, yamlio.key_line(raw, key), f"sources.{key}", "must be a number > 0")
-    return SourcesSettings(**section)
-
-
-def _cluster(raw: Any, file: str) -> ClusterSettings:
-    section = _section(raw, "cluster", file)
-    deadline = float(section.get("read_deadline_seconds", 300.0))
-    if deadline <= 0:
-        raise ConfigError(
-            file,
-            yamlio.key_line(raw, "read_deadline_seconds"),
-            "cluster.read_deadline_seconds",
-            f"must be a positive number of seconds, got {section['read_deadline_seconds']!r}",
-        )
-    keys = section.get("snapshot_annotations", [])
-    if not all(isinstance(k, str) and k for k in keys):
-        raise ConfigError(
-            file,
-            yamlio.key_line(raw, "snapshot_annotations"),
-            "cluster.snapshot_annotations",
-            "must be a list of annotation keys (or prefixes ending in /)",
-        )
-    return ClusterSettings(deadline, tuple(keys))
-
-
-def _prometheus(raw: Any, file: str) -> PrometheusSettings:
-    section = _section(raw, "prometheus", file)
-    url = section.get("url", "")
-    if url and not re.match(r"^https?://[^\s/]+", url):
-        raise ConfigError(file, yamlio.key_line(raw, "url"), "prometheus.url", f"not an http(s) URL: {url!r}")
-    if not re.fullmatch(r"[0-9]+[smhd]", section.get("window", "1h")):
-        raise ConfigError(
-            file, yamlio.key_line(raw, "window"), "prometheus.window", "a duration such as 5m, 1h or 1d"
-        )
-    return PrometheusSettings(**section)
-
-
-def _cost(raw: Any, file: str) -> CostSettings:
-    section = _section(raw, "cost", file)
-    prices = dict(DEFAULT_PRICES)
-    for provider, value in (section.pop("prices", None) or {}).items():
-        entry = _section(value, "cost.prices.*", file)
-        line = yamlio.key_line(raw.get("prices"), str(provider))
-        missing = {"usd_per_unit", "unit", "as_of", "source"} - set(entry)
-        if missing:
-            raise ConfigError(
-                file,
-                line,
-                f"cost.prices.{provider}",
-                f"missing {', '.join(sorted(missing))}: "
-                "every price needs its amount, unit, date (as_of) and source",
-            )
-        charged = entry.get("charged", "sender")
-        if entry["unit"] not in ("GB", "GiB") or charged not in ("sender", "both directions"):
-            raise ConfigError(
-                file,
-                line,
-                f"cost.prices.{provider}",
-                "unit must be GB or GiB; charged must be 'sender' or 'both directions'",
-            )
-        prices[str(provider)] = Price(
-            str(provider),
-            float(entry["usd_per_unit"]),
-            entry["unit"],
-            charged,
-            entry["as_of"],
-            entry["source"],
-        )
-    out = CostSettings(prices=tuple(prices.items()), **section)
-    if out.provider not in prices:
-        raise ConfigError(
-            file,
-            yamlio.key_line(raw, "provider"),
-            "cost.provider",
-            f"no price for {out.provider!r} (have: {', '.join(sorted(prices))})",
-        )
-    return out
+    return read(Settings, data, "", Where(file, base), 1)
 
 
 def load_settings(path: Path | None) -> Settings:
@@ -458,3 +507,28 @@ def load_settings(path: Path | None) -> Settings:
         e = errors[0]
         raise ConfigError(e.file, e.line, "(file)", e.message)
     return parse_settings(docs[0].data if docs else None, str(path))
+
+
+def config_json_schema() -> str:
+    """docs/schemas/config.schema.json (a test keeps the file current)."""
+    schema = json_schema(
+        Settings, "placement-auditor config file", "https://placement-auditor.dev/schemas/config.schema.json"
+    )
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+
+
+def config_reference() -> str:
+    """docs/config-reference.md: every key with its default and description (a test keeps it current)."""
+    lines = [
+        "# Config file reference\n",
+        "Generated from the settings declarations (`auditor/config.py`, `auditor/service_config.py`), "
+        "like [schemas/config.schema.json](schemas/config.schema.json). See [config.md](config.md) for "
+        "examples.\n",
+        "| key | default | what, unit and why |",
+        "|---|---|---|",
+    ]
+    for key, default, text in field_docs(Settings):
+        cell = text.replace("|", "\\|").replace("\n", " ")
+        shown = default if default in ("", "(required)") else f"`{default}`"
+        lines.append(f"| `{key}` | {shown} | {cell} |")
+    return "\n".join(lines) + "\n"

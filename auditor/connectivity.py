@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from auditor.inventory import Inventory, role_claim_zones
+from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_endpoint
 from auditor.placement.coupling import place_roles
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.matrix import ClassMatrix
@@ -94,7 +94,7 @@ def connectivity(
     else:
         notes.append("no Node objects: zones are unknown, so the map is per namespace only (add --nodes)")
         for role in roles:
-            endpoints.append(inv.pod_endpoint(role, None, None))
+            endpoints.append(role_endpoint(inv, role, None, None))
             cells.append(Cell(role.workload.namespace, UNKNOWN_ZONE))
             replicas.append(role.replicas)
     for cell, n in zip(cells, replicas, strict=True):
@@ -103,7 +103,7 @@ def connectivity(
     if not endpoints:
         return ConnectivityMap(protocol, ports, (), (), tuple(notes))
 
-    matrix = ClassMatrix(inv.engine(), endpoints)
+    matrix = ClassMatrix(policy_engine(inv), endpoints)
     lo, hi = ports
     members: dict[Cell, int] = {}  # identities present in the cell, as a bitset
     for i, cell in enumerate(cells):

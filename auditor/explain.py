@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from auditor.inventory import Inventory, role_claim_zones
+from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_endpoint
 from auditor.model.objects import Role
 from auditor.placement.coupling import RolePlacement, place_roles
 from auditor.placement.observed import observe
@@ -152,7 +152,7 @@ def endpoint_for(
     no placement is given)."""
     feasible = placement.nodes if placement is not None else None
     node = representative_node(role, inv.nodes, zone, inv.settings.topology.zone_key, feasible)
-    return inv.pod_endpoint(role, zone, node)
+    return role_endpoint(inv, role, zone, node)
 
 
 def data_plane_range(inv: Inventory, source: Role, destination: Role) -> PortRange:
@@ -209,7 +209,7 @@ def explain(
     if protocol not in ("TCP", "UDP", "SCTP"):
         raise ExplainError(f"--protocol {protocol}: must be TCP, UDP or SCTP")
     (src_role, src_seen), (dst_role, dst_seen) = _subject(inv, source), _subject(inv, destination)
-    engine = inv.engine()
+    engine = policy_engine(inv)
     placements = []
     placed = _placements(inv, src_role, dst_role) if inv.nodes else {}
     none = RolePlacement(src_role, (), ())

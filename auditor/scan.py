@@ -14,7 +14,7 @@ from auditor.placement.observed import Observation, observe
 from auditor.progress import Progress, silent
 from auditor.rules import live, run_rules
 from auditor.rules.groups import Groups, groups
-from auditor.rules.model import build_model, object_ref
+from auditor.rules.model import AuditModel, build_model, object_ref
 from auditor.rules.packs import (
     ExpiredWaiver,
     PolicyPack,
@@ -44,6 +44,8 @@ class ScanResult:
     # What the audit did not see (a skipped or failed render, an unreadable file): when any,
     # the audit is partial (`auditor scan` exits 3) and a stored run resolves nothing.
     not_audited: list[NotAudited] = field(default_factory=list)
+    # The model the findings came from (remediation plans fixes on it); None for stored results.
+    model: AuditModel | None = field(default=None, repr=False, compare=False)
 
     @property
     def complete(self) -> bool:
@@ -136,6 +138,7 @@ def scan(
         labels,
         groups(model),
         list(inv.not_audited),
+        model,
     )
 
 

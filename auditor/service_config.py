@@ -39,102 +39,266 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from auditor import yamlio
+from auditor.schema import Invalid, Where, setting
+from auditor.store.url import DatabaseURLError, check_url
 
 DEFAULT_SCHEDULE = "0 6 * * *"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Transports git may use for a target. Not `ext::` (runs a command) nor `fd::`.
 _GIT_URL_RE = re.compile(r"^(https?|ssh|git|file)://[^\s]+$|^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+$")
+_HTTP_URL = r"https?://[^\s/]+.*"
 
 
-class ServiceConfigError(ValueError):
-    def __init__(self, file: str, line: int, key: str, message: str) -> None:
-        super().__init__(message)
-        self.file, self.line, self.key, self.message = file, line, key, message
+def validate_cron(expr: str) -> str | None:
+    """None when `expr` is a valid five-field cron expression, else the reason."""
+    from apscheduler.triggers.cron import CronTrigger
+
+    if len(expr.split()) != 5:
+        return f"must have five fields (minute hour day month weekday), got {expr!r}"
+    try:
+        CronTrigger.from_crontab(expr, timezone="UTC")
+    except ValueError as exc:
+        return f"not a valid cron expression ({exc})"
+    return None
+
+
+def _database_url(url: str) -> str | None:
+    if not url:
+        return None
+    try:
+        check_url(url)
+    except DatabaseURLError as exc:
+        return str(exc)
+    return None
+
+
+def _timezone(name: str) -> str | None:
+    from zoneinfo import ZoneInfo
+
+    try:
+        ZoneInfo(name)
+    except (KeyError, ValueError):
+        return "unknown time zone"
+    return None
+
+
+def _relative_paths(paths: tuple[str, ...]) -> str | None:
+    for v in paths:
+        if not v:
+            return "must be a list of non-empty strings"
+        if Path(v).is_absolute() or ".." in Path(v).parts:
+            return f"{v!r} must be a relative path inside the target"
+    return None
+
+
+def _non_empty_strings(values: tuple[str, ...]) -> str | None:
+    return None if all(values) else "a list of non-empty strings"
 
 
 @dataclass(frozen=True, slots=True)
 class DatabaseSettings:
-    url: str = field(default="", repr=False)  # may carry a password
+    """Where the service keeps findings and runs."""
+
+    url: str = setting(
+        "",
+        doc="sqlite:///FILE or postgresql://USER@HOST/DB; AUDITOR_DATABASE_URL wins; empty: a SQLite file "
+        "in the working directory.",
+        why="one file needs no setup; PostgreSQL serves a team and many workers.",
+        check=_database_url,
+        secret=True,  # may carry a password
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class ServiceSettings:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    api_token: str = field(default="", repr=False)
-    api_token_env: str = "AUDITOR_API_TOKEN"
-    # True: GET /api/v1/* and the web pages need the bearer token as writes do (findings name
-    # workloads, namespaces and files). /healthz, /readyz and /metrics stay open: probes and
-    # Prometheus scrape them without a token, and they carry counts, not names.
-    read_token_required: bool = False
-    timezone: str = "UTC"
-    misfire_grace_seconds: int = 3600
-    # On start, run each target's slot that fired while no service was up, if within the grace.
-    catch_up: bool = True
-    # On start, audit every target once (the bundled example does, so a first look shows findings).
-    run_on_start: bool = False
-    heartbeat_seconds: int = 15
-    stale_after_seconds: int = 300
-    git_cache_dir: str = ".auditor-cache/git"
-    git_timeout_seconds: int = 300
+    """`auditor serve`: the HTTP API, the scheduler and its runs."""
+
+    host: str = setting("127.0.0.1", doc="Address `auditor serve` listens on.")
+    port: int = setting(8080, doc="TCP port `auditor serve` listens on.", minimum=0, maximum=65535)
+    api_token: str = setting("", doc="Bearer token for writes (prefer api_token_env).", secret=True)
+    api_token_env: str = setting(
+        "AUDITOR_API_TOKEN", doc="Environment variable holding the bearer token for writes."
+    )
+    read_token_required: bool = setting(
+        False,
+        doc="True: GET /api/v1/* and the web pages need the token as writes do.",
+        why="findings name workloads, namespaces and files; /healthz, /readyz and /metrics stay open "
+        "(probes and Prometheus carry counts, not names).",
+    )
+    timezone: str = setting("UTC", doc="Time zone cron schedules are read in.", check=_timezone)
+    misfire_grace_seconds: int = setting(
+        3600,
+        doc="A scheduled run missed during a restart still runs within this time.",
+        unit="seconds",
+        exclusive_minimum=0,
+    )
+    catch_up: bool = setting(
+        True, doc="On start, run each target's slot that fired while no service was up, within the grace."
+    )
+    run_on_start: bool = setting(
+        False,
+        doc="On start, audit every target once, whatever the schedule says.",
+        why="the bundled example does, so a first look shows findings.",
+    )
+    heartbeat_seconds: int = setting(
+        15, doc="A running audit proves it is alive this often.", unit="seconds", exclusive_minimum=0
+    )
+    stale_after_seconds: int = setting(
+        300,
+        doc="A `running` run without a heartbeat this long is `interrupted`.",
+        unit="seconds",
+        exclusive_minimum=0,
+    )
+    git_cache_dir: str = setting(
+        ".auditor-cache/git", doc="Checkouts of git targets (relative to the config file).", path="resolve"
+    )
+    git_timeout_seconds: int = setting(
+        300, doc="One git clone or fetch may take this long.", unit="seconds", exclusive_minimum=0
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class GitSource:
-    url: str
-    branch: str | None = None
-    username: str = "x-access-token"
-    token: str = field(default="", repr=False)
-    token_env: str = ""
+    """A git repository audited at its branch's head."""
+
+    url: str = setting(
+        doc="https, ssh, git@host:path, file:// or a local path (relative to the config file)."
+    )
+    branch: str | None = setting(
+        None,
+        doc="Branch to audit; default: the remote's default branch.",
+        pattern=r"(?!-)[\w./-]+",
+        pattern_text="not a branch name",
+    )
+    username: str = setting("x-access-token", doc="HTTPS user name sent with the token.")
+    token: str = setting("", doc="HTTPS token (prefer token_env).", secret=True)
+    token_env: str = setting("", doc="Environment variable holding the HTTPS token (never printed).")
+
+    def validated(self, raw: Any, where: Where, path: str, line: int) -> GitSource:
+        url = self.url
+        at = yamlio.key_line(raw, "url", line)
+        if not url:
+            raise where.error(f"{path}.url", at, "required")
+        if not _GIT_URL_RE.match(url):
+            if url.startswith("-") or "::" in url or not url.strip():
+                raise where.error(f"{path}.url", at, f"not a git URL this tool fetches: {url!r}")
+            url = str(Path(url) if Path(url).is_absolute() else where.base / url)
+        try:
+            password = urlsplit(url).password if "://" in url else None
+        except ValueError as exc:  # urllib's own complaint, e.g. "Invalid IPv6 URL"
+            raise where.error(f"{path}.url", at, f"not a URL: {exc}") from None
+        if password:
+            raise where.error(f"{path}.url", at, "do not put a password in the URL; use token_env")
+        return replace(self, url=url)
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterSource:
-    context: str = ""  # kubeconfig context; "" = the current one
-    kubeconfig: str = ""  # "" = $KUBECONFIG or ~/.kube/config
-    in_cluster: bool = False  # the service account of the pod the service runs in
+    """A live cluster read through the Kubernetes API."""
+
+    context: str = setting("", doc="kubeconfig context; empty: the current one.")
+    kubeconfig: str = setting(
+        "", doc="kubeconfig file; empty: $KUBECONFIG or ~/.kube/config.", path="resolve"
+    )
+    in_cluster: bool = setting(False, doc="Use the service account of the pod the service runs in.")
 
 
 @dataclass(frozen=True, slots=True)
 class GitHubSettings:
     """Where fix pull requests go (the target's repository on GitHub or GitHub Enterprise)."""
 
-    repository: str  # owner/name
-    base_url: str = "https://api.github.com"  # GitHub Enterprise: https://HOST/api/v3
-    token: str = field(default="", repr=False)
-    token_env: str = ""  # a token (PAT or installation token) from the environment
-    app_id: int = 0  # GitHub App authentication (instead of a token)
-    installation_id: int = 0
-    private_key_file: str = ""
-    labels: tuple[str, ...] = ("placement-auditor",)
-    max_open_prs: int = 10  # never more open fix PRs than this in the repository
-    max_new_prs_per_hour: int = 3
-    after_run: bool = False  # the service opens/updates PRs after each successful run
-    seconds_between_writes: float = 1.0  # GitHub asks integrators to pace writes
-    commit_name: str = "placement-auditor"
-    commit_email: str = "placement-auditor@users.noreply.github.com"
-    # Seconds a rate limit may hold the PR step inside a run; a reset further away defers the
-    # step to a later job (GitHub's primary limit resets hourly: sleeping for it blocks a worker).
-    max_rate_limit_wait_seconds: float = 60.0
+    repository: str = setting(
+        doc="owner/name", pattern=r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", pattern_text="owner/name"
+    )
+    base_url: str = setting(
+        "https://api.github.com",
+        doc="REST API root; GitHub Enterprise: https://HOST/api/v3.",
+        pattern=_HTTP_URL,
+        pattern_text="not a URL",
+    )
+    token: str = setting("", doc="A token (prefer token_env).", secret=True)
+    token_env: str = setting("", doc="Environment variable holding a PAT or installation token.")
+    app_id: int = setting(0, doc="GitHub App authentication (instead of a token): the App's id.")
+    installation_id: int = setting(0, doc="The App's installation on the repository's owner.")
+    private_key_file: str = setting("", doc="The App's private key (PEM).", path="resolve")
+    labels: tuple[str, ...] = setting(
+        ("placement-auditor",), doc="Labels put on fix pull requests.", check=_non_empty_strings
+    )
+    max_open_prs: int = setting(10, doc="Never more open fix PRs than this in the repository.", minimum=0)
+    max_new_prs_per_hour: int = setting(3, doc="New fix PRs per hour at most.", minimum=0)
+    after_run: bool = setting(False, doc="The service opens/updates PRs after each successful run.")
+    seconds_between_writes: float = setting(
+        1.0,
+        doc="Pause between write calls.",
+        unit="seconds",
+        minimum=0,
+        why="GitHub asks integrators to pace writes.",
+    )
+    commit_name: str = setting("placement-auditor", doc="Author name of fix commits.")
+    commit_email: str = setting(
+        "placement-auditor@users.noreply.github.com", doc="Author e-mail of fix commits."
+    )
+    max_rate_limit_wait_seconds: float = setting(
+        60.0,
+        doc="A rate limit may hold the PR step this long inside a run; a reset further away defers the step.",
+        unit="seconds",
+        minimum=0,
+        why="GitHub's primary limit resets hourly: sleeping for it blocks a worker.",
+    )
+
+    def validated(self, raw: Any, where: Where, path: str, line: int) -> GitHubSettings:
+        if self.app_id and not (self.installation_id and self.private_key_file):
+            raise where.error(path, line, "a GitHub App needs app_id, installation_id and private_key_file")
+        return replace(self, base_url=self.base_url.rstrip("/"))
 
 
 @dataclass(frozen=True, slots=True)
 class TargetSettings:
-    name: str
-    schedule: str = DEFAULT_SCHEDULE
-    git: GitSource | None = None
-    directory: str = ""
-    paths: tuple[str, ...] = ()
-    nodes: tuple[str, ...] = ()
-    policies: tuple[str, ...] = ()
-    cluster: ClusterSource | None = None
-    github: GitHubSettings | None = None
+    """One thing the service audits on a schedule: a git repository, a directory or a cluster."""
+
+    name: str = setting(
+        doc="Unique name (letters, digits, '.', '_' or '-', at most 100).",
+        pattern=NAME_RE.pattern.strip("^$"),
+        pattern_text="letters, digits, '.', '_' or '-' (at most 100)",
+    )
+    schedule: str = setting(
+        DEFAULT_SCHEDULE, doc="Cron, five fields, in service.timezone.", check=validate_cron
+    )
+    git: GitSource | None = setting(None, doc="A git repository (one of git, directory, cluster).")
+    directory: str = setting(
+        "", doc="A plain directory, audited in place (no commit recorded).", path="resolve"
+    )
+    paths: tuple[str, ...] = setting(
+        (), doc="Inside the checkout; default: all of it.", check=_relative_paths
+    )
+    nodes: tuple[str, ...] = setting(
+        (), doc="`kubectl get nodes -o yaml` dumps inside the checkout.", check=_relative_paths
+    )
+    policies: tuple[str, ...] = setting(
+        (), doc="Extra policy packs inside the checkout.", check=_relative_paths
+    )
+    cluster: ClusterSource | None = setting(
+        None, doc="A live cluster (kubeconfig context, or in_cluster: true)."
+    )
+    github: GitHubSettings | None = setting(None, doc="Fix pull requests for a git target.")
+
+    def validated(self, raw: Any, where: Where, path: str, line: int) -> TargetSettings:
+        if sum(k in raw for k in ("git", "directory", "cluster")) != 1:
+            raise where.error(path, line, "give exactly one of git, directory or cluster")
+        c = self.cluster
+        if c is not None and c.in_cluster and (c.context or c.kubeconfig):
+            raise where.error(f"{path}.cluster", line, "in_cluster: true takes no context or kubeconfig")
+        if self.github is not None and self.git is None:
+            raise where.error(
+                f"{path}.github", yamlio.line_of(raw.get("github"), line), "pull requests need a git target"
+            )
+        return self
 
     @property
     def kind(self) -> str:
@@ -151,340 +315,7 @@ class TargetSettings:
         return self.git.url if self.git is not None else self.directory
 
 
-_SERVICE_KEYS: dict[str, type | tuple[type, ...]] = {
-    "host": str,
-    "port": int,
-    "api_token": str,
-    "api_token_env": str,
-    "read_token_required": bool,
-    "timezone": str,
-    "misfire_grace_seconds": int,
-    "catch_up": bool,
-    "run_on_start": bool,
-    "heartbeat_seconds": int,
-    "stale_after_seconds": int,
-    "git_cache_dir": str,
-    "git_timeout_seconds": int,
-}
-_TARGET_KEYS: dict[str, type | tuple[type, ...]] = {
-    "name": str,
-    "schedule": str,
-    "git": dict,
-    "directory": str,
-    "paths": list,
-    "nodes": list,
-    "policies": list,
-    "cluster": dict,
-    "github": dict,
-}
-_GITHUB_KEYS: dict[str, type | tuple[type, ...]] = {
-    "repository": str,
-    "base_url": str,
-    "token": str,
-    "token_env": str,
-    "app_id": int,
-    "installation_id": int,
-    "private_key_file": str,
-    "labels": list,
-    "max_open_prs": int,
-    "max_new_prs_per_hour": int,
-    "after_run": bool,
-    "seconds_between_writes": (int, float),
-    "max_rate_limit_wait_seconds": (int, float),
-    "commit_name": str,
-    "commit_email": str,
-}
-_CLUSTER_KEYS: dict[str, type | tuple[type, ...]] = {"context": str, "kubeconfig": str, "in_cluster": bool}
-_GIT_KEYS: dict[str, type | tuple[type, ...]] = {
-    "url": str,
-    "branch": str,
-    "username": str,
-    "token": str,
-    "token_env": str,
-}
-
-
-def _accepts(expected: type | tuple[type, ...], value: Any) -> bool:
-    """isinstance, except that YAML's true/false is not a number (bool subclasses int in Python)."""
-    if isinstance(value, bool):
-        return expected is bool or (isinstance(expected, tuple) and bool in expected)
-    return isinstance(value, expected)
-
-
-def mapping(raw: Any, key: str, schema: Mapping[str, type | tuple[type, ...]], file: str) -> dict[str, Any]:
-    """A config section checked against `schema` (key → accepted types): unknown keys and wrong
-    types are errors naming the key's path and line. Shared by every section of the config file."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise ServiceConfigError(file, yamlio.line_of(raw), key, "must be a mapping")
-    out: dict[str, Any] = {}
-    for name, value in raw.items():
-        line = yamlio.key_line(raw, str(name))
-        path = f"{key}.{name}"
-        if name not in schema:
-            raise ServiceConfigError(file, line, path, f"unknown key (known: {', '.join(sorted(schema))})")
-        if not _accepts(schema[name], value):
-            raise ServiceConfigError(file, line, path, f"has the wrong type ({type(value).__name__})")
-        out[str(name)] = value
-    return out
-
-
-def parse_database(raw: Any, file: str) -> DatabaseSettings:
-    from auditor.store.database import DatabaseURLError, parse_url
-
-    section = mapping(raw, "database", {"url": str}, file)
-    url = section.get("url", "")
-    if url:
-        try:
-            parse_url(url)
-        except DatabaseURLError as exc:
-            raise ServiceConfigError(file, yamlio.key_line(raw, "url"), "database.url", str(exc)) from None
-    return DatabaseSettings(url)
-
-
-def parse_service(raw: Any, file: str, base: Path) -> ServiceSettings:
-    section = mapping(raw, "service", _SERVICE_KEYS, file)
-    for key in ("port",):
-        if key in section and not 0 <= section[key] <= 65535:
-            raise ServiceConfigError(file, yamlio.key_line(raw, key), f"service.{key}", "must be 0–65535")
-    for key in ("misfire_grace_seconds", "heartbeat_seconds", "stale_after_seconds", "git_timeout_seconds"):
-        if key in section and section[key] <= 0:
-            raise ServiceConfigError(file, yamlio.key_line(raw, key), f"service.{key}", "must be positive")
-    if "timezone" in section:
-        try:
-            from zoneinfo import ZoneInfo
-
-            ZoneInfo(section["timezone"])
-        except (KeyError, ValueError):
-            raise ServiceConfigError(
-                file, yamlio.key_line(raw, "timezone"), "service.timezone", "unknown time zone"
-            ) from None
-    settings = ServiceSettings(**section)
-    return replace(settings, git_cache_dir=str(base / settings.git_cache_dir))
-
-
-def validate_cron(expr: str) -> str | None:
-    """None when `expr` is a valid five-field cron expression, else the reason."""
-    from apscheduler.triggers.cron import CronTrigger
-
-    if len(expr.split()) != 5:
-        return f"must have five fields (minute hour day month weekday), got {expr!r}"
-    try:
-        CronTrigger.from_crontab(expr, timezone="UTC")
-    except ValueError as exc:
-        return f"not a valid cron expression ({exc})"
-    return None
-
-
-def _strings(raw: Any, value: Any, key: str, path: str, file: str) -> tuple[str, ...]:
-    if not all(isinstance(v, str) and v for v in value):
-        raise ServiceConfigError(file, yamlio.key_line(raw, key), path, "must be a list of non-empty strings")
-    for v in value:
-        if Path(v).is_absolute() or ".." in Path(v).parts:
-            raise ServiceConfigError(
-                file, yamlio.key_line(raw, key), path, f"{v!r} must be a relative path inside the target"
-            )
-    return tuple(value)
-
-
-def parse_targets(raw: Any, file: str, base: Path) -> tuple[TargetSettings, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise ServiceConfigError(file, yamlio.line_of(raw), "targets", "must be a list")
-    out: list[TargetSettings] = []
-    names: set[str] = set()
-    for index, item in enumerate(raw):
-        key = f"targets[{index}]"
-        line = yamlio.line_of(item) or (raw.item_lines[index] if isinstance(raw, yamlio.YamlSeq) else 0)
-        section = mapping(item, key, _TARGET_KEYS, file)
-        if not isinstance(item, Mapping):
-            raise ServiceConfigError(file, line, key, "must be a mapping")
-        name = section.get("name")
-        if not name or not NAME_RE.match(name):
-            raise ServiceConfigError(
-                file, line, f"{key}.name", "required: letters, digits, '.', '_' or '-' (at most 100)"
-            )
-        if name in names:
-            raise ServiceConfigError(file, line, f"{key}.name", f"duplicate target name {name!r}")
-        names.add(name)
-        schedule = section.get("schedule", DEFAULT_SCHEDULE)
-        problem = validate_cron(schedule)
-        if problem:
-            raise ServiceConfigError(file, yamlio.key_line(item, "schedule"), f"{key}.schedule", problem)
-        if sum(k in section for k in ("git", "directory", "cluster")) != 1:
-            raise ServiceConfigError(file, line, key, "give exactly one of git, directory or cluster")
-        git = None
-        directory = ""
-        cluster = None
-        if "cluster" in section:
-            c = mapping(section["cluster"], f"{key}.cluster", _CLUSTER_KEYS, file)
-            if c.get("in_cluster") and (c.get("context") or c.get("kubeconfig")):
-                raise ServiceConfigError(
-                    file, line, f"{key}.cluster", "in_cluster: true takes no context or kubeconfig"
-                )
-            kubeconfig = c.get("kubeconfig", "")
-            if kubeconfig and not Path(kubeconfig).is_absolute():
-                kubeconfig = str(base / kubeconfig)
-            cluster = ClusterSource(c.get("context", ""), kubeconfig, bool(c.get("in_cluster", False)))
-        elif "git" in section:
-            g = mapping(section["git"], f"{key}.git", _GIT_KEYS, file)
-            url = g.get("url", "")
-            gline = yamlio.key_line(section["git"], "url") or line
-            if not url:
-                raise ServiceConfigError(file, gline, f"{key}.git.url", "required")
-            if not _GIT_URL_RE.match(url):
-                local = (base / url) if not Path(url).is_absolute() else Path(url)
-                if url.startswith("-") or "::" in url or not url.strip():
-                    raise ServiceConfigError(
-                        file, gline, f"{key}.git.url", f"not a git URL this tool fetches: {url!r}"
-                    )
-                url = str(local)
-            try:
-                password = urlsplit(url).password if "://" in url else None
-            except ValueError as exc:  # urllib's own complaint, e.g. "Invalid IPv6 URL"
-                raise ServiceConfigError(file, gline, f"{key}.git.url", f"not a URL: {exc}") from None
-            if password:
-                raise ServiceConfigError(
-                    file, gline, f"{key}.git.url", "do not put a password in the URL; use token_env"
-                )
-            branch = g.get("branch")
-            if branch is not None and (branch.startswith("-") or not re.match(r"^[\w./-]+$", branch)):
-                raise ServiceConfigError(file, gline, f"{key}.git.branch", f"not a branch name: {branch!r}")
-            git = GitSource(
-                url,
-                branch,
-                g.get("username", "x-access-token"),
-                g.get("token", ""),
-                g.get("token_env", ""),
-            )
-        elif "directory" in section:
-            given = section["directory"]
-            directory = str(Path(given) if Path(given).is_absolute() else base / given)
-        github = None
-        if "github" in section:
-            github = _github(section["github"], f"{key}.github", file, base, git is not None)
-        out.append(
-            TargetSettings(
-                name,
-                schedule,
-                git,
-                directory,
-                _strings(item, section.get("paths", []), "paths", f"{key}.paths", file),
-                _strings(item, section.get("nodes", []), "nodes", f"{key}.nodes", file),
-                _strings(item, section.get("policies", []), "policies", f"{key}.policies", file),
-                cluster,
-                github,
-            )
-        )
-    return tuple(out)
-
-
-def _github(raw: Any, key: str, file: str, base: Path, is_git: bool) -> GitHubSettings:
-    g = mapping(raw, key, _GITHUB_KEYS, file)
-    line = yamlio.line_of(raw)
-    if not is_git:
-        raise ServiceConfigError(file, line, key, "pull requests need a git target")
-    repo = g.get("repository", "")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
-        raise ServiceConfigError(
-            file, yamlio.key_line(raw, "repository") or line, f"{key}.repository", "owner/name"
-        )
-    url = g.get("base_url", "https://api.github.com")
-    if not re.match(r"^https?://[^\s/]+", url):
-        raise ServiceConfigError(
-            file, yamlio.key_line(raw, "base_url"), f"{key}.base_url", f"not a URL: {url!r}"
-        )
-    if g.get("app_id") and not (g.get("installation_id") and g.get("private_key_file")):
-        raise ServiceConfigError(
-            file, line, key, "a GitHub App needs app_id, installation_id and private_key_file"
-        )
-    labels = g.get("labels", ["placement-auditor"])
-    if not all(isinstance(x, str) and x for x in labels):
-        raise ServiceConfigError(
-            file, yamlio.key_line(raw, "labels"), f"{key}.labels", "a list of label names"
-        )
-    keyfile = g.get("private_key_file", "")
-    if keyfile and not Path(keyfile).is_absolute():
-        keyfile = str(base / keyfile)
-    return GitHubSettings(
-        repo,
-        url.rstrip("/"),
-        g.get("token", ""),
-        g.get("token_env", ""),
-        g.get("app_id", 0),
-        g.get("installation_id", 0),
-        keyfile,
-        tuple(labels),
-        g.get("max_open_prs", 10),
-        g.get("max_new_prs_per_hour", 3),
-        g.get("after_run", False),
-        float(g.get("seconds_between_writes", 1.0)),
-        g.get("commit_name", "placement-auditor"),
-        g.get("commit_email", "placement-auditor@users.noreply.github.com"),
-        float(g.get("max_rate_limit_wait_seconds", 60.0)),
-    )
-
-
 MESSAGE_ID_DOMAIN = "placement-auditor.invalid"
-
-
-@dataclass(frozen=True, slots=True)
-class SmtpSettings:
-    host: str = "localhost"
-    port: int = 587
-    security: str = "starttls"  # starttls | tls | none
-    username: str = ""
-    password_env: str = ""  # the password comes from the environment, never the file
-    sender: str = "placement-auditor@localhost"
-    timeout_seconds: float = 30.0
-    # The right-hand side of each digest's Message-ID (`<digest-TEAM-DAY-HASH@DOMAIN>`): a domain
-    # you control, or the reserved `.invalid` default, so an ID never collides with another sender's.
-    message_id_domain: str = MESSAGE_ID_DOMAIN
-
-
-@dataclass(frozen=True, slots=True)
-class Team:
-    name: str
-    to: tuple[str, ...]
-    targets: tuple[str, ...] = ()  # empty: every target
-    namespaces: tuple[str, ...] = ()  # glob patterns; empty: every namespace
-    # The workload's metadata.labels must have every key, with a value matching the glob pattern.
-    labels: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class DigestSettings:
-    schedule: str = "0 7 * * *"
-    stale_after_hours: int = 26  # a target whose last successful run is older is "stale"
-    expiring_within_days: int = 14  # waivers expiring this soon are listed
-    base_url: str = ""  # links to the web pages in the mail
-    smtp: SmtpSettings = field(default_factory=SmtpSettings)
-    teams: tuple[Team, ...] = ()
-
-
-# Rule → control ids of a compliance framework (override in `reports.controls`).
-DEFAULT_CONTROLS: dict[str, tuple[str, ...]] = {
-    "cross-zone-blocked": ("CC7.1", "A1.2"),
-    "traffic-blocked": ("CC7.1", "A1.2"),
-    "cross-zone-traffic": ("A1.1",),
-    "role-unschedulable": ("A1.2",),
-    "zone-label-mismatch": ("CC6.6", "CC8.1"),
-    "ineffective-policy-selector": ("CC6.6",),
-}
-
-
-DEFAULT_FRAMEWORK = "SOC 2 (Trust Services Criteria 2017)"
-
-
-@dataclass(frozen=True, slots=True)
-class ReportSettings:
-    framework: str = DEFAULT_FRAMEWORK
-    controls: tuple[tuple[str, tuple[str, ...]], ...] = tuple(DEFAULT_CONTROLS.items())
-
-    def controls_of(self, rule: str) -> tuple[str, ...]:
-        return dict(self.controls).get(rule, ())
 
 
 # Addresses as SMTP takes them in RCPT TO and headers take them unquoted: a dot-atom local part and
@@ -518,103 +349,137 @@ def team_name_problem(name: object) -> str | None:
     return None
 
 
-def parse_digest(raw: Any, file: str) -> DigestSettings | None:
-    if raw is None:
-        return None
-    keys: dict[str, type | tuple[type, ...]] = {
-        "schedule": str,
-        "stale_after_hours": int,
-        "expiring_within_days": int,
-        "base_url": str,
-        "smtp": dict,
-        "teams": list,
-    }
-    d = mapping(raw, "digest", keys, file)
-    problem = validate_cron(d.get("schedule", "0 7 * * *"))
-    if problem:
-        raise ServiceConfigError(file, yamlio.key_line(raw, "schedule"), "digest.schedule", problem)
-    smtp_keys: dict[str, type | tuple[type, ...]] = {
-        "host": str,
-        "port": int,
-        "security": str,
-        "username": str,
-        "password_env": str,
-        "from": str,
-        "timeout_seconds": (int, float),
-        "message_id_domain": str,
-    }
-    s = mapping(d.get("smtp"), "digest.smtp", smtp_keys, file)
-    if s.get("security", "starttls") not in ("starttls", "tls", "none"):
-        raise ServiceConfigError(
-            file, yamlio.key_line(d.get("smtp"), "security"), "digest.smtp.security", "starttls, tls or none"
-        )
-    sender = s.pop("from", "placement-auditor@localhost")
-    problem = address_problem(sender)
-    if problem:
-        raise ServiceConfigError(file, yamlio.key_line(d.get("smtp"), "from"), "digest.smtp.from", problem)
-    domain = s.get("message_id_domain", MESSAGE_ID_DOMAIN)
-    if len(domain) > 253 or not _DOMAIN_RE.fullmatch(domain):
-        raise ServiceConfigError(
-            file,
-            yamlio.key_line(d.get("smtp"), "message_id_domain"),
-            "digest.smtp.message_id_domain",
-            f"a domain name: {domain!r}",
-        )
-    smtp = SmtpSettings(sender=sender, **s)
-    teams = []
-    names: set[str] = set()
-    for i, item in enumerate(d.get("teams") or []):
-        key = f"digest.teams[{i}]"
-        t = mapping(
-            item, key, {"name": str, "to": list, "targets": list, "namespaces": list, "labels": dict}, file
-        )
-        line = yamlio.line_of(item)
-        problem = team_name_problem(t.get("name"))
-        if problem:
-            raise ServiceConfigError(file, yamlio.key_line(item, "name", line), f"{key}.name", problem)
-        if t["name"] in names:
-            raise ServiceConfigError(
-                file, yamlio.key_line(item, "name", line), f"{key}.name", f"duplicate team name {t['name']!r}"
-            )
-        names.add(t["name"])
-        to = t.get("to") or []
-        if not to:
-            raise ServiceConfigError(
-                file, yamlio.key_line(item, "to", line), f"{key}.to", "a list of e-mail addresses"
-            )
-        raw_to = item.get("to")
-        for j, address in enumerate(to):
-            problem = address_problem(address)
-            if problem:
-                lines = getattr(raw_to, "item_lines", [])
-                where = lines[j] if j < len(lines) and lines[j] else yamlio.key_line(item, "to", line)
-                raise ServiceConfigError(file, where, f"{key}.to[{j}]", problem)
-        labels = t.get("labels") or {}
-        for name, value in labels.items():
-            if not isinstance(value, str):
-                raise ServiceConfigError(
-                    file,
-                    yamlio.key_line(labels, str(name)),
-                    f"{key}.labels.{name}",
-                    f"label values are strings (quote {value!r})",
-                )
-        teams.append(
-            Team(
-                t["name"],
-                tuple(to),
-                tuple(str(x) for x in t.get("targets") or []),
-                tuple(str(x) for x in t.get("namespaces") or []),
-                tuple(sorted((str(k), v) for k, v in labels.items())),
-            )
-        )
-    return DigestSettings(
-        d.get("schedule", "0 7 * * *"),
-        d.get("stale_after_hours", 26),
-        d.get("expiring_within_days", 14),
-        d.get("base_url", "").rstrip("/"),
-        smtp,
-        tuple(teams),
+def _message_id_domain(domain: str) -> str | None:
+    return None if len(domain) <= 253 and _DOMAIN_RE.fullmatch(domain) else f"a domain name: {domain!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class SmtpSettings:
+    """The SMTP server digests are sent through."""
+
+    host: str = setting("localhost", doc="SMTP server.")
+    port: int = setting(587, doc="SMTP port.", minimum=1, maximum=65535)
+    security: str = setting("starttls", doc="Transport security.", choices=("starttls", "tls", "none"))
+    username: str = setting("", doc="SMTP login; empty: no login.")
+    password_env: str = setting("", doc="Environment variable holding the password (never the file).")
+    sender: str = setting(
+        "placement-auditor@localhost", doc="From address.", key="from", check=address_problem
     )
+    timeout_seconds: float = setting(
+        30.0, doc="One SMTP exchange may take this long.", unit="seconds", exclusive_minimum=0
+    )
+    message_id_domain: str = setting(
+        MESSAGE_ID_DOMAIN,
+        doc="Right-hand side of each digest's Message-ID (`<digest-TEAM-DAY-HASH@DOMAIN>`).",
+        why="a domain you control, or the reserved `.invalid` default, so an ID never collides "
+        "with another sender's.",
+        check=_message_id_domain,
+    )
+
+
+def _labels(raw: Any) -> tuple[tuple[str, str], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise Invalid("must be a mapping of label keys to glob patterns")
+    for name, value in raw.items():
+        if not isinstance(value, str):
+            raise Invalid(
+                f"label values are strings (quote {value!r})", str(name), yamlio.key_line(raw, str(name))
+            )
+    return tuple(sorted((str(k), v) for k, v in raw.items()))
+
+
+def _addresses(to: tuple[str, ...]) -> str | None:
+    return None if to else "a list of e-mail addresses"
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    """Who gets a digest, and of which findings."""
+
+    name: str = setting(doc="The team's name (Subject header, Message-ID).", check=team_name_problem)
+    to: tuple[str, ...] = setting(doc="E-mail addresses.", check=_addresses, item_check=address_problem)
+    targets: tuple[str, ...] = setting((), doc="Target names; empty: every target.")
+    namespaces: tuple[str, ...] = setting((), doc="Namespace glob patterns; empty: every namespace.")
+    labels: tuple[tuple[str, str], ...] = setting(
+        (),
+        doc="The workload's metadata.labels must have every key, with a value matching the glob pattern.",
+        parse=_labels,
+        json={"type": "object", "additionalProperties": {"type": "string"}},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DigestSettings:
+    """The daily digest e-mail."""
+
+    schedule: str = setting("0 7 * * *", doc="Cron, five fields, in service.timezone.", check=validate_cron)
+    stale_after_hours: int = setting(
+        26, doc="A target whose last successful run is older is stale.", unit="hours", minimum=1
+    )
+    expiring_within_days: int = setting(
+        14, doc="Waivers expiring this soon are listed.", unit="days", minimum=0
+    )
+    base_url: str = setting("", doc="Links to the web pages in the mail.")
+    smtp: SmtpSettings = setting(doc="The SMTP server.", factory=SmtpSettings)
+    teams: tuple[Team, ...] = setting((), doc="Recipients.")
+
+    def validated(self, raw: Any, where: Where, path: str, line: int) -> DigestSettings:
+        names: set[str] = set()
+        for i, team in enumerate(self.teams):
+            if team.name in names:
+                item = raw["teams"][i]
+                raise where.error(
+                    f"{path}.teams[{i}].name",
+                    yamlio.key_line(item, "name", yamlio.line_of(item)),
+                    f"duplicate team name {team.name!r}",
+                )
+            names.add(team.name)
+        return replace(self, base_url=self.base_url.rstrip("/"))
+
+
+# Rule → control ids of a compliance framework (override in `reports.controls`).
+DEFAULT_CONTROLS: dict[str, tuple[str, ...]] = {
+    "cross-zone-blocked": ("CC7.1", "A1.2"),
+    "traffic-blocked": ("CC7.1", "A1.2"),
+    "cross-zone-traffic": ("A1.1",),
+    "role-unschedulable": ("A1.2",),
+    "zone-label-mismatch": ("CC6.6", "CC8.1"),
+    "ineffective-policy-selector": ("CC6.6",),
+}
+
+
+DEFAULT_FRAMEWORK = "SOC 2 (Trust Services Criteria 2017)"
+
+
+def _controls(raw: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    controls = dict(DEFAULT_CONTROLS)
+    if raw is None:
+        return tuple(sorted(controls.items()))
+    if not isinstance(raw, Mapping):
+        raise Invalid("must be a mapping of rule ids to lists of control ids")
+    for rule, ids in raw.items():
+        if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
+            raise Invalid("a list of control ids", str(rule), yamlio.key_line(raw, str(rule)))
+        controls[str(rule)] = tuple(ids)
+    return tuple(sorted(controls.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class ReportSettings:
+    """Compliance reports."""
+
+    framework: str = setting(DEFAULT_FRAMEWORK, doc="The compliance framework reports name.")
+    controls: tuple[tuple[str, tuple[str, ...]], ...] = setting(
+        tuple(DEFAULT_CONTROLS.items()),
+        doc="Rule id → control ids, merged over the defaults.",
+        parse=_controls,
+        json={"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+    )
+
+    def controls_of(self, rule: str) -> tuple[str, ...]:
+        return dict(self.controls).get(rule, ())
 
 
 def warnings_for(
@@ -635,18 +500,3 @@ def warnings_for(
             f"password go to {digest.smtp.host}:{digest.smtp.port} unencrypted; use starttls or tls"
         )
     return tuple(out)
-
-
-def parse_reports(raw: Any, file: str) -> ReportSettings:
-    r = mapping(raw, "reports", {"framework": str, "controls": dict}, file)
-    controls = dict(DEFAULT_CONTROLS)
-    for rule, ids in (r.get("controls") or {}).items():
-        if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
-            raise ServiceConfigError(
-                file,
-                yamlio.key_line(r.get("controls"), str(rule)),
-                f"reports.controls.{rule}",
-                "a list of control ids",
-            )
-        controls[str(rule)] = tuple(ids)
-    return ReportSettings(r.get("framework", DEFAULT_FRAMEWORK), tuple(sorted(controls.items())))

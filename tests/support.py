@@ -9,9 +9,10 @@ from typing import Any
 from auditor import yamlio
 from auditor.config import NetworkConfig, Settings
 from auditor.explain import endpoint_for
-from auditor.inventory import Inventory, build_inventory
+from auditor.inventory import Inventory
 from auditor.model.source import SourceRef
 from auditor.reachability.endpoints import PodEndpoint
+from auditor.sources.objects import build_inventory
 
 DATA = Path(__file__).parent / "data"
 NETPOL = DATA / "netpol"

@@ -11,6 +11,7 @@ from support import DATA, inventory
 
 from auditor.cli import main
 from auditor.connectivity import UNKNOWN_ZONE, Cell, connectivity
+from auditor.inventory import policy_engine, role_endpoint
 from auditor.reachability.matrix import ClassMatrix
 from auditor.reachability.ports import PortSet
 
@@ -30,8 +31,8 @@ def test_cell_counts_match_the_engine_pair_by_pair(protocol: str, ports: tuple[i
     cmap = connectivity(inv, protocol, ports)
     assert cmap.notes and "no Node objects" in cmap.notes[0]
     roles = [r for w in inv.workloads for r in w.roles]
-    eps = [inv.pod_endpoint(r, None, None) for r in roles]
-    engine = inv.engine()
+    eps = [role_endpoint(inv, r, None, None) for r in roles]
+    engine = policy_engine(inv)
     identity = ClassMatrix(engine, eps).pod_identity
     representative = {identity[i]: ep for i, ep in enumerate(eps)}
     in_cell: dict[Cell, set[int]] = {}
@@ -104,6 +105,6 @@ def test_numpy_is_only_needed_for_the_bulk_pair_counts(monkeypatch: pytest.Monke
     assert [p.state for p in connectivity(inv).pairs] == ["open", "closed", "closed", "open"]
     from auditor.reachability.matrix import ConnectivityMap
 
-    eps = [inv.pod_endpoint(r, None, None) for w in inv.workloads for r in w.roles]
+    eps = [role_endpoint(inv, r, None, None) for w in inv.workloads for r in w.roles]
     with pytest.raises(ImportError, match=r"pip install 'placement-auditor\[matrix\]'"):
-        ConnectivityMap(ClassMatrix(inv.engine(), eps))
+        ConnectivityMap(ClassMatrix(policy_engine(inv), eps))

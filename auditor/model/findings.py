@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,17 @@ class ObjectRef:
             "line": self.line,
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ObjectRef:
+        return cls(
+            str(data.get("apiVersion", "")),
+            str(data.get("kind", "")),
+            str(data.get("namespace", "")),
+            str(data.get("name", "")),
+            str(data.get("file", "")),
+            int(data.get("line") or 0),
+        )
+
     @property
     def identity(self) -> str:
         group = self.api_version.rpartition("/")[0] if "/" in self.api_version else ""
@@ -52,6 +64,17 @@ class EdgeRef:
             "protocol": self.protocol,
         }
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EdgeRef:
+        return cls(
+            str(data["from"]["role"]),
+            tuple(data["from"]["zones"]),
+            str(data["to"]["role"]),
+            tuple(data["to"]["zones"]),
+            data.get("port"),
+            str(data.get("protocol", "TCP")),
+        )
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class PolicyMention:
@@ -69,6 +92,12 @@ class PolicyMention:
             "file": self.file,
             "line": self.line,
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PolicyMention:
+        return cls(
+            str(data["kind"]), str(data["namespace"]), str(data["name"]), str(data["file"]), int(data["line"])
+        )
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -88,11 +117,21 @@ class Finding:
     target: str = ""
     # Measurements that back the finding (Prometheus: bytes sent, GPU utilisation, policy drops).
     evidence: tuple[str, ...] = ()
+    # The role of the workload the finding is about (an edge finding: its source role), as
+    # `Role.label`: with the workload's identity, the key into the model (`role_key`). Not part of
+    # the finding's identity or its JSON (an edge finding's JSON carries it as `edge.from.role`).
+    role: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "sort_key", (SEVERITY_RANK.get(self.severity, 9), self.workload.identity, self.rule)
         )
+
+    @property
+    def role_key(self) -> tuple[str, str] | None:
+        """(workload identity, role label) of the role the finding is about; None for a finding
+        about the workload as a whole."""
+        return (self.workload.identity, self.role) if self.role else None
 
     @property
     def fingerprint(self) -> str:
@@ -121,3 +160,24 @@ class Finding:
         if self.evidence:
             out["evidence"] = list(self.evidence)
         return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], target: str = "") -> Finding:
+        """The finding `to_json` wrote (the target is not in its JSON: the caller knows it)."""
+        edge = data.get("edge")
+        return cls(
+            rule=data["rule"],
+            severity=data["severity"],
+            certainty=data["certainty"],
+            symptoms=tuple(data.get("symptoms") or ()),
+            workload=ObjectRef.from_json(data["workload"]),
+            message=data["message"],
+            edge=EdgeRef.from_json(edge) if edge else None,
+            policies=tuple(PolicyMention.from_json(p) for p in data.get("policies") or ()),
+            estimated_monthly_cost_usd=data.get("estimated_monthly_cost_usd"),
+            estimated_slowdown_pct=data.get("estimated_slowdown_pct"),
+            assumptions=tuple(data.get("assumptions") or ()),
+            target=target,
+            evidence=tuple(data.get("evidence") or ()),
+            role=str(edge["from"]["role"]) if edge else str(data.get("role") or ""),
+        )

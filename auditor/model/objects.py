@@ -9,7 +9,6 @@ from typing import Any
 
 from auditor.model.scheduling import NO_SCHEDULING, Scheduling
 from auditor.model.source import SourceRef
-from auditor.reachability.endpoints import NamedPort
 
 ZONE_KEY = "topology.kubernetes.io/zone"
 REGION_KEY = "topology.kubernetes.io/region"
@@ -21,6 +20,15 @@ def freeze_labels(raw: Mapping[str, Any] | None) -> Labels:
     if not raw:
         return ()
     return tuple(sorted((str(k), "" if v is None else str(v)) for k, v in raw.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class NamedPort:
+    """A container port with a name (policies may refer to it by name)."""
+
+    name: str
+    protocol: str
+    port: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,14 +5,9 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+from auditor.model.objects import NamedPort
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-@dataclass(frozen=True, slots=True)
-class NamedPort:
-    name: str
-    protocol: str
-    port: int
 
 
 @dataclass(frozen=True, slots=True)

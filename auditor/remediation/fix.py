@@ -19,7 +19,6 @@ from auditor.inventory import Inventory, role_claim_zones
 from auditor.model.findings import Finding
 from auditor.remediation import apply as applier
 from auditor.remediation.plan import STRATEGIES, FixPlan, NoFix, plan
-from auditor.rules.model import build_model
 from auditor.rules.packs import PolicyPack
 from auditor.scan import ScanResult, scan
 from auditor.sources.manifests import Tools, load_inventory
@@ -108,7 +107,8 @@ def propose(
         return current[file]
 
     try:
-        model = build_model(inv)
+        model = result.model
+        assert model is not None  # a fresh scan carries its model
         volumes = {r: role_claim_zones(inv, r) for r in model.placements}
         raw_of = {r: inv.manifests.get(w.ref) for w in inv.workloads for r in w.roles}
         known = {f.fingerprint for f in result.findings}

@@ -83,17 +83,8 @@ def _group(model: AuditModel, finding: Finding) -> tuple[list[Role], Role | None
     own = [r for r in model.placements if object_ref(r) == finding.workload] or [
         r for r in model.placements if object_ref(r).identity == finding.workload.identity
     ]
-    peer = None
-    if finding.edge is not None:
-        for analysis in model.edges:
-            e = analysis.edge
-            if (
-                object_ref(e.source).identity == finding.workload.identity
-                and e.source.label == finding.edge.from_role
-                and e.destination.label == finding.edge.to_role
-            ):
-                peer = e.destination
-                break
+    analysis = model.edge_of(finding)
+    peer = analysis.edge.destination if analysis is not None else None
     roles = list(own)
     if peer is not None and peer not in roles:
         roles.append(peer)

@@ -14,8 +14,7 @@ from typing import Any
 
 from auditor.model.findings import Finding
 from auditor.rules.base import RuleMeta
-from auditor.rules.blocked import classify
-from auditor.rules.model import AuditModel, edge_finding
+from auditor.rules.model import AuditModel, blocked_finding
 
 META = RuleMeta(
     "cross-zone-blocked",
@@ -29,6 +28,7 @@ META = RuleMeta(
 
 def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]:
     for analysis in model.edges:
-        verdict = classify(analysis)
-        if verdict is not None and verdict[0] == META.id:
-            yield edge_finding(META, analysis, verdict[1])
+        if analysis.verdict.blocked == META.id:
+            yield blocked_finding(
+                META, analysis, f"whenever they are split across zones ({analysis.placement.coupling})"
+            )

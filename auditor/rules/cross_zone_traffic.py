@@ -17,7 +17,6 @@ from typing import Any
 from auditor import cost
 from auditor.model.findings import EdgeRef, Finding
 from auditor.rules.base import RuleMeta
-from auditor.rules.blocked import classify
 from auditor.rules.model import AuditModel, EdgeAnalysis, annotation, object_ref
 
 META = RuleMeta(
@@ -45,9 +44,8 @@ def _number(text: str | None) -> float | None:
 def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]:
     by_workload: dict[object, list[EdgeAnalysis]] = {}
     for analysis in model.edges:
-        if analysis.placement.split is None or classify(analysis) is not None:
-            continue
-        if not any(not v.same_zone for v in analysis.verdicts):
+        verdict = analysis.verdict
+        if analysis.placement.split is None or verdict.blocked is not None or not verdict.crosses_zones:
             continue
         by_workload.setdefault(analysis.edge.source.workload, []).append(analysis)
     settings = model.inventory.settings.cost
@@ -94,4 +92,5 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
             estimated_monthly_cost_usd=monthly,
             estimated_slowdown_pct=slowdown,
             assumptions=assumptions,
+            role=edge.source.label,
         )

@@ -93,4 +93,5 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
                 edge.protocol,
             ),
             policies=policies,
+            role=edge.source.label,
         )

@@ -52,6 +52,7 @@ def pending_findings(observation: Observation, predicted: Mapping[Role, RolePlac
                 f"{len(stuck)} pod(s) of {role} are Pending (e.g. {stuck[0].name}); "
                 f"the scheduler says: {stuck[0].unschedulable}{ours}"
             ),
+            role=role.label,
         )
 
 

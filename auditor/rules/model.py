@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Literal
 
-from auditor.inventory import Inventory, role_claim_zones
+from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_endpoint
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.model.objects import Node, Role, Workload
 from auditor.placement.coupling import (
@@ -24,6 +25,7 @@ from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import FlowVerdict, PolicyEngine
 from auditor.reachability.policy import Decider
 from auditor.reachability.ports import PortSet
+from auditor.rules.base import RuleMeta
 from auditor.workloads.edges import CommEdge, comm_edges
 
 SCOPE_NAMESPACE = "namespace"
@@ -52,11 +54,45 @@ class ZoneVerdict:
         return self.allowed and bool(self.denied_ports)
 
 
+Blocked = Literal["traffic-blocked", "cross-zone-blocked"]
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeClass:
+    """What an edge's verdicts add up to, decided once per edge (rules filter on it).
+
+    `blocked`: traffic-blocked when a same-zone placement is denied too (moving the pods would not
+    help); cross-zone-blocked when only split placements are denied (the split is the cause); None
+    when every allowed placement lets the traffic through. `certainty` is the blocked verdict's.
+    `crosses_zones`: some allowed placement puts the two ends in different zones.
+    """
+
+    blocked: Blocked | None
+    certainty: str
+    crosses_zones: bool
+
+
+def classify(placement: PairPlacement, verdicts: Sequence[ZoneVerdict]) -> EdgeClass:
+    crosses = any(not v.same_zone for v in verdicts)
+    denied = [v for v in verdicts if not v.allowed]
+    if not denied:
+        return EdgeClass(None, "", crosses)
+    if any(v.same_zone for v in denied):
+        return EdgeClass("traffic-blocked", "always" if len(denied) == len(verdicts) else "possible", crosses)
+    if len(denied) == len(verdicts):
+        return EdgeClass("cross-zone-blocked", "always", crosses)  # every placement is a denied split
+    cross = [v for v in verdicts if not v.same_zone]
+    if len(denied) == len(cross) and placement.split in ("always", "likely"):
+        return EdgeClass("cross-zone-blocked", placement.split, crosses)
+    return EdgeClass("cross-zone-blocked", "possible", crosses)
+
+
 @dataclass(frozen=True, slots=True)
 class EdgeAnalysis:
     edge: CommEdge
     placement: PairPlacement
     verdicts: tuple[ZoneVerdict, ...]
+    verdict: EdgeClass
 
     @property
     def denied(self) -> list[ZoneVerdict]:
@@ -81,6 +117,28 @@ class AuditModel:
     @property
     def zone_key(self) -> str:
         return self.inventory.settings.topology.zone_key
+
+    @cached_property
+    def _roles(self) -> dict[tuple[str, str], Role]:
+        return {(object_ref(r).identity, r.label): r for r in self.placements}
+
+    @cached_property
+    def _edges(self) -> dict[tuple[str, str, str], EdgeAnalysis]:
+        found: dict[tuple[str, str, str], EdgeAnalysis] = {}
+        for a in self.edges:
+            key = (object_ref(a.edge.source).identity, a.edge.source.label, a.edge.destination.label)
+            found.setdefault(key, a)
+        return found
+
+    def role(self, key: tuple[str, str]) -> Role | None:
+        """The role a finding's `role_key` names."""
+        return self._roles.get(key)
+
+    def edge_of(self, finding: Finding) -> EdgeAnalysis | None:
+        """The analysed edge an edge finding is about (the first, as the rules report it)."""
+        if finding.edge is None:
+            return None
+        return self._edges.get((finding.workload.identity, finding.edge.from_role, finding.edge.to_role))
 
     def workloads(self) -> Sequence[Workload]:
         return self.inventory.workloads
@@ -132,7 +190,7 @@ class RoleEndpoints:
                         wanted.discard(node_zone)
                         if not wanted:
                             break
-            found = self._endpoints[(role, zone)] = self.inv.pod_endpoint(role, zone, firsts.get(zone))
+            found = self._endpoints[(role, zone)] = role_endpoint(self.inv, role, zone, firsts.get(zone))
         return found
 
 
@@ -175,7 +233,7 @@ def build_model(
 ) -> AuditModel:
     """The model rules read. With `observed`, placements are where the pods actually run (only
     edges between roles with running pods are analysed), instead of where they could land."""
-    engine = engine or inv.engine()
+    engine = engine or policy_engine(inv)
     options = placement_options(inv)
     zone_key = options.zone_key
     pair_context = PairContext(inv.nodes, options)
@@ -211,7 +269,7 @@ def build_model(
             src = endpoints.get(edge.source, za, a)
             dst = endpoints.get(edge.destination, zb, b)
             verdicts.append(zone_verdict(edge, engine.flow(src, dst), za, zb))
-        analyses.append(EdgeAnalysis(edge, pp, tuple(verdicts)))
+        analyses.append(EdgeAnalysis(edge, pp, tuple(verdicts), classify(pp, verdicts)))
     return AuditModel(inv, engine, placements, analyses, notes, list(edges))
 
 
@@ -226,7 +284,9 @@ def annotation(workload: Workload, key: str) -> str | None:
     return None
 
 
-def edge_finding(meta: Any, analysis: EdgeAnalysis, certainty: str) -> Finding:
+def blocked_finding(meta: RuleMeta, analysis: EdgeAnalysis, cause: str) -> Finding:
+    """The finding of a blocked edge: its denied placements and deciding policies; `cause` is the
+    rule's own words for why moving the pods would or would not help."""
     edge = analysis.edge
     denied = analysis.denied
     deciders = [d for v in denied for d in v.deciders]
@@ -235,11 +295,6 @@ def edge_finding(meta: Any, analysis: EdgeAnalysis, certainty: str) -> Finding:
     where = ", ".join(f"{v.source_zone}→{v.destination_zone}" for v in denied)
     policies = mentions(deciders)
     names = ", ".join(f"{p.kind} {p.namespace + '/' if p.namespace else ''}{p.name}" for p in policies)
-    cause = (
-        "even where both share a zone, so moving pods will not help"
-        if meta.id == "traffic-blocked"
-        else f"whenever they are split across zones ({analysis.placement.coupling})"
-    )
     message = (
         f"{edge.source} → {edge.destination} on {edge.protocol}/{edge.ports_text} ({edge.reason}) "
         f"is denied {cause}; denied placements: {where}; deciding policies: {names or 'none'}"
@@ -247,7 +302,7 @@ def edge_finding(meta: Any, analysis: EdgeAnalysis, certainty: str) -> Finding:
     return Finding(
         rule=meta.id,
         severity=meta.severity,
-        certainty=certainty,
+        certainty=analysis.verdict.certainty,
         symptoms=meta.symptoms,
         workload=object_ref(edge.source),
         message=message,
@@ -255,4 +310,5 @@ def edge_finding(meta: Any, analysis: EdgeAnalysis, certainty: str) -> Finding:
             edge.source.label, src_zones, edge.destination.label, dst_zones, edge.port, edge.protocol
         ),
         policies=policies,
+        role=edge.source.label,
     )

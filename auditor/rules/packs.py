@@ -88,6 +88,7 @@ Custom rule conditions are CEL over the variables documented in :mod:`auditor.ru
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -99,7 +100,7 @@ from typing import Any
 from auditor import yamlio
 from auditor.errors import ConfigError
 from auditor.model.findings import SEVERITIES, Finding, ObjectRef
-from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector, type_name
+from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector
 from auditor.model.objects import Workload
 from auditor.model.source import LoadError, SourceRef
 from auditor.resources import policies_dir
@@ -114,6 +115,7 @@ from auditor.rules.cel_rules import (
     compile_expression,
 )
 from auditor.rules.model import AuditModel
+from auditor.schema import Invalid, Where, json_schema, kind_of, read, setting
 
 API_VERSION = "placement-auditor.io/v1"
 PACK_KIND = "PolicyPack"
@@ -284,123 +286,251 @@ class PolicyPack:
 
 
 # --------------------------------------------------------------------------------------------
-# Reading documents
+# Reading documents: declared with the one settings schema (auditor/schema.py), so every error
+# names this file, a line and a key path, and docs/schemas/policy-pack.schema.json comes from it.
 
 
-class _Doc:
-    """Validation helpers for one document: every error names this file, a line and a key path."""
+def _non_empty(text: str) -> str | None:
+    return None if text.strip() else "must not be empty"
 
-    def __init__(self, file: str, line: int) -> None:
-        self.file, self.line = file, line
 
-    def error(self, line: int, key: str, message: str) -> PackError:
-        return PackError(self.file, line or self.line, key, message)
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
 
-    def line_of(self, container: object, key: str) -> int:
-        return yamlio.key_line(container, key, yamlio.line_of(container, self.line))
 
-    def mapping(
-        self,
-        value: object,
-        path: str,
-        line: int,
-        allowed: Sequence[str],
-        required: Sequence[str] = (),
-        unknown: str = "unknown key",
-    ) -> Mapping[str, Any]:
-        if value is None:
-            value = {}
-        if not isinstance(value, Mapping):
-            raise self.error(line, path, f"must be a mapping, not {_type_name(value)}")
-        for key in value:
-            if key not in allowed:
-                raise self.error(
-                    self.line_of(value, str(key)),
-                    _join(path, str(key)),
-                    f"{unknown} (known: {', '.join(sorted(allowed)) or 'none'})",
-                )
-        for key in required:
-            if value.get(key) is None:
-                raise self.error(yamlio.line_of(value, line), _join(path, key), "is required")
+def _mapping(raw: Any) -> Mapping[str, Any]:
+    """A mapping kept as loaded (its keys' lines are read when they are checked)."""
+    if raw is None:
+        return MappingProxyType({})
+    if not isinstance(raw, Mapping):
+        raise Invalid(f"must be a mapping, not {kind_of(raw)}")
+    return raw
+
+
+def _selector(raw: Any) -> LabelSelector | None:
+    if raw is None:
+        return None
+    try:
+        return parse_label_selector(raw, "labels")
+    except SelectorError as exc:
+        sub = exc.field[len("labels") :].lstrip(".") if exc.field.startswith("labels") else ""
+        raise Invalid(exc.message, sub) from None
+
+
+def _expiry(value: Any) -> date:
+    if isinstance(value, date):  # should a loader ever resolve YAML timestamps
         return value
+    text = value if isinstance(value, str) else ""
+    if not _DATE_RE.match(text):
+        raise Invalid(f"must be a date as YYYY-MM-DD, not {value!r}")
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise Invalid(f"{text!r} is not a calendar date") from None
 
-    def string(self, container: Mapping[str, Any], key: str, path: str, default: str = "") -> str:
-        value = container.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            # YAML 1.1 reads on/off/yes/no as booleans and bare digits as numbers.
-            hint = " (quote it)" if isinstance(value, bool | int | float) else ""
-            raise self.error(
-                self.line_of(container, key),
-                _join(path, key),
-                f"must be a string, not {_type_name(value)}{hint}",
+
+def _fingerprint(value: Any) -> str:
+    if not isinstance(value, str) or not _FINGERPRINT_RE.match(value.lower()):
+        raise Invalid("must be a finding fingerprint (32 hex digits)")
+    return value.lower()
+
+
+_ANY_MAPPING: dict[str, Any] = {"type": "object"}
+_SELECTOR_JSON: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchExpressions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string"},
+                    "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                    "values": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["key", "operator"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScopeDoc:
+    """Where a rule reports; omitted or empty: everywhere."""
+
+    namespaces: tuple[str, ...] = setting(
+        (), doc="fnmatch patterns on the object's namespace; empty: every namespace.", item_check=_non_empty
+    )
+    exclude_namespaces: tuple[str, ...] = setting(
+        (), doc="fnmatch patterns of namespaces left out.", key="excludeNamespaces", item_check=_non_empty
+    )
+    kinds: tuple[str, ...] = setting((), doc="Object kinds, exact; empty: every kind.", item_check=_non_empty)
+    labels: LabelSelector | None = setting(
+        None,
+        doc="A label selector on the workload's metadata.labels.",
+        parse=_selector,
+        json=_SELECTOR_JSON,
+    )
+
+    def scope(self) -> Scope:
+        return Scope(self.namespaces, self.exclude_namespaces, self.kinds, self.labels)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuleEntryDoc:
+    """Settings for a built-in or already defined custom rule."""
+
+    enabled: bool | None = setting(None, doc="Whether the rule runs (default true).")
+    severity: str | None = setting(
+        None, doc="Severity override; omitted: the rule's own.", choices=SEVERITIES
+    )
+    scope: ScopeDoc | None = setting(None, doc="Where the rule reports (replaces an earlier scope).")
+    options: Mapping[str, Any] = setting(
+        factory=_empty,
+        doc="The rule's parameters; only the keys it declares, each of its default's type.",
+        parse=_mapping,
+        json=_ANY_MAPPING,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CustomRuleDoc:
+    """A rule defined in a pack: a CEL condition over one role (or workload) and its placement."""
+
+    id: str = setting(
+        doc="Rule id: lowercase letters, digits and '-', at most 63 characters.",
+        pattern=_RULE_ID_RE.pattern.strip("^$"),
+        pattern_text="not a rule id (lowercase letters, digits and '-', at most 63 characters)",
+    )
+    title: str = setting("", doc="One line for people; default: the id.")
+    description: str = setting("", doc="For people.")
+    severity: str = setting(doc="critical, high, medium or low.", choices=SEVERITIES)
+    symptoms: tuple[str, ...] = setting((), doc="Any of blocked, slowdown, cost.", choices=SYMPTOMS)
+    certainty: str = setting("always", doc="The certainty its findings carry.", choices=CERTAINTIES)
+    target: str = setting(
+        "role", doc="role: evaluated once per role; workload: once per workload.", key="for", choices=TARGETS
+    )
+    condition: str = setting(doc="CEL that yields a bool; true reports a finding.", check=_non_empty)
+    message: str = setting(doc="The finding's message.", check=_non_empty)
+    message_expression: str | None = setting(
+        None,
+        doc="CEL that yields the message (string); on an evaluation error `message` is used.",
+        key="messageExpression",
+        check=_non_empty,
+    )
+    options: Mapping[str, Any] = setting(
+        factory=_empty,
+        doc="Defaults of the rule's parameters, read as `params` in CEL.",
+        parse=_mapping,
+        json=_ANY_MAPPING,
+    )
+    scope: ScopeDoc | None = setting(None, doc="Where the rule reports.")
+    enabled: bool = setting(True, doc="Whether the rule runs.")
+
+    def validated(self, raw: Any, where: Where, path: str, line: int) -> CustomRuleDoc:
+        if self.id in _BUILTIN_META:
+            raise where.error(
+                f"{path}.id", yamlio.key_line(raw, "id", line), f"{self.id!r} is a built-in rule"
             )
-        return value
-
-    def required_string(self, container: Mapping[str, Any], key: str, path: str) -> str:
-        value = self.string(container, key, path)
-        if not value.strip():
-            raise self.error(self.line_of(container, key), _join(path, key), "must not be empty")
-        return value
-
-    def choice(
-        self, container: Mapping[str, Any], key: str, path: str, choices: Sequence[str], default: str | None
-    ) -> str | None:
-        value = self.string(container, key, path) if container.get(key) is not None else None
-        if value is None:
-            return default
-        if value not in choices:
-            raise self.error(
-                self.line_of(container, key),
-                _join(path, key),
-                f"{value!r} is not one of {', '.join(choices)}",
-            )
-        return value
-
-    def boolean(self, container: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
-        value = container.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.error(
-                self.line_of(container, key), _join(path, key), f"must be true or false, not {value!r}"
-            )
-        return value
-
-    def strings(self, container: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
-        value = container.get(key)
-        if value is None:
-            return ()
-        line = self.line_of(container, key)
-        if not isinstance(value, list):
-            raise self.error(line, _join(path, key), f"must be a list of strings, not {_type_name(value)}")
-        out = []
-        for i, item in enumerate(value):
-            if not isinstance(item, str) or not item:
-                item_line = _item_line(value, i, line)
-                raise self.error(item_line, f"{_join(path, key)}[{i}]", "must be a non-empty string")
-            out.append(item)
-        return tuple(out)
-
-    def expiry(self, value: object, line: int, path: str) -> date:
-        if isinstance(value, date):  # should a loader ever resolve YAML timestamps
-            return value
-        text = value if isinstance(value, str) else ""
-        if not _DATE_RE.match(text):
-            raise self.error(line, path, f"must be a date as YYYY-MM-DD, not {value!r}")
-        try:
-            return date.fromisoformat(text)
-        except ValueError:
-            raise self.error(line, path, f"{text!r} is not a calendar date") from None
+        return self
 
 
-def _type_name(value: object) -> str:
-    return "null" if value is None else f"a {type_name(value)}"
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackMetaDoc:
+    """The pack's metadata."""
+
+    name: str = setting(doc="Names the pack in reports.", check=_non_empty)
+    description: str = setting("", doc="For people.")
+    labels: Mapping[str, Any] = setting(factory=_empty, doc="Free-form.", parse=_mapping, json=_ANY_MAPPING)
+    annotations: Mapping[str, Any] = setting(
+        factory=_empty, doc="Free-form.", parse=_mapping, json=_ANY_MAPPING
+    )
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackSpecDoc:
+    """Rule settings and custom rules."""
+
+    rules: Mapping[str, Any] = setting(
+        factory=_empty,
+        doc="Rule id → settings (RuleEntry), for built-in rules and custom rules defined so far.",
+        parse=_mapping,
+        json={"type": "object", "additionalProperties": {"$ref": "#/$defs/RuleEntryDoc"}},
+    )
+    custom_rules: tuple[CustomRuleDoc, ...] = setting((), doc="Custom CEL rules.", key="customRules")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaiverMetaDoc:
+    """The waiver's metadata."""
+
+    name: str = setting(doc="Unique over all packs.", check=_non_empty)
+    labels: Mapping[str, Any] = setting(factory=_empty, doc="Free-form.", parse=_mapping, json=_ANY_MAPPING)
+    annotations: Mapping[str, Any] = setting(
+        factory=_empty, doc="Free-form.", parse=_mapping, json=_ANY_MAPPING
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadDoc:
+    """A workload by kind, namespace and name."""
+
+    kind: str = setting(doc="Object kind.", check=_non_empty)
+    namespace: str = setting(doc='Namespace ("" for cluster-scoped objects).')
+    name: str = setting(doc="Object name.", check=_non_empty)
+    api_version: str = setting("", doc="Optional; empty matches every apiVersion.", key="apiVersion")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaiverSpecDoc:
+    """Which findings the waiver hides, why and until when."""
+
+    rule: str = setting(doc="A built-in or custom rule id.", check=_non_empty)
+    fingerprint: str | None = setting(
+        None,
+        doc="The finding's fingerprint (32 hex digits); or give workload.",
+        parse=_fingerprint,
+        json={"type": "string", "pattern": "^[0-9a-fA-F]{32}$"},
+    )
+    workload: WorkloadDoc | None = setting(None, doc="Every finding of the rule on this workload.")
+    reason: str = setting(doc="Why the findings are accepted.", check=_non_empty)
+    expires: date = setting(
+        doc="YYYY-MM-DD; the waiver applies through that day (UTC).",
+        parse=_expiry,
+        json={"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
+    )
+    owner: str = setting("", doc="Who accepted it.")
+
+    def validated(self, raw: Any, where: Where, path: str, line: int) -> WaiverSpecDoc:
+        if (raw.get("fingerprint") is not None) == (raw.get("workload") is not None):
+            raise where.error(path, line, "give exactly one of fingerprint and workload")
+        return self
+
+
+def _api_version(value: str) -> str | None:
+    return None if value == API_VERSION else f"must be {API_VERSION}, not {value!r}"
+
+
+def _kind(value: str) -> str | None:
+    return (
+        None if value in (PACK_KIND, WAIVER_KIND) else f"must be {PACK_KIND} or {WAIVER_KIND}, not {value!r}"
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeaderDoc:
+    """A pack file's document: a PolicyPack or a Waiver."""
+
+    api_version: str = setting(doc=f"Always {API_VERSION}.", key="apiVersion", check=_api_version)
+    kind: str = setting(doc=f"{PACK_KIND} or {WAIVER_KIND}.", check=_kind)
+    metadata: Any = setting(
+        None, doc="PackMetaDoc or WaiverMetaDoc.", parse=lambda raw: raw, json=_ANY_MAPPING
+    )
+    spec: Any = setting(None, doc="PackSpecDoc or WaiverSpecDoc.", parse=lambda raw: raw, json=_ANY_MAPPING)
 
 
 def _item_line(seq: object, index: int, default: int) -> int:
@@ -429,7 +559,7 @@ class _Merger:
     files: list[str] = field(default_factory=list)
     drafts: dict[str, _Draft] = field(default_factory=dict)
     custom: dict[str, CustomRule] = field(default_factory=dict)
-    waivers: list[tuple[Waiver, _Doc, int]] = field(default_factory=list)
+    waivers: list[tuple[Waiver, Where, int]] = field(default_factory=list)
     waiver_names: dict[str, SourceRef] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -438,91 +568,75 @@ class _Merger:
 
     def add(self, document: yamlio.Document) -> None:
         data, source = document.data, document.source
-        doc = _Doc(source.file, source.line)
-        top = doc.mapping(
-            data, "", source.line, ("apiVersion", "kind", "metadata", "spec"), ("apiVersion", "kind")
-        )
-        api = doc.string(top, "apiVersion", "")
-        if api != API_VERSION:
-            raise doc.error(
-                doc.line_of(top, "apiVersion"), "apiVersion", f"must be {API_VERSION}, not {api!r}"
-            )
-        kind = doc.string(top, "kind", "")
-        if kind == PACK_KIND:
-            self._pack(top, doc)
-        elif kind == WAIVER_KIND:
-            self._waiver(top, doc)
+        where = Where(source.file, Path(source.file).parent, PackError)
+        header = read(HeaderDoc, data, "", where, source.line)
+        top_line = yamlio.line_of(data, source.line)
+        if header.kind == PACK_KIND:
+            self._pack(data, where, top_line)
         else:
-            raise doc.error(
-                doc.line_of(top, "kind"), "kind", f"must be {PACK_KIND} or {WAIVER_KIND}, not {kind!r}"
-            )
+            self._waiver(data, where, top_line)
 
     # PolicyPack ----------------------------------------------------------------------------
 
-    def _pack(self, top: Mapping[str, Any], doc: _Doc) -> None:
-        meta = doc.mapping(
-            top.get("metadata"),
-            "metadata",
-            doc.line_of(top, "metadata"),
-            ("name", "description", "labels", "annotations"),
-            ("name",),
+    def _pack(self, top: Mapping[str, Any], where: Where, line: int) -> None:
+        meta = read(
+            PackMetaDoc, top.get("metadata"), "metadata", where, yamlio.key_line(top, "metadata", line)
         )
-        name = doc.required_string(meta, "name", "metadata")
-        spec = doc.mapping(top.get("spec"), "spec", doc.line_of(top, "spec"), ("rules", "customRules"))
-        self.names.append(name)
-        if doc.file not in self.files:
-            self.files.append(doc.file)
+        raw_spec = top.get("spec")
+        spec = read(PackSpecDoc, raw_spec, "spec", where, yamlio.key_line(top, "spec", line))
+        self.names.append(meta.name)
+        if where.file not in self.files:
+            self.files.append(where.file)
         defined_here: set[str] = set()
-        custom = spec.get("customRules")
-        if custom is not None:
-            line = doc.line_of(spec, "customRules")
-            if not isinstance(custom, list):
-                raise doc.error(line, "spec.customRules", f"must be a list, not {_type_name(custom)}")
-            for i, raw in enumerate(custom):
-                path = f"spec.customRules[{i}]"
-                rule, draft = self._custom_rule(raw, doc, path, _item_line(custom, i, line))
-                if rule.id in defined_here:
-                    raise doc.error(
-                        rule.source.line, f"{path}.id", f"{rule.id!r} is defined twice in this pack"
-                    )
-                defined_here.add(rule.id)
-                self.custom.pop(rule.id, None)  # a redefinition moves to the end, in load order
-                self.custom[rule.id] = rule
-                self.drafts[rule.id] = draft
-        rules = doc.mapping(
-            spec.get("rules"),
-            "spec.rules",
-            doc.line_of(spec, "rules"),
-            tuple(self.drafts),
-            unknown="unknown rule",
-        )
-        for rid, raw in rules.items():
-            self._override(str(rid), raw, doc, f"spec.rules.{rid}", doc.line_of(rules, str(rid)))
-
-    def _override(self, rid: str, raw: object, doc: _Doc, path: str, line: int) -> None:
-        body = doc.mapping(raw, path, line, ("enabled", "severity", "scope", "options"))
-        draft = self.drafts[rid]
-        draft.enabled = doc.boolean(body, "enabled", path, draft.enabled)
-        draft.severity = doc.choice(body, "severity", path, SEVERITIES, draft.severity)
-        if "scope" in body:
-            draft.scope = self._scope(
-                body.get("scope"), doc, _join(path, "scope"), doc.line_of(body, "scope")
-            )
-        if "options" in body:
-            options = doc.mapping(
-                body.get("options"),
-                _join(path, "options"),
-                doc.line_of(body, "options"),
-                tuple(draft.declared),
-            )
-            for key, value in options.items():
-                self._check_option(
-                    draft, str(key), value, doc, f"{path}.options.{key}", doc.line_of(options, str(key))
+        raw_rules = raw_spec.get("customRules") if isinstance(raw_spec, Mapping) else None
+        spec_line = yamlio.line_of(raw_spec, line)
+        for i, doc in enumerate(spec.custom_rules):
+            path = f"spec.customRules[{i}]"
+            raw = raw_rules[i] if isinstance(raw_rules, list) else {}
+            item_line = yamlio.line_of(raw, _item_line(raw_rules, i, spec_line))
+            rule, draft = self._custom_rule(doc, raw, where, path, item_line)
+            if rule.id in defined_here:
+                raise where.error(
+                    f"{path}.id", rule.source.line, f"{rule.id!r} is defined twice in this pack"
                 )
-                draft.options[str(key)] = value
-        draft.source = f"{doc.file}:{line}"
+            defined_here.add(rule.id)
+            self.custom.pop(rule.id, None)  # a redefinition moves to the end, in load order
+            self.custom[rule.id] = rule
+            self.drafts[rule.id] = draft
+        rules = spec.rules
+        for rid, raw in rules.items():
+            at = yamlio.key_line(rules, str(rid), spec_line)
+            if rid not in self.drafts:
+                raise where.error(
+                    f"spec.rules.{rid}", at, f"unknown rule (known: {', '.join(sorted(self.drafts))})"
+                )
+            self._override(str(rid), raw, where, f"spec.rules.{rid}", at)
 
-    def _check_option(self, draft: _Draft, key: str, value: object, doc: _Doc, path: str, line: int) -> None:
+    def _override(self, rid: str, raw: Any, where: Where, path: str, line: int) -> None:
+        entry = read(RuleEntryDoc, raw, path, where, line)
+        draft = self.drafts[rid]
+        if entry.enabled is not None:
+            draft.enabled = entry.enabled
+        if entry.severity is not None:
+            draft.severity = entry.severity
+        if isinstance(raw, Mapping) and "scope" in raw:
+            draft.scope = entry.scope.scope() if entry.scope is not None else EVERYWHERE
+        options = entry.options
+        for key, value in options.items():
+            at = yamlio.key_line(options, str(key), line)
+            if key not in draft.declared:
+                raise where.error(
+                    f"{path}.options.{key}",
+                    at,
+                    f"unknown key (known: {', '.join(sorted(draft.declared)) or 'none'})",
+                )
+            self._check_option(draft, str(key), value, where, f"{path}.options.{key}", at)
+            draft.options[str(key)] = value
+        draft.source = f"{where.file}:{line}"
+
+    def _check_option(
+        self, draft: _Draft, key: str, value: object, where: Where, path: str, line: int
+    ) -> None:
         default = draft.options.get(key)
         if default is None or value is None:
             return
@@ -532,202 +646,102 @@ class _Merger:
             or (isinstance(value, int | float) and isinstance(default, int | float))
         )
         if not same:
-            raise doc.error(
-                line, path, f"must be {_type_name(default)} like its default, not {_type_name(value)}"
+            raise where.error(
+                path, line, f"must be {kind_of(default)} like its default, not {kind_of(value)}"
             )
 
-    def _scope(self, raw: object, doc: _Doc, path: str, line: int) -> Scope:
-        if raw is None:
-            return EVERYWHERE
-        body = doc.mapping(raw, path, line, ("namespaces", "excludeNamespaces", "kinds", "labels"))
-        labels: LabelSelector | None = None
-        if body.get("labels") is not None:
-            try:
-                labels = parse_label_selector(body["labels"], _join(path, "labels"))
-            except SelectorError as exc:
-                raise doc.error(
-                    doc.line_of(body, "labels"), exc.field or _join(path, "labels"), exc.message
-                ) from None
-        return Scope(
-            doc.strings(body, "namespaces", path),
-            doc.strings(body, "excludeNamespaces", path),
-            doc.strings(body, "kinds", path),
-            labels,
-        )
-
-    def _custom_rule(self, raw: object, doc: _Doc, path: str, line: int) -> tuple[CustomRule, _Draft]:
-        body = doc.mapping(
-            raw,
-            path,
-            line,
-            (
-                "id",
-                "title",
-                "description",
-                "severity",
-                "symptoms",
-                "certainty",
-                "for",
-                "condition",
-                "message",
-                "messageExpression",
-                "options",
-                "scope",
-                "enabled",
-            ),
-            ("id", "severity", "condition", "message"),
-        )
-        line = yamlio.line_of(body, line)
-        rid = doc.required_string(body, "id", path)
-        if not _RULE_ID_RE.match(rid):
-            raise doc.error(
-                doc.line_of(body, "id"),
-                _join(path, "id"),
-                f"{rid!r} is not a rule id (lowercase letters, digits and '-', at most 63 characters)",
-            )
-        if rid in _BUILTIN_META:
-            raise doc.error(doc.line_of(body, "id"), _join(path, "id"), f"{rid!r} is a built-in rule")
-        severity = doc.choice(body, "severity", path, SEVERITIES, None) or ""
-        symptoms = doc.strings(body, "symptoms", path)
-        for i, symptom in enumerate(symptoms):
-            if symptom not in SYMPTOMS:
-                raise doc.error(
-                    _item_line(body.get("symptoms"), i, doc.line_of(body, "symptoms")),
-                    f"{path}.symptoms[{i}]",
-                    f"{symptom!r} is not one of {', '.join(SYMPTOMS)}",
-                )
-        target = doc.choice(body, "for", path, TARGETS, "role") or "role"
-        names = VARIABLES if target == "role" else WORKLOAD_VARIABLES
-        condition_line = doc.line_of(body, "condition")
-        condition = self._cel(body, "condition", doc, path, rid, names, "bool")
+    def _custom_rule(
+        self, doc: CustomRuleDoc, raw: Any, where: Where, path: str, line: int
+    ) -> tuple[CustomRule, _Draft]:
+        names = VARIABLES if doc.target == "role" else WORKLOAD_VARIABLES
+        condition = self._cel(doc.condition, raw, "condition", where, path, doc.id, names, "bool", line)
         message_expression = (
-            self._cel(body, "messageExpression", doc, path, rid, names, "string")
-            if body.get("messageExpression") is not None
+            self._cel(
+                doc.message_expression, raw, "messageExpression", where, path, doc.id, names, "string", line
+            )
+            if doc.message_expression is not None
             else None
         )
-        raw_options = body.get("options")
-        options = doc.mapping(
-            raw_options,
-            _join(path, "options"),
-            doc.line_of(body, "options"),
-            tuple(map(str, raw_options)) if isinstance(raw_options, Mapping) else (),
-        )
         rule = CustomRule(
-            id=rid,
-            title=doc.string(body, "title", path) or rid,
-            severity=severity,
-            symptoms=symptoms,
-            certainty=doc.choice(body, "certainty", path, CERTAINTIES, "always") or "always",
-            target=target,
-            message=doc.required_string(body, "message", path),
+            id=doc.id,
+            title=doc.title or doc.id,
+            severity=doc.severity,
+            symptoms=doc.symptoms,
+            certainty=doc.certainty,
+            target=doc.target,
+            message=doc.message,
             condition=condition,
             message_expression=message_expression,
-            source=SourceRef(doc.file, line),
+            source=SourceRef(where.file, line),
             key=path,
-            condition_line=condition_line,
-            message_expression_line=doc.line_of(body, "messageExpression"),
-            description=doc.string(body, "description", path),
+            condition_line=yamlio.key_line(raw, "condition", line),
+            message_expression_line=yamlio.key_line(raw, "messageExpression", line),
+            description=doc.description,
         )
         draft = _Draft(
-            doc.boolean(body, "enabled", path, True),
+            doc.enabled,
             None,
-            self._scope(body.get("scope"), doc, _join(path, "scope"), doc.line_of(body, "scope")),
-            {str(k): v for k, v in options.items()},
-            frozenset(str(k) for k in options),
-            f"{doc.file}:{line}",
+            doc.scope.scope() if doc.scope is not None else EVERYWHERE,
+            {str(k): v for k, v in doc.options.items()},
+            frozenset(str(k) for k in doc.options),
+            f"{where.file}:{line}",
         )
         return rule, draft
 
     def _cel(
         self,
-        body: Mapping[str, Any],
+        source: str,
+        raw: Any,
         key: str,
-        doc: _Doc,
+        where: Where,
         path: str,
         rid: str,
         names: Sequence[str],
         returns: Returns,
+        line: int,
     ) -> CelExpression:
-        source = doc.required_string(body, key, path)
         try:
             return compile_expression(source, names, returns)
         except CelError as exc:
-            raise doc.error(doc.line_of(body, key), _join(path, key), f"rule {rid!r}: CEL: {exc}") from None
+            raise where.error(
+                f"{path}.{key}", yamlio.key_line(raw, key, line), f"rule {rid!r}: CEL: {exc}"
+            ) from None
 
     # Waiver --------------------------------------------------------------------------------
 
-    def _waiver(self, top: Mapping[str, Any], doc: _Doc) -> None:
-        meta = doc.mapping(
-            top.get("metadata"),
-            "metadata",
-            doc.line_of(top, "metadata"),
-            ("name", "labels", "annotations"),
-            ("name",),
-        )
-        name = doc.required_string(meta, "name", "metadata")
-        spec = doc.mapping(
-            top.get("spec"),
-            "spec",
-            doc.line_of(top, "spec"),
-            ("rule", "fingerprint", "workload", "reason", "expires", "owner"),
-            ("rule", "reason", "expires"),
-        )
-        if name in self.waiver_names:
-            raise doc.error(
-                doc.line_of(meta, "name"),
+    def _waiver(self, top: Mapping[str, Any], where: Where, line: int) -> None:
+        meta_line = yamlio.key_line(top, "metadata", line)
+        meta = read(WaiverMetaDoc, top.get("metadata"), "metadata", where, meta_line)
+        raw_spec = top.get("spec")
+        spec = read(WaiverSpecDoc, raw_spec, "spec", where, yamlio.key_line(top, "spec", line))
+        if meta.name in self.waiver_names:
+            raise where.error(
                 "metadata.name",
-                f"waiver {name!r} is already defined at {self.waiver_names[name]}",
+                yamlio.key_line(top.get("metadata"), "name", meta_line),
+                f"waiver {meta.name!r} is already defined at {self.waiver_names[meta.name]}",
             )
-        has_fp, has_workload = spec.get("fingerprint") is not None, spec.get("workload") is not None
-        if has_fp == has_workload:
-            raise doc.error(
-                yamlio.line_of(spec, doc.line), "spec", "give exactly one of fingerprint and workload"
-            )
-        fingerprint = ""
-        workload = None
-        if has_fp:
-            fingerprint = doc.string(spec, "fingerprint", "spec").lower()
-            if not _FINGERPRINT_RE.match(fingerprint):
-                raise doc.error(
-                    doc.line_of(spec, "fingerprint"),
-                    "spec.fingerprint",
-                    "must be a finding fingerprint (32 hex digits)",
-                )
-        else:
-            w = doc.mapping(
-                spec.get("workload"),
-                "spec.workload",
-                doc.line_of(spec, "workload"),
-                ("apiVersion", "kind", "namespace", "name"),
-                ("kind", "namespace", "name"),
-            )
-            workload = WorkloadMatch(
-                doc.required_string(w, "kind", "spec.workload"),
-                doc.string(w, "namespace", "spec.workload"),
-                doc.required_string(w, "name", "spec.workload"),
-                doc.string(w, "apiVersion", "spec.workload"),
-            )
-        source = SourceRef(doc.file, doc.line)
+        w = spec.workload
+        source = SourceRef(where.file, line)
         waiver = Waiver(
-            name=name,
-            rule=doc.required_string(spec, "rule", "spec"),
-            reason=doc.required_string(spec, "reason", "spec"),
-            expires=doc.expiry(spec.get("expires"), doc.line_of(spec, "expires"), "spec.expires"),
-            owner=doc.string(spec, "owner", "spec"),
+            name=meta.name,
+            rule=spec.rule,
+            reason=spec.reason,
+            expires=spec.expires,
+            owner=spec.owner,
             origin="document",
             source=source,
-            fingerprint=fingerprint,
-            workload=workload,
+            fingerprint=spec.fingerprint or "",
+            workload=WorkloadMatch(w.kind, w.namespace, w.name, w.api_version) if w is not None else None,
         )
-        self.waiver_names[name] = source
-        self.waivers.append((waiver, doc, doc.line_of(spec, "rule")))
+        self.waiver_names[meta.name] = source
+        self.waivers.append((waiver, where, yamlio.key_line(raw_spec, "rule", line)))
 
     def result(self) -> PolicyPack:
-        for waiver, doc, line in self.waivers:
+        for waiver, where, line in self.waivers:
             if waiver.rule not in self.drafts:
-                raise doc.error(
-                    line,
+                raise where.error(
                     "spec.rule",
+                    line,
                     f"unknown rule {waiver.rule!r} (known: {', '.join(sorted(self.drafts))})",
                 )
         rules = {
@@ -743,6 +757,47 @@ class _Merger:
             tuple(self.custom.values()),
             tuple(w for w, _, _ in self.waivers),
         )
+
+
+def pack_json_schema() -> str:
+    """docs/schemas/policy-pack.schema.json: one PolicyPack or Waiver document (a test keeps it current)."""
+    pack = json_schema(PackSpecDoc, "spec", "")
+    waiver = json_schema(WaiverSpecDoc, "spec", "")
+    meta = json_schema(PackMetaDoc, "metadata", "")
+    wmeta = json_schema(WaiverMetaDoc, "metadata", "")
+    defs = {**pack.pop("$defs", {}), **waiver.pop("$defs", {})}
+    defs["RuleEntryDoc"] = json_schema(RuleEntryDoc, "rule", "")
+    defs.update(defs["RuleEntryDoc"].pop("$defs", {}))
+    for d in (pack, waiver, meta, wmeta, defs["RuleEntryDoc"]):
+        for k in ("$schema", "$id", "title"):
+            d.pop(k, None)
+
+    def document(
+        kind: str, metadata: dict[str, Any], spec: dict[str, Any], required: list[str]
+    ) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "apiVersion": {"const": API_VERSION},
+                "kind": {"const": kind},
+                "metadata": metadata,
+                "spec": spec,
+            },
+            "required": required,
+            "additionalProperties": False,
+        }
+
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://placement-auditor.dev/schemas/policy-pack.schema.json",
+        "title": "placement-auditor policy pack document (PolicyPack or Waiver)",
+        "oneOf": [
+            document(PACK_KIND, meta, pack, ["apiVersion", "kind", "metadata"]),
+            document(WAIVER_KIND, wmeta, waiver, ["apiVersion", "kind", "metadata", "spec"]),
+        ],
+        "$defs": dict(sorted(defs.items())),
+    }
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 
 def default_pack_path() -> Path:
@@ -791,12 +846,12 @@ def evaluate_custom_rules(pack: PolicyPack, model: AuditModel) -> tuple[list[Fin
             if not settings.scope.matches(ref.namespace, ref.kind, labels):
                 continue
             base = {**activation.base, "params": dict(settings.options)}
-            targets: Iterable[tuple[str, Mapping[str, Any]]] = (
-                [(r.name, {**base, "role": m}) for r, m in activation.roles]
+            targets: Iterable[tuple[str, str, Mapping[str, Any]]] = (
+                [(r.name, r.label, {**base, "role": m}) for r, m in activation.roles]
                 if rule.target == "role"
-                else [("", base)]
+                else [("", "", base)]
             )
-            for target, variables in targets:
+            for target, role_label, variables in targets:
                 what = f"{ref.kind} {ref.namespace}/{ref.name}" + (f" role {target}" if target else "")
                 try:
                     hit = rule.condition.evaluate(variables)
@@ -824,6 +879,7 @@ def evaluate_custom_rules(pack: PolicyPack, model: AuditModel) -> tuple[list[Fin
                         workload=_object(activation.workload),
                         message=message,
                         target=target,
+                        role=role_label,
                     )
                 )
     errors: list[LoadError] = []

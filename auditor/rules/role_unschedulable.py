@@ -60,4 +60,5 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
             symptoms=META.symptoms,
             workload=object_ref(role),
             message=message,
+            role=role.label,
         )

@@ -12,14 +12,14 @@ from typing import Any
 
 from auditor.model.findings import Finding
 from auditor.rules.base import RuleMeta
-from auditor.rules.blocked import classify
-from auditor.rules.model import AuditModel, edge_finding
+from auditor.rules.model import AuditModel, blocked_finding
 
 META = RuleMeta("traffic-blocked", "Blocked by policy wherever the pods land", "critical", ("blocked",))
 
 
 def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]:
     for analysis in model.edges:
-        verdict = classify(analysis)
-        if verdict is not None and verdict[0] == META.id:
-            yield edge_finding(META, analysis, verdict[1])
+        if analysis.verdict.blocked == META.id:
+            yield blocked_finding(
+                META, analysis, "even where both share a zone, so moving pods will not help"
+            )

@@ -40,4 +40,5 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
                         f"{role} carries label {key}={value} but can land only in "
                         f"{', '.join(placement.zones)}"
                     ),
+                    role=role.label,
                 )

@@ -30,9 +30,10 @@ import yaml
 
 from auditor import yamlio
 from auditor.config import Settings
-from auditor.inventory import SNAPSHOT_KIND, Inventory, build_inventory
+from auditor.inventory import Inventory
 from auditor.model.source import LoadError, SourceRef
 from auditor.sources.kubeapi import ClusterRead, Reader, ReadOptions
+from auditor.sources.objects import SNAPSHOT_KIND, build_inventory
 from auditor.workloads import dataports
 
 SNAPSHOT_API_VERSION = "placement-auditor.io/v1alpha1"

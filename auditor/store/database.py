@@ -24,13 +24,10 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from auditor.resources import migrations_dir
+from auditor.store.url import DatabaseURLError, check_url
 
 DEFAULT_URL = "sqlite:///auditor.db"
 ENV_URL = "AUDITOR_DATABASE_URL"
-
-
-class DatabaseURLError(ValueError):
-    pass
 
 
 def resolve_url(configured: str | None, environ: Mapping[str, str] = os.environ) -> str:
@@ -40,22 +37,14 @@ def resolve_url(configured: str | None, environ: Mapping[str, str] = os.environ)
 
 def parse_url(text: str) -> URL:
     """A validated URL: SQLite or PostgreSQL (`postgresql://` is driven by psycopg 3)."""
+    backend = check_url(text)
     try:
         url = make_url(text)
     except ArgumentError as exc:
         raise DatabaseURLError(f"not a database URL ({exc})") from None
-    backend = url.get_backend_name()
-    if backend == "postgresql":
-        if url.get_driver_name() not in ("psycopg", "psycopg2"):
-            url = url.set(drivername="postgresql+psycopg")
-        if url.get_driver_name() == "psycopg2":
-            url = url.set(drivername="postgresql+psycopg")
-        if not url.database:
-            raise DatabaseURLError("a PostgreSQL URL needs a database name")
-        return url
-    if backend == "sqlite":
-        return url
-    raise DatabaseURLError(f"unsupported database {backend!r} (use sqlite:/// or postgresql://)")
+    if backend == "postgresql" and url.get_driver_name() != "psycopg":
+        url = url.set(drivername="postgresql+psycopg")
+    return url
 
 
 def redacted(url: URL | str) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -114,16 +113,6 @@ class FindingFilter:
 class Page:
     items: list[dict[str, Any]]
     next_cursor: str | None
-
-
-@dataclass
-class _Counts:
-    new: int = 0
-    reopened: int = 0
-    resolved: int = 0
-    waived: int = 0
-    by_rule_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    by_rule_count: Counter[str] = field(default_factory=Counter)
 
 
 def encode_cursor(last_id: int) -> str:
@@ -284,155 +273,43 @@ class Store:
             return dead
 
     def complete_run(self, run_id: int, outcome: RunOutcome) -> RunSummary:
-        """Store a run's results and apply the lifecycle, all in one transaction."""
+        """Store a run's results and apply the lifecycle, all in one transaction: what changes is
+        decided first (`lifecycle.plan_run`, pure), then written."""
         if outcome.status not in ("succeeded", "partial"):
             raise ValueError(f"complete_run takes succeeded or partial, not {outcome.status}")
         now = self.clock()
-        counts = _Counts()
         with self.sessions.begin() as session:
             run = session.get_one(Run, run_id, with_for_update=True)
             if run.status != "running":
                 raise SlotTaken(f"run {run_id} is {run.status}, not running")
-            target_id = run.target_id
-            previous: dict[str, tuple[int, str]] = {
-                fp: (fid, st)
-                for fid, fp, st in session.execute(
-                    select(FindingRow.id, FindingRow.fingerprint, FindingRow.status).where(
-                        FindingRow.target_id == target_id
-                    )
+            previous = {
+                fp: lifecycle.Stored(fid, st, sev, cert)
+                for fid, fp, st, sev, cert in session.execute(
+                    select(
+                        FindingRow.id,
+                        FindingRow.fingerprint,
+                        FindingRow.status,
+                        FindingRow.severity,
+                        FindingRow.certainty,
+                    ).where(FindingRow.target_id == run.target_id)
                 )
             }
-            seen: dict[str, tuple[Finding, lifecycle.Seen, WaiverSeen | None]] = {}
-            for f in outcome.findings:
-                seen.setdefault(f.fingerprint, (f, lifecycle.Seen.REPORTED, None))
-            for f, hidden_by in outcome.waived:
-                seen.setdefault(f.fingerprint, (f, lifecycle.Seen.WAIVED, hidden_by))
-
-            inserts: list[dict[str, Any]] = []
-            updates: list[dict[str, Any]] = []
-            statuses: dict[str, str] = {}
-            for fp, (f, how, waiver) in seen.items():
-                before = previous.get(fp)
-                change = lifecycle.after_run(before[1] if before else None, how, outcome.status)
-                assert change is not None  # a seen finding always changes in a completed run
-                statuses[fp] = change.status
-                counts.new += change.status == "new"
-                counts.reopened += change.reopened
-                counts.waived += change.status == "waived"
-                if change.status != "waived" and f.estimated_monthly_cost_usd is not None:
-                    counts.by_rule_cost[f.rule] += f.estimated_monthly_cost_usd
-                if change.status != "waived":
-                    counts.by_rule_count[f.rule] += 1
-                values = _finding_values(f)
-                values.update(
-                    labels=dict(outcome.labels.get(f.workload.identity, {})),
-                    status=change.status,
-                    last_seen_at=now,
-                    last_run_id=run_id,
-                    waiver_reason=waiver.reason if waiver else None,
-                    waiver_expires=waiver.expires if waiver else None,
-                )
-                if change.reopened:
-                    values["resolved_at"] = None
-                if before is None:
-                    values.update(target_id=target_id, fingerprint=fp, first_seen_at=now, first_run_id=run_id)
-                    inserts.append(values)
-                else:
-                    values["id"] = before[0]
-                    updates.append(values)
-
-            ids = {fp: prev[0] for fp, prev in previous.items()}
-            if inserts:
-                # Core executemany (every row has the same keys): the ORM bulk path splits rows by
-                # which values are None and RETURNING parses every batch again; then one SELECT
-                # maps the new fingerprints to their ids (5x faster for 50,000 findings).
-                for chunk in _chunks(inserts, 5000):
-                    session.execute(insert(_FINDINGS), chunk)
-                wanted = {row["fingerprint"] for row in inserts}
-                for fid, fp in session.execute(
-                    select(FindingRow.id, FindingRow.fingerprint).where(FindingRow.target_id == target_id)
-                ):
-                    if fp in wanted:
-                        ids[fp] = fid
-            if updates:
-                session.execute(update(FindingRow), updates)
-
-            resolved_ids: list[int] = []
-            for fp, (fid, status) in previous.items():
-                if fp not in seen:
-                    change = lifecycle.after_run(status, None, outcome.status)
-                    if change is not None and change.resolved:
-                        resolved_ids.append(fid)
-            for chunk in _chunks(resolved_ids, 5000):
-                session.execute(
-                    update(FindingRow)
-                    .where(FindingRow.id.in_(chunk))
-                    .values(status="resolved", resolved_at=now)
-                    .execution_options(synchronize_session=False)
-                )
-            counts.resolved = len(resolved_ids)
-
-            observations = [
-                {
-                    "finding_id": ids[fp],
-                    "run_id": run_id,
-                    "status": statuses[fp],
-                    "severity": f.severity,
-                    "certainty": f.certainty,
-                    "estimated_monthly_cost_usd": f.estimated_monthly_cost_usd,
-                    "estimated_slowdown_pct": f.estimated_slowdown_pct,
-                }
-                for fp, (f, _, _) in seen.items()
-            ]
-            for chunk in _chunks(resolved_ids, 5000):
-                rows = session.execute(
-                    select(FindingRow.id, FindingRow.severity, FindingRow.certainty).where(
-                        FindingRow.id.in_(chunk)
-                    )
-                )
-                observations.extend(
-                    {
-                        "finding_id": fid,
-                        "run_id": run_id,
-                        "status": "resolved",
-                        "severity": sev,
-                        "certainty": cert,
-                        "estimated_monthly_cost_usd": None,
-                        "estimated_slowdown_pct": None,
-                    }
-                    for fid, sev, cert in rows
-                )
-            for chunk in _chunks(observations, 10000):
-                session.execute(insert(_OBSERVATIONS), chunk)
-
-            for rule in sorted(counts.by_rule_count):
-                session.add(
-                    CostEstimate(
-                        run_id=run_id,
-                        target_id=target_id,
-                        rule=rule,
-                        findings=counts.by_rule_count[rule],
-                        monthly_usd=round(counts.by_rule_cost.get(rule, 0.0), 2),
-                        at=now,
-                    )
-                )
-            self._store_waivers(session, target_id, run_id, outcome)
-
-            total_cost = round(sum(counts.by_rule_cost.values()), 2) if counts.by_rule_cost else None
-            reported = sum(counts.by_rule_count.values())
+            plan = lifecycle.plan_run(previous, outcome.findings, outcome.waived, outcome.status)
+            _write_findings(session, run, plan, outcome, now)
+            self._store_waivers(session, run.target_id, run_id, outcome)
             run.status = outcome.status
             run.revision = outcome.revision
             run.finished_at = now
             run.heartbeat_at = now
-            run.findings_count = reported
-            run.new_count = counts.new
-            run.reopened_count = counts.reopened
-            run.resolved_count = counts.resolved
-            run.waived_count = counts.waived
+            run.findings_count = plan.reported
+            run.new_count = plan.new
+            run.reopened_count = plan.reopened
+            run.resolved_count = len(plan.resolved)
+            run.waived_count = plan.waived
             run.errors_count = len(outcome.errors)
             run.errors = list(outcome.errors)[:100]
             run.audited_objects = outcome.audited_objects
-            run.estimated_monthly_cost_usd = total_cost
+            run.estimated_monthly_cost_usd = plan.total_cost
             if outcome.status == "partial":
                 run.error = (
                     f"{len(outcome.errors)} file(s) or object(s) could not be read; nothing was resolved"
@@ -440,12 +317,12 @@ class Store:
         return RunSummary(
             run_id,
             outcome.status,
-            reported,
-            counts.new,
-            counts.reopened,
-            counts.resolved,
-            counts.waived,
-            total_cost,
+            plan.reported,
+            plan.new,
+            plan.reopened,
+            len(plan.resolved),
+            plan.waived,
+            plan.total_cost,
         )
 
     def _store_waivers(self, session: Session, target_id: int, run_id: int, outcome: RunOutcome) -> None:
@@ -900,6 +777,96 @@ class Store:
             "cost": cost,
             "blocked": blocked,
         }
+
+
+def _write_findings(
+    session: Session, run: Run, plan: lifecycle.RunPlan[WaiverSeen], outcome: RunOutcome, now: datetime
+) -> None:
+    """Write a run's plan: finding rows inserted, updated and resolved, one observation per
+    finding, the cost estimate per rule. Bulk statements, in chunks the drivers take well."""
+    run_id, target_id = run.id, run.target_id
+    inserts: list[dict[str, Any]] = []
+    updates: list[dict[str, Any]] = []
+    for change in plan.seen:
+        f, waiver = change.finding, change.hidden_by
+        values = _finding_values(f)
+        values.update(
+            labels=dict(outcome.labels.get(f.workload.identity, {})),
+            status=change.transition.status,
+            last_seen_at=now,
+            last_run_id=run_id,
+            waiver_reason=waiver.reason if waiver else None,
+            waiver_expires=waiver.expires if waiver else None,
+        )
+        if change.transition.reopened:
+            values["resolved_at"] = None
+        if change.before is None:
+            values.update(
+                target_id=target_id, fingerprint=change.fingerprint, first_seen_at=now, first_run_id=run_id
+            )
+            inserts.append(values)
+        else:
+            values["id"] = change.before.id
+            updates.append(values)
+    ids = {c.fingerprint: c.before.id for c in plan.seen if c.before is not None}
+    if inserts:
+        # Core executemany (every row has the same keys): the ORM bulk path splits rows by which
+        # values are None and RETURNING parses every batch again; then one SELECT maps the new
+        # fingerprints to their ids (5x faster for 50,000 findings).
+        for chunk in _chunks(inserts, 5000):
+            session.execute(insert(_FINDINGS), chunk)
+        wanted = {row["fingerprint"] for row in inserts}
+        for fid, fp in session.execute(
+            select(FindingRow.id, FindingRow.fingerprint).where(FindingRow.target_id == target_id)
+        ):
+            if fp in wanted:
+                ids[fp] = fid
+    if updates:
+        session.execute(update(FindingRow), updates)
+    for chunk in _chunks([s.id for s in plan.resolved], 5000):
+        session.execute(
+            update(FindingRow)
+            .where(FindingRow.id.in_(chunk))
+            .values(status="resolved", resolved_at=now)
+            .execution_options(synchronize_session=False)
+        )
+    observations = [
+        {
+            "finding_id": ids[c.fingerprint],
+            "run_id": run_id,
+            "status": c.transition.status,
+            "severity": c.finding.severity,
+            "certainty": c.finding.certainty,
+            "estimated_monthly_cost_usd": c.finding.estimated_monthly_cost_usd,
+            "estimated_slowdown_pct": c.finding.estimated_slowdown_pct,
+        }
+        for c in plan.seen
+    ]
+    observations.extend(
+        {
+            "finding_id": s.id,
+            "run_id": run_id,
+            "status": "resolved",
+            "severity": s.severity,
+            "certainty": s.certainty,
+            "estimated_monthly_cost_usd": None,
+            "estimated_slowdown_pct": None,
+        }
+        for s in plan.resolved
+    )
+    for chunk in _chunks(observations, 10000):
+        session.execute(insert(_OBSERVATIONS), chunk)
+    for rule in sorted(plan.count_by_rule):
+        session.add(
+            CostEstimate(
+                run_id=run_id,
+                target_id=target_id,
+                rule=rule,
+                findings=plan.count_by_rule[rule],
+                monthly_usd=round(plan.cost_by_rule.get(rule, 0.0), 2),
+                at=now,
+            )
+        )
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:

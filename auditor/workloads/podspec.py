@@ -10,10 +10,17 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from auditor.model.objects import Claim, Container, PodRequests, PodTemplate, Toleration, freeze_labels
+from auditor.model.objects import (
+    Claim,
+    Container,
+    NamedPort,
+    PodRequests,
+    PodTemplate,
+    Toleration,
+    freeze_labels,
+)
 from auditor.placement.resources import CPU, HUGEPAGES_PREFIX, MEMORY, ResourceList, parse_quantity
 from auditor.reachability import specs
-from auditor.reachability.endpoints import NamedPort
 from auditor.reachability.ports import normalise_protocol
 from auditor.reachability.specs import PolicyError
 from auditor.workloads.scheduling import parse_scheduling

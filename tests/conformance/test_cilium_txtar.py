@@ -17,6 +17,7 @@ import yaml
 from support import NETPOL, inventory
 
 from auditor.config import NetworkConfig, Settings
+from auditor.inventory import policy_engine
 from auditor.model.objects import freeze_labels
 from auditor.reachability.endpoints import Endpoint, EntityEndpoint, ExternalEndpoint, PodEndpoint, parse_ip
 from auditor.reachability.policy import Direction
@@ -97,7 +98,7 @@ def run_script(path: Path) -> list[tuple[str, bool, bool]]:
             )
             assert not inv.errors, inv.errors
             source, destination = identities[src], identities[dst]
-            verdict = inv.engine().directional(source, Direction.EGRESS, destination)
+            verdict = policy_engine(inv).directional(source, Direction.EGRESS, destination)
             got = verdict.at(proto.upper(), int(port)).allowed
             want = words[1].split("=")[-1] == "allowed"
             results.append((f"{_short(src)} -> {_short(dst)} {proto}/{port}", want, got))
@@ -124,7 +125,7 @@ def test_policymap_realised_entries() -> None:
     _, files = parse_txtar(CILIUM / "policymap.txtar")
     inv = inventory(text=files["policy.yaml"], cni="cilium")
     assert not inv.errors
-    engine = inv.engine()
+    engine = policy_engine(inv)
     web = endpoint("k8s:io.kubernetes.pod.namespace=default,k8s:app=web")
     backend = endpoint("k8s:io.kubernetes.pod.namespace=default,k8s:app=backend")
     ingress = engine.directional(web, Direction.INGRESS, backend)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from support import NETPOL, inventory, pod_endpoints
 
+from auditor.inventory import policy_engine
 from auditor.reachability.policy import Direction
 
 CYCLONUS = NETPOL / "cyclonus"
@@ -97,7 +98,7 @@ def test_cyclonus_table(index: int, port: int, section: str) -> None:
     inv = inventory([CYCLONUS / "networkpolicies" / "simple-example"], _objects())
     assert not inv.errors, inv.errors
     eps = pod_endpoints(inv)
-    engine = inv.engine()
+    engine = policy_engine(inv)
     mismatches = []
     compared = 0
     for (src, dst), cell in TABLES[index][section].items():

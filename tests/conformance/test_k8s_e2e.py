@@ -14,6 +14,7 @@ import yaml
 from support import NETPOL, inventory, pod_endpoints
 
 from auditor.config import NetworkConfig, Settings
+from auditor.inventory import policy_engine
 
 E2E = NETPOL / "k8s-e2e-derived"
 CASES: list[dict[str, Any]] = yaml.safe_load((E2E / "cases.yaml").read_text())["cases"]
@@ -26,7 +27,7 @@ def matrix(case: dict[str, Any], settings: Settings) -> dict[str, str]:
     )
     assert not inv.errors, inv.errors
     eps = pod_endpoints(inv)
-    engine = inv.engine()
+    engine = policy_engine(inv)
     proto, port = case["probe"]["protocol"], case["probe"]["port"]
     rows = {}
     for src in PODS:

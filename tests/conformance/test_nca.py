@@ -96,11 +96,12 @@ import yaml
 from auditor import yamlio
 from auditor.config import NetworkConfig, Settings
 from auditor.explain import endpoint_for
-from auditor.inventory import Inventory, build_inventory, iter_objects
+from auditor.inventory import Inventory, policy_engine
 from auditor.reachability.endpoints import Endpoint, ExternalEndpoint, PodEndpoint, parse_ip
 from auditor.reachability.engine import FlowVerdict
 from auditor.reachability.policy import CompiledPolicy, DirectionalVerdict
 from auditor.reachability.ports import PROTOCOLS, ConnSet, PortSet
+from auditor.sources.objects import build_inventory, iter_objects
 
 NCA = Path(__file__).resolve().parents[1] / "data" / "netpol" / "nca" / "tests"
 IPBLOCKS_SCHEME = NCA / "k8s_testcases/example_policies/ipblockstest/test-scheme.yaml"
@@ -380,7 +381,7 @@ class Analysis:
         self.inv: Inventory = build_inventory(
             [*config.topology.docs, *(p.doc for p in config.policies)], settings
         )
-        self.engine = self.inv.engine()
+        self.engine = policy_engine(self.inv)
         self.pods: dict[str, PodEndpoint] = {}
         for w in self.inv.workloads:
             if w.ref.kind == "Pod":

@@ -31,11 +31,12 @@ import pytest
 from auditor import yamlio
 from auditor.config import NetworkConfig, Settings
 from auditor.explain import endpoint_for
-from auditor.inventory import Inventory, build_inventory, iter_objects
+from auditor.inventory import Inventory, policy_engine
 from auditor.reachability.endpoints import Endpoint, ExternalEndpoint, PodEndpoint, parse_ip
 from auditor.reachability.engine import FlowVerdict, PolicyEngine
 from auditor.reachability.policy import DirectionalVerdict
 from auditor.reachability.ports import PROTOCOLS, ConnSet, PortSet
+from auditor.sources.objects import build_inventory, iter_objects
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "netpol" / "netpol-analyzer"
 MANIFESTS = ROOT / "tests"
@@ -145,7 +146,7 @@ def cluster(case: str) -> Cluster:
         key = f"{w.ref.namespace}/{name}[{kind}]"
         for role in w.roles:
             members.setdefault(key, []).append(endpoint_for(inv, role, None))
-    return Cluster(inv, inv.engine(), members)
+    return Cluster(inv, policy_engine(inv), members)
 
 
 def show(ep: Endpoint) -> str:
@@ -379,7 +380,7 @@ def test_host_network_reading() -> None:
     pods selected by `enable-from-ipblock-to-isolated-by-tier` are not isolated by it."""
     docs, errors = yamlio.load_paths([MANIFESTS / "ipblockstest"])
     inv = build_inventory(docs, Settings(network=NetworkConfig(cni="generic")), errors)
-    engine = inv.engine()
+    engine = policy_engine(inv)
     eps = {str(r): endpoint_for(inv, r, None) for w in inv.workloads for r in w.roles}
     host = eps["kube-system/calico-node-mgdlr"]
     assert host.host_network

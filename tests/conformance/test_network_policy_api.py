@@ -15,6 +15,7 @@ import yaml
 from support import NETPOL, inventory, pod_endpoints
 
 from auditor import yamlio
+from auditor.inventory import policy_engine
 
 NPA = NETPOL / "network-policy-api"
 SPEC = yaml.safe_load((NPA / "expectations-derived.yaml").read_text())
@@ -84,7 +85,7 @@ def test_step(suite: dict[str, Any], upto: int) -> None:
     inv = inventory(objects=[*(d.data for d in docs), *policies])
     assert not inv.errors, inv.errors
     eps = pod_endpoints(inv)
-    engine = inv.engine()
+    engine = policy_engine(inv)
     for probe in steps[upto]["probes"]:
         src_house, _src_pod = probe["from"].split("/")
         dst_house, _dst_pod = probe["to"].split("/")

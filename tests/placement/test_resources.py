@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from auditor.inventory import RawObject, parse_node
 from auditor.model.objects import Node, PodTemplate
 from auditor.model.source import SourceRef
 from auditor.placement.filters import feasible_zones, filter_node
@@ -24,6 +23,7 @@ from auditor.placement.resources import (
     pod_requests,
     whole_value,
 )
+from auditor.sources.objects import RawObject, parse_node
 from auditor.workloads.podspec import parse_pod
 
 ZONE = "topology.kubernetes.io/zone"

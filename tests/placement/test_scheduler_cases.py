@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import yaml
 
-from auditor.inventory import RawObject, parse_node
 from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, WorkloadRef
 from auditor.model.source import SourceRef
 from auditor.placement.coupling import PlacementOptions, place_roles
@@ -29,6 +28,7 @@ from auditor.placement.podfilters import (
     inter_pod_affinity_ok,
     topology_spread_ok,
 )
+from auditor.sources.objects import RawObject, parse_node
 from auditor.workloads.podspec import parse_pod
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "scheduler"

@@ -12,6 +12,7 @@ import yaml
 from support import NETPOL, inventory, pod_endpoints
 
 from auditor.config import NetworkConfig, Settings
+from auditor.inventory import policy_engine
 from auditor.reachability.matrix import ClassMatrix, ConnectivityMap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -27,7 +28,7 @@ def test_matrix_matches_engine_on_synthetic_clusters(cni: str, cilium_share: flo
     inv = inventory(objects=synth.generate(900, 80, seed=seed, cilium_share=cilium_share), cni=cni)
     assert not inv.errors
     eps = list(pod_endpoints(inv).values())
-    engine = inv.engine()
+    engine = policy_engine(inv)
     matrix = ClassMatrix(engine, eps)
     assert len(matrix.identities) < len(eps) / 3  # replicas collapse into identities
     rng = random.Random(seed)
@@ -43,7 +44,7 @@ def test_matrix_matches_engine_on_synthetic_clusters(cni: str, cilium_share: flo
 def test_connectivity_map_and_pair_counts_match_engine() -> None:
     inv = inventory(objects=synth.generate(300, 40, seed=5, cilium_share=0.3))
     eps = list(pod_endpoints(inv).values())
-    engine = inv.engine()
+    engine = policy_engine(inv)
     matrix = ClassMatrix(engine, eps)
     cmap = ConnectivityMap(matrix)
     by_pair = [[engine.flow(a, b).allowed_conns() for b in eps] for a in eps]
@@ -75,7 +76,7 @@ def test_matrix_on_e2e_cases(case: dict[str, Any]) -> None:
     )
     eps = pod_endpoints(inv)
     names = list(eps)
-    matrix = ClassMatrix(inv.engine(), list(eps.values()))
+    matrix = ClassMatrix(policy_engine(inv), list(eps.values()))
     proto, port = case["probe"]["protocol"], case["probe"]["port"]
     for i, src in enumerate(names):
         row = "".join("." if i == j or matrix.allowed(i, j, proto, port) else "X" for j in range(len(names)))

@@ -9,7 +9,7 @@ from support import inventory
 
 from auditor.config import KubernetesSettings, NetworkConfig, Settings
 from auditor.explain import endpoint_for, find_role
-from auditor.inventory import Inventory
+from auditor.inventory import Inventory, policy_engine
 from auditor.reachability.endpoints import (
     EntityEndpoint,
     ExternalEndpoint,
@@ -46,7 +46,7 @@ spec: {containers: [{name: c, image: x}]}
 
 
 def allowed(inv: Inventory, src: str, dst: str, port: int = 8080, proto: str = "TCP") -> bool:
-    engine = inv.engine()
+    engine = policy_engine(inv)
     s = endpoint_for(inv, find_role(inv, src), None)
     d = endpoint_for(inv, find_role(inv, dst), None)
     return engine.flow(s, d).allows(proto, port)
@@ -100,7 +100,7 @@ spec:
 """
     deny = "  endpointSelector: {matchLabels: {app: server}}\n  ingressDeny:\n  - fromEndpoints:\n    - matchLabels: {app: client}\n"
     inv = inventory(text=PODS + knp + cnp(deny))
-    engine = inv.engine()
+    engine = policy_engine(inv)
     seg = engine.flow(
         endpoint_for(inv, find_role(inv, "a/client"), None),
         endpoint_for(inv, find_role(inv, "a/server"), None),
@@ -130,7 +130,7 @@ def test_cidr_rules_do_not_match_pods_unless_configured() -> None:
     assert not allowed(inv, "a/client", "a/server")
     server = endpoint_for(inv, find_role(inv, "a/server"), None)
     assert (
-        inv.engine()
+        policy_engine(inv)
         .directional(server, Direction.INGRESS, ExternalEndpoint(parse_ip("10.1.2.3")))
         .at("TCP", 1)
         .allowed
@@ -145,14 +145,16 @@ def test_from_nodes_selects_node_identities_not_pods() -> None:
     inv = inventory(text=PODS + cnp(body))
     assert not allowed(inv, "a/client", "a/server")
     server = endpoint_for(inv, find_role(inv, "a/server"), None)
-    assert inv.engine().directional(server, Direction.INGRESS, NodeEndpoint("n1")).at("TCP", 8080).allowed
+    assert (
+        policy_engine(inv).directional(server, Direction.INGRESS, NodeEndpoint("n1")).at("TCP", 8080).allowed
+    )
 
 
 def test_entities_cluster_and_world() -> None:
     body = "  endpointSelector: {matchLabels: {app: server}}\n  ingress:\n  - fromEntities: [cluster]\n"
     inv = inventory(text=PODS + cnp(body))
     server = endpoint_for(inv, find_role(inv, "a/server"), None)
-    engine = inv.engine()
+    engine = policy_engine(inv)
     assert allowed(inv, "b/other", "a/server")
     assert (
         engine.directional(server, Direction.INGRESS, EntityEndpoint("kube-apiserver")).at("TCP", 1).allowed
@@ -211,7 +213,7 @@ spec:
 def test_verdict_depends_on_the_zone_a_pod_lands_in(version: str, cni: str, zone_a_allowed: bool) -> None:
     settings = Settings(kubernetes=KubernetesSettings(version=version), network=NetworkConfig(cni=cni))
     inv = inventory(text=ZONE_PODS + ZONE_NP, settings=settings)
-    engine = inv.engine()
+    engine = policy_engine(inv)
     server = endpoint_for(inv, find_role(inv, "a/server"), "zone-a")
     for zone, expect in (("zone-a", zone_a_allowed), ("zone-b", False)):
         client = endpoint_for(inv, find_role(inv, "a/client"), zone)
@@ -233,7 +235,9 @@ data:
     inv2 = inventory(text=ZONE_PODS + ZONE_NP + cm.replace("always", "default"), cni="auto")
     server = endpoint_for(inv2, find_role(inv2, "a/server"), "zone-a")
     client = endpoint_for(inv2, find_role(inv2, "a/client"), "zone-a")
-    assert inv2.engine().flow(client, server).allows("TCP", 80)  # the labels setting keeps the zone label
+    assert (
+        policy_engine(inv2).flow(client, server).allows("TCP", 80)
+    )  # the labels setting keeps the zone label
 
 
 def test_bad_cilium_config_value_is_an_error_entry() -> None:
@@ -328,7 +332,7 @@ def test_shared_verdicts_still_see_the_subjects_node_and_named_ports() -> None:
         "  - fromEndpoints: [{matchLabels: {app: client}}]\n    toPorts: [{ports: [{port: http}]}]\n"
     )
     inv = inventory(text=PODS + cnp(body))
-    engine = inv.engine()
+    engine = policy_engine(inv)
     server = endpoint_for(inv, find_role(inv, "a/server"), None)
     client = endpoint_for(inv, find_role(inv, "a/client"), None)
     on_n1 = dataclasses.replace(server, node="n1")
