@@ -341,8 +341,8 @@ EXPECTED_DEFAULT: dict[str, int] = {
 
 def audit(
     args: argparse.Namespace, nodes: int, pods: int, policies: int, *, breakdown: bool
-) -> tuple[int, float]:
-    """Generate, serve and audit one cluster; returns (status, audit wall seconds)."""
+) -> tuple[int, float, float]:
+    """Generate, serve and audit one cluster; returns (status, audit wall seconds, its CPU seconds)."""
     t0 = time.perf_counter()
     objects, stats = generate(
         nodes, pods, policies, args.cilium_share, args.jobs, args.deployments, args.seed
@@ -352,7 +352,7 @@ def audit(
     missing = {(o["apiVersion"], o["kind"]) for o in objects} - set(PLURALS)
     if missing:
         print(f"error: the fake API server does not serve {sorted(missing)}", file=sys.stderr)
-        return 2, 0.0
+        return 2, 0.0, 0.0
     gc.collect()
     gc.freeze()  # the generated cluster is permanent: keep the collector off it while serving
     print(
@@ -398,7 +398,7 @@ def audit(
             print("WRONG: the audit failed; child stderr (tail):", file=sys.stderr)
             for line in run.stderr.strip().splitlines()[-15:]:
                 print(f"    {line}", file=sys.stderr)
-            return status, run.wall
+            return status, run.wall, run.cpu
         if before is not None:
             print(
                 f"  before ({args.before}, run just before in the same sitting): wall {before.wall:.1f}s, "
@@ -428,7 +428,7 @@ def audit(
             steps = run_child(config, work, "steps", steps=True)
             if steps.exit_code != 0 or not (work / "steps.json").exists():
                 print(f"WRONG: the step run failed:\n{steps.stderr[-2000:]}", file=sys.stderr)
-                return 1, run.wall
+                return 1, run.wall, run.cpu
             print(
                 f"step run (the same public functions cmd_cluster calls, each timed): "
                 f"wall {steps.wall:.1f}s, "
@@ -453,7 +453,7 @@ def audit(
     gc.unfreeze()
     del objects, cluster
     gc.collect()
-    return status, run.wall
+    return status, run.wall, run.cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -481,23 +481,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         return child(*args.child, args.profile_out, args.steps, args.spawned or time.time())
     print(growth.machine_load())
-    status, wall = audit(args, args.nodes, args.pods, args.policies, breakdown=True)
+    status, wall, cpu = audit(args, args.nodes, args.pods, args.policies, breakdown=True)
     if not args.no_growth and status == 0:
         # The full size is the 4× point; a quarter and a half of every count are 1× and 2×.
-        sizes, times = [], []
+        sizes, times, cpus = [], [], []
         for f in (1, 2):
-            st, w = audit(
+            st, w, c = audit(
                 args, args.nodes * f // 4, args.pods * f // 4, args.policies * f // 4, breakdown=False
             )
             status |= st
             sizes.append(args.pods * f // 4)
             times.append(w)
+            cpus.append(c)
         sizes.append(args.pods)
         times.append(wall)
+        cpus.append(cpu)
         print(
             "growth live audit: "
             + ", ".join(f"{n:,} pods {t:.1f}s" for n, t in zip(sizes, times, strict=True))
-            + f" → exponent {growth.exponent(sizes, times):.2f}"
+            + f" → exponent {growth.exponent(sizes, times):.2f} (wall), "
+            + f"{growth.exponent(sizes, cpus):.2f} (cpu: "
+            + ", ".join(f"{c:.1f}s" for c in cpus)
+            + ")"
         )
     return status
 

@@ -43,10 +43,11 @@ from world import growth, netpol
 from auditor import yamlio
 from auditor.config import Settings
 from auditor.explain import endpoint_for
-from auditor.inventory import Inventory, build_inventory
+from auditor.inventory import Inventory, policy_engine
 from auditor.model.source import SourceRef
 from auditor.reachability.matrix import ClassMatrix, ConnectivityMap
 from auditor.reachability.ports import ConnSet
+from auditor.sources.objects import build_inventory
 
 # NCA 2.1.0's recorded run (nca_baseline.py 5000 --record; the reference file keeps the same figures
 # with the input hashes): wall and CPU seconds on this 2-core machine, shared with other sessions.
@@ -102,7 +103,7 @@ def child_map(directory: str) -> dict[str, Any]:
     inv = build_inventory(docs, Settings(), errors)
     eps = _endpoints(inv)
     t1 = time.perf_counter()
-    matrix = ClassMatrix(inv.engine(), eps)
+    matrix = ClassMatrix(policy_engine(inv), eps)
     t2 = time.perf_counter()
     cmap = ConnectivityMap(matrix)
     t3 = time.perf_counter()
@@ -127,7 +128,7 @@ def child_scale(pods: int, policies: int, cilium_share: float) -> dict[str, Any]
     inv = build_inventory(docs, Settings())
     eps = _endpoints(inv)
     t1 = time.perf_counter()
-    matrix = ClassMatrix(inv.engine(), eps)
+    matrix = ClassMatrix(policy_engine(inv), eps)
     t2 = time.perf_counter()
     probe_counts = {f"{p}/{n}": matrix.allowed_pod_pairs(p, n) for p, n in PROBES}
     t3 = time.perf_counter()
@@ -177,7 +178,7 @@ def our_pairs(directory: Path) -> tuple[list[str], dict[tuple[str, str], nca_bas
     if inv.errors:
         raise RuntimeError(f"our inventory has errors: {inv.errors[:3]}")
     names = [f"{w.ref.namespace}/{w.ref.name}" for w in inv.workloads for _ in w.roles]
-    matrix = ClassMatrix(inv.engine(), _endpoints(inv))
+    matrix = ClassMatrix(policy_engine(inv), _endpoints(inv))
     cmap = ConnectivityMap(matrix)
     pods_of: dict[int, list[str]] = {}
     for name, ident in zip(names, matrix.pod_identity, strict=True):

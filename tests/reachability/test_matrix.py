@@ -89,7 +89,7 @@ def test_connectivity_map_blocks_are_disjoint_and_cover_exactly_the_allowed_pair
     connections between() gives; no block holds a pair allowed nothing."""
     inv = inventory(objects=synth.generate(400, 200, seed=4, cilium_share=0.2))
     eps = list(pod_endpoints(inv).values())
-    matrix = ClassMatrix(inv.engine(), eps)
+    matrix = ClassMatrix(policy_engine(inv), eps)
     cmap = ConnectivityMap(matrix)
     n = len(matrix.identities)
     seen: dict[tuple[int, int], object] = {}
