@@ -58,6 +58,9 @@ from auditor.store.repository import RunOutcome, RunSummary, Store, TargetSpec
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 TARGET_RUN_SECONDS = 10.0  # complete_run of the 50,000 findings (issue 17)
 TARGET_P95_MS = 100.0  # GET /api/v1/findings over 1,000,000 findings (issue 17)
+# Exit status bits: 1 = a wrong answer (lifecycle counts, pages vs SQL, requests sent), 2 = a
+# target missed (time); the machine's load is printed first, since a shared machine misses them.
+WRONG, MISSED = 1, 2
 SEED = 20260214
 
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
@@ -415,7 +418,7 @@ def part_complete_run(url: str, count: int, *, growth_runs: bool = True) -> int:
     seconds, status = store_run(url, count, verbose=True)
     if seconds >= TARGET_RUN_SECONDS:
         print(f"MISSED: complete_run of {count:,} findings took {seconds:.2f} s ≥ {TARGET_RUN_SECONDS:.0f} s")
-        status = 1
+        status |= MISSED
     if growth_runs:
         sizes = [count * f // 4 for f in growth.FACTORS]
         times = []
@@ -1039,7 +1042,7 @@ def part_api(url: str, total: int) -> int:
             status = 1
         if p95 >= TARGET_P95_MS:
             print(f"MISSED: p95 {p95:.1f} ms ≥ {TARGET_P95_MS:.0f} ms", file=sys.stderr)
-            status = 1
+            status |= MISSED
         return status
 
 
