@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from auditor import TOOL_NAME, __version__, gcpause, progress
 from auditor.clock import system_clock, utc_date
-from auditor.config import Settings
+from auditor.config import CONFIG_ENV, CONFIG_FILE_NAME, Settings, discover_config
 from auditor.config import load_settings as _load_settings
 from auditor.errors import (
     EXIT_FAILED,
@@ -36,12 +36,13 @@ from auditor.errors import (
     for_http_status,
 )
 from auditor.explain import ExplainError, explain, to_json, to_text
-from auditor.reports import csv_report, json_report, junit, sarif, table
+from auditor.model.source import NotAudited
+from auditor.reports import csv_report, json_report, junit, markdown, sarif, table
 from auditor.resources import examples_dir
 from auditor.rules.packs import load_packs
 from auditor.scan import ScanResult, apply_baseline, scan
 from auditor.sources.kubeapi import ClusterRead, ReadOptions
-from auditor.sources.manifests import Tools, load_inventory
+from auditor.sources.manifests import Tools, load_inventory, repository_root
 
 # 128 + SIGPIPE: what a shell reports for a producer whose reader closed the pipe (`yes | head`).
 EXIT_BROKEN_PIPE = 141
@@ -53,6 +54,24 @@ def load_settings(path: Path | None) -> Settings:
     for warning in settings.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return settings
+
+
+def _scan_root(args: argparse.Namespace) -> Path:
+    """The scanned repository's root: the git work tree of the first path (or --example), else
+    the working directory (also for `-`, a stream)."""
+    given = [Path(p) for p in getattr(args, "paths", []) if p != STDIN]
+    if not given and getattr(args, "example", None):
+        given = [example_path(args.example.split("/")[0])]
+    return repository_root(given[0]) if given else Path.cwd()
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """--config, else $AUDITOR_CONFIG, else .placement-auditor.yaml from the scanned repository's
+    root upward, else the defaults."""
+    if args.config:
+        return load_settings(Path(args.config))
+    found = discover_config(_scan_root(args), os.environ)
+    return load_settings(found) if found is not None else Settings()
 
 
 def _store_unavailable(exc: Exception) -> AuditFailed:
@@ -70,15 +89,36 @@ def example_path(name: str) -> Path:
     return path
 
 
+STDIN = "-"
+
+
+def _read_stdin() -> tuple[str, list[Any], list[Any]]:
+    """`-`: a multi-document YAML stream on stdin (`helm template … | auditor scan -`), read with
+    the limits of a file; its objects' sources are `<stdin>` and a line."""
+    from auditor import yamlio
+    from auditor.model.source import LoadError
+
+    limits = yamlio.YamlLimits()
+    raw = sys.stdin.buffer.read(limits.max_file_bytes + 1)
+    docs, errors = yamlio.load_bytes(raw, "<stdin>", limits)
+    if not docs and not errors:
+        errors = [LoadError("<stdin>", 0, "no Kubernetes objects on stdin (an empty stream)")]
+    return "<stdin>", docs, errors
+
+
 def _paths(args: argparse.Namespace) -> list[Path]:
-    paths = [Path(p) for p in args.paths]
+    if args.paths.count(STDIN) > 1:
+        raise ConfigError("(arguments)", 0, "PATH", "'-' (stdin) may be given once")
+    paths = [Path(p) for p in args.paths if p != STDIN]
     if args.example:
         example = example_path(args.example.split("/")[0])
         if "/" in args.example:
             paths.append(example_path(args.example))
         paths.extend(p for p in sorted(example.glob("*.yaml")))
-    if not paths:
-        raise ConfigError("(arguments)", 0, "PATH", "give at least one manifest path or --example NAME")
+    if not paths and STDIN not in args.paths:
+        raise ConfigError(
+            "(arguments)", 0, "PATH", "give at least one manifest path, '-' for stdin, or --example NAME"
+        )
     return paths
 
 
@@ -93,8 +133,10 @@ def _jobs(text: str) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    settings = load_settings(Path(args.config) if args.config else None)
-    inv = load_inventory(_paths(args), settings)
+    settings = _settings(args)
+    paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    stream = _read_stdin() if STDIN in args.paths else None
+    inv = load_inventory(paths, settings, stream=stream)
     errors = [e.to_json() for e in inv.errors]
     try:
         exp = explain(inv, args.from_, args.to, str(args.port), args.protocol, args.from_zone, args.to_zone)
@@ -123,13 +165,18 @@ def _baseline_fingerprints(path: Path) -> set[str]:
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    settings = load_settings(Path(args.config) if args.config else None)
+    settings = _settings(args)
     paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    if args.diff_base:
+        return _diff_scan(args, settings, paths)
+    stream = _read_stdin() if STDIN in args.paths else None
     bar = progress.for_stderr()
     try:
         pack = load_packs([Path(p) for p in args.policy or []])
         with gcpause.paused(resume=not args.one_shot):
-            inv = load_inventory(paths, settings, progress=bar or progress.silent, jobs=args.jobs)
+            inv = load_inventory(
+                paths, settings, progress=bar or progress.silent, jobs=args.jobs, stream=stream
+            )
             result = scan(inv, pack, utc_date(system_clock), bar or progress.silent)
             if args.baseline:
                 result = apply_baseline(result, _baseline_fingerprints(Path(args.baseline)))
@@ -137,6 +184,10 @@ def cmd_scan(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    return _scan_exit(result, args.fail_on)
+
+
+def _scan_exit(result: ScanResult, fail_on: str) -> int:
     if not result.complete:
         for n in result.not_audited:
             print(f"error: not audited: {table.clean(str(n))}", file=sys.stderr)
@@ -148,25 +199,82 @@ def cmd_scan(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if result.audited_objects == 0 and result.errors:
         return EXIT_FAILED
-    return EXIT_FINDINGS if result.at_or_above(args.fail_on) else EXIT_OK
+    return EXIT_FINDINGS if result.at_or_above(fail_on) else EXIT_OK
 
 
-def _emit(args: argparse.Namespace, result: ScanResult) -> None:
-    renderers = {
-        "json": json_report.render,
-        "sarif": sarif.render,
-        "junit": junit.render,
-        "csv": csv_report.render,
-    }
-    if args.format in renderers:
-        text = renderers[args.format](result)
+def _diff_scan(args: argparse.Namespace, settings: Settings, paths: list[Path]) -> int:
+    """--diff-base REF: what the working tree introduces and resolves against the merge base."""
+    from auditor import diffscan
+
+    if STDIN in args.paths or args.example or args.baseline:
+        raise ConfigError(
+            "(arguments)", 0, "--diff-base", "audits git paths: not with '-', --example or --baseline"
+        )
+    pack = load_packs([Path(p) for p in args.policy or []])
+    today = utc_date(system_clock)
+
+    def audit(audited: Sequence[Path], root: Path) -> ScanResult:
+        inv = load_inventory(audited, settings, jobs=args.jobs, root=root)
+        return scan(inv, pack, today)
+
+    with gcpause.paused(resume=not args.one_shot):
+        diff = diffscan.diff_scan(paths, args.diff_base, audit)
+    if args.format in {"json", "markdown"}:
+        doc = _diff_document(diff)
+        text = json.dumps(doc, indent=2) + "\n" if args.format == "json" else markdown.render(doc)
+        _write(args, text)
     else:
-        out_tty = args.output is None and sys.stdout.isatty()
-        text = table.render(result, colour=out_tty and "NO_COLOR" not in os.environ)
+        _emit(args, diff.head, diff.where.repository)
+        for f in diff.resolved:
+            w = f.workload
+            print(
+                table.clean(f"resolved: {f.rule} {w.kind} {w.namespace}/{w.name} ({f.fingerprint[:12]})"),
+                file=sys.stderr,
+            )
+    return _scan_exit(diff.head, args.fail_on)
+
+
+def _diff_document(diff: Any) -> dict[str, Any]:
+    doc = json_report.to_document(diff.head)
+    introduced = [{**f, "change": "introduced", "side": "head"} for f in doc["findings"]]
+    resolved = [{**f.to_json(), "change": "resolved", "side": "base"} for f in diff.resolved]
+    doc["findings"] = [*introduced, *resolved]
+    doc["diff"] = {
+        "base_ref": diff.where.ref,
+        "merge_base": diff.where.merge_base,
+        "head": diff.where.head,
+        "head_tree": "working tree",
+        "introduced": len(introduced),
+        "resolved": len(resolved),
+        "unchanged": diff.unchanged,
+    }
+    doc["summary"]["resolved"] = len(resolved)
+    doc["errors"] += [{**e.to_json(), "side": "base"} for e in diff.base.errors]
+    return doc
+
+
+def _write(args: argparse.Namespace, text: str) -> None:
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+
+
+def _emit(args: argparse.Namespace, result: ScanResult, root: Path | None = None) -> None:
+    if args.format == "sarif":
+        source = sarif.SourceRoot(root or _scan_root(args), Path.cwd())
+        text = sarif.render(result, source)
+    elif args.format == "markdown":
+        text = markdown.render(json_report.to_document(result))
+    elif args.format == "junit":
+        text = junit.render(result, sarif.SourceRoot(root or _scan_root(args), Path.cwd()))
+    elif args.format in ("json", "csv"):
+        renderers = {"json": json_report.render, "csv": csv_report.render}
+        text = renderers[args.format](result)
+    else:
+        out_tty = args.output is None and sys.stdout.isatty()
+        text = table.render(result, colour=out_tty and "NO_COLOR" not in os.environ)
+    _write(args, text)
 
 
 def _port_range(text: str) -> tuple[int, int]:
@@ -184,7 +292,7 @@ def cmd_connectivity(args: argparse.Namespace) -> int:
     from auditor.connectivity import connectivity
     from auditor.reports import connectivity_report
 
-    settings = load_settings(Path(args.config) if args.config else None)
+    settings = _settings(args)
     paths = _paths(args) + [Path(p) for p in args.nodes or []]
     with gcpause.paused(resume=not args.one_shot):
         inv = load_inventory(paths, settings, jobs=args.jobs)
@@ -208,7 +316,7 @@ def _read_cluster(args: argparse.Namespace) -> ClusterRead | None:
     if args.in_cluster and args.context:
         raise ConfigError("(arguments)", 0, "--in-cluster", "give --context or --in-cluster, not both")
     try:
-        settings = load_settings(Path(args.config) if getattr(args, "config", None) else None)
+        settings = _settings(args)
         read = cluster.read_cluster(
             args.context, args.kubeconfig, args.in_cluster, ReadOptions.from_settings(settings)
         )
@@ -230,7 +338,7 @@ def _read_cluster(args: argparse.Namespace) -> ClusterRead | None:
 def cmd_cluster(args: argparse.Namespace) -> int:
     from auditor.sources import cluster, prometheus
 
-    settings = load_settings(Path(args.config) if args.config else None)
+    settings = _settings(args)
     pack = load_packs([Path(p) for p in args.policy or []])
     with gcpause.paused(resume=not args.one_shot):
         read = _read_cluster(args)
@@ -239,11 +347,44 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         inv = cluster.inventory_from_read(read, settings)
         result = scan(inv, pack, utc_date(system_clock))
         result.findings = prometheus.enrich(result.findings, inv, settings, os.environ, result.observation)
+        # What could not be read makes the report partial too (SARIF executionSuccessful, JSON complete).
+        result.not_audited += [
+            NotAudited(f"cluster:{read.context}/{p.what}", f"{p.problem}: {p.message}")
+            for p in read.incomplete
+        ]
         _emit(args, result)
+    if args.publish_reports:
+        _publish_reports(args, result, read.incomplete)
     if read.incomplete:
         print("error: the audit is partial: some objects could not be read (see above)", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_FINDINGS if result.at_or_above(args.fail_on) else EXIT_OK
+
+
+def _publish_reports(args: argparse.Namespace, result: ScanResult, incomplete: Sequence[object]) -> None:
+    """--publish-reports: the PolicyReports of this audit, written into the cluster by
+    server-side apply. A partial read publishes nothing: its passes would be untrue."""
+    from auditor.reports import policyreport
+    from auditor.sources.kubeapi import connect
+
+    if incomplete:
+        print("error: PolicyReports not published: the cluster read was partial", file=sys.stderr)
+        return
+    flavour = policyreport.FLAVOURS[args.publish_reports]
+    docs = policyreport.build(policyreport.entries_from_scan(result), flavour, system_clock())
+    api_client, _ = connect(args.context, args.kubeconfig, args.in_cluster)
+    try:
+        published = policyreport.publish(api_client, docs, flavour)
+    except policyreport.PublishError as exc:
+        raise AuditFailed(f"publishing PolicyReports: {exc}") from None
+    finally:
+        api_client.close()
+    for p in published:
+        where = f"{p.namespace}/" if p.namespace else ""
+        if p.results < 0:
+            print(f"deleted the stale {p.kind} {where}{p.name}", file=sys.stderr)
+        else:
+            print(f"published {p.kind} {where}{p.name} ({p.results} results)", file=sys.stderr)
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
@@ -252,20 +393,46 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     read = _read_cluster(args)
     if read is None:
         return EXIT_FAILED
-    settings = load_settings(Path(args.config) if args.config else None)
+    settings = _settings(args)
     cluster.write_snapshot(read, Path(args.output), system_clock(), settings.cluster.snapshot_annotations)
     kept = sum(1 for o in read.objects if cluster.allowed(o))
     print(f"wrote {kept} objects of cluster {read.context} to {args.output}", file=sys.stderr)
     return EXIT_FAILED if read.incomplete else EXIT_OK
 
 
-def _service_settings(args: argparse.Namespace) -> Settings:
-    """The config for the service commands: --config, else the bundled example."""
+class _Fallback:
+    DEMO = "demo"  # `auditor serve`: the bundled seed-lab example, as documented (README, service.md)
+    DEFAULTS = "defaults"  # `auditor findings`: only the database is needed
+    NONE = "none"  # run, report, pr, digest: a config is required
+
+
+def _service_settings(args: argparse.Namespace, fallback: str = _Fallback.NONE) -> Settings:
+    """The config for the service commands: --config, else $AUDITOR_CONFIG, else
+    .placement-auditor.yaml from the working directory upward; else what `fallback` says."""
     if args.config:
         return load_settings(Path(args.config))
-    bundled = examples_dir() / "service.yaml"
-    print(f"note: no --config given; using the bundled example {bundled}", file=sys.stderr)
-    return load_settings(bundled)
+    found = discover_config(Path.cwd(), os.environ)
+    if found is not None:
+        print(f"note: using the config {found}", file=sys.stderr)
+        return load_settings(found)
+    if fallback == _Fallback.DEMO:
+        bundled = examples_dir() / "service.yaml"
+        print(
+            f"note: no config found (--config, ${CONFIG_ENV} or {CONFIG_FILE_NAME}): serving the "
+            f"bundled DEMO config {bundled} (target seed-lab)",
+            file=sys.stderr,
+        )
+        return load_settings(bundled)
+    if fallback == _Fallback.DEFAULTS:
+        return Settings()
+    raise ConfigError(
+        "(arguments)",
+        0,
+        "--config",
+        f"`auditor {args.command}` needs a config: give --config FILE, set ${CONFIG_ENV}, or put "
+        f"{CONFIG_FILE_NAME} in this directory or one above (the bundled demo: --config "
+        f"{examples_dir() / 'service.yaml'})",
+    )
 
 
 def _build_store(settings: Settings) -> Any:
@@ -284,7 +451,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     from auditor.store import database
 
-    settings = load_settings(Path(args.config)) if args.config else Settings()
+    settings = _service_settings(args, _Fallback.DEFAULTS)
     url = database.resolve_url(settings.database.url)
     engine = database.make_engine(url)
     try:
@@ -354,7 +521,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     from auditor import bootstrap
     from auditor.store.repository import BadCursor, FindingFilter
 
-    settings = _service_settings(args)
+    settings = _service_settings(args, _Fallback.DEFAULTS)
     since = _since(args.since)
     try:
         store = bootstrap.build_store(settings)
@@ -387,7 +554,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from auditor import bootstrap
 
-    settings = _service_settings(args)
+    settings = _service_settings(args, _Fallback.DEMO)
     host = args.host or settings.service.host
     port = args.port if args.port is not None else settings.service.port
     # The app checks Host headers when it listens on loopback: it must know the real address.
@@ -405,7 +572,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
 
     from auditor.remediation.fix import propose
 
-    settings = load_settings(Path(args.config) if args.config else None)
+    settings = _settings(args)
     paths = _paths(args) + [Path(p) for p in args.nodes or []]
     pack = load_packs([Path(p) for p in args.policy or []])
     wanted = set(args.finding) if args.finding else None
@@ -501,7 +668,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     store = _build_store(settings)
     if args.target:
         settings.target(args.target)
-    report = compliance.build(store.export(args.target, since), settings.reports, store.clock(), since)
+    export = store.export(args.target, since)
+    if args.format in ("sarif", "junit", "policyreport", "openreports"):
+        export = _checkout_relative(export, settings)
+    report = compliance.build(export, settings.reports, store.clock(), since)
     if args.output:
         manifest = compliance.write(report, args.format, Path(args.output))
         print(f"wrote {args.output} and its sha256 manifest {manifest}", file=sys.stderr)
@@ -512,19 +682,154 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _checkout_relative(export: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """Stored file names made relative to their target's checkout (the service's git cache, or
+    the target's directory), as code scanning places them on the repository's files."""
+    from auditor.gitops.git import cache_dir_for
+
+    roots: dict[str, Path] = {}
+    for t in settings.targets:
+        if t.git is not None:
+            roots[t.name] = cache_dir_for(Path(settings.service.git_cache_dir), t.git.url).resolve()
+        elif t.directory:
+            roots[t.name] = Path(t.directory).resolve()
+
+    def relative(name: str, root: Path | None) -> str:
+        if not name or root is None or not Path(name).is_absolute():
+            return name
+        path = Path(name)
+        return path.relative_to(root).as_posix() if path.is_relative_to(root) else name
+
+    findings = []
+    for f in export["findings"]:
+        root = roots.get(f["target"])
+        f = {**f, "workload": {**f["workload"], "file": relative(f["workload"].get("file", ""), root)}}
+        detail = dict(f.get("detail") or {})
+        if isinstance(detail.get("workload"), dict):
+            detail["workload"] = {
+                **detail["workload"],
+                "file": relative(detail["workload"].get("file", ""), root),
+            }
+        if isinstance(detail.get("policies"), list):
+            detail["policies"] = [
+                {**p, "file": relative(p.get("file", ""), root)}
+                for p in detail["policies"]
+                if isinstance(p, dict)
+            ]
+        f["detail"] = detail
+        findings.append(f)
+    return {**export, "findings": findings}
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    import platform
+
+    info = {
+        "name": TOOL_NAME,
+        "version": __version__,
+        "python": platform.python_version(),
+        "schemas": {
+            "findings": json_report.SCHEMA,
+            "sarif": "2.1.0",
+            "policyreport": ["wgpolicyk8s.io/v1alpha2", "openreports.io/v1alpha1"],
+        },
+    }
+    if args.format == "json":
+        print(json.dumps(info, indent=2))
+    else:
+        print(f"{TOOL_NAME} {__version__} (Python {info['python']})")
+    return EXIT_OK
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from argcomplete.shell_integration import shellcode
+
+    sys.stdout.write(shellcode(["auditor"], shell=args.shell))
+    return EXIT_OK
+
+
+EXIT_CODES = """exit codes:
+  0    no finding at or above --fail-on (explain: allowed)
+  1    findings at or above --fail-on (explain: denied)
+  2    usage or configuration error
+  3    the audit failed or was partial (also an unexpected error)
+  130  interrupted; 141 stdout closed early"""
+
+CONFIG_HELP = (
+    f"config file (YAML); default: ${CONFIG_ENV}, else {CONFIG_FILE_NAME} in the scanned "
+    "repository's root or a directory above it"
+)
+SERVICE_CONFIG_HELP = f"config file (YAML); default: ${CONFIG_ENV}, else {CONFIG_FILE_NAME} here or above"
+
+EPILOGS = {
+    "auditor": """examples:
+  auditor scan manifests/
+  helm template my-chart | auditor scan - --nodes nodes.yaml
+  auditor scan deploy/ --diff-base origin/main --format json
+  auditor explain manifests/ --from ml/train/Worker --to ml/train/Master --port 23456
+  auditor serve --config auditor.yaml
+
+""",
+    "scan": """examples:
+  auditor scan manifests/ --nodes nodes.yaml
+  auditor scan --example seed-lab/before --format json
+  kustomize build overlays/prod | auditor scan - --nodes nodes.yaml
+  auditor scan . --diff-base origin/main --fail-on high      # what this change introduces
+  auditor scan . --format sarif --output auditor.sarif       # for GitHub code scanning
+
+""",
+    "explain": """examples:
+  auditor explain --example seed-lab/before --from ml-demo/trainer-workers \\
+      --to ml-demo/trainer-coordinator --port 9999
+  auditor explain manifests/ --nodes nodes.yaml --from ml/job/Worker --to ml/job/Master --port 23456
+
+""",
+    "cluster": """examples:
+  auditor cluster --context prod --format json
+  auditor cluster --in-cluster --publish-reports openreports --fail-on none
+
+""",
+    "report": """examples:
+  auditor report --config auditor.yaml --format html --output report.html
+  auditor report --config auditor.yaml --format policyreport --since 2026-11-01
+
+""",
+    "run": "examples:\n  auditor run --config auditor.yaml --target infra\n\n",
+    "serve": "examples:\n  auditor serve                      # the bundled demo\n"
+    "  auditor serve --config auditor.yaml --port 8080\n\n",
+}
+
+
+def _epilog(command: str) -> str:
+    return EPILOGS.get(command, "") + EXIT_CODES
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="auditor",
         description="Placement Auditor: where training pods can "
         "land, and which network-policy doors are closed.",
+        epilog=_epilog("auditor"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{TOOL_NAME} {__version__}")
     parser.add_argument(
         "--debug", action="store_true", help="on an error, print the traceback too (for a bug report)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    original_add = sub.add_parser
+
+    def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs.setdefault("epilog", _epilog(name))
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        if "help" in kwargs:
+            kwargs.setdefault("description", kwargs["help"])
+        return original_add(name, **kwargs)
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
     ex = sub.add_parser("explain", help="answer one reachability question with the deciding policies")
-    ex.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories")
+    ex.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories; - for stdin")
+    ex.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
     ex.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
     ex.add_argument(
         "--from",
@@ -545,17 +850,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--from-zone", help="zone the source lands in (default: its node's or only feasible zone)"
     )
     ex.add_argument("--to-zone", help="zone the destination lands in")
-    ex.add_argument("--config", help="config file (YAML)")
+    ex.add_argument("--config", help=CONFIG_HELP)
     ex.add_argument("--format", choices=("text", "json"), default="text")
     ex.set_defaults(func=cmd_explain)
     sc = sub.add_parser(
         "scan", help="audit manifests: training groups blocked, slowed or billed across zones"
     )
-    sc.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories")
+    sc.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="manifest files or directories; - reads a multi-document YAML stream from stdin",
+    )
     sc.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
     sc.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
-    sc.add_argument("--config", help="config file (YAML)")
-    sc.add_argument("--format", choices=("table", "json", "sarif", "junit", "csv"), default="table")
+    sc.add_argument("--config", help=CONFIG_HELP)
+    sc.add_argument(
+        "--format", choices=("table", "json", "sarif", "junit", "csv", "markdown"), default="table"
+    )
+    sc.add_argument(
+        "--diff-base",
+        metavar="REF",
+        help="git: report only the findings the working tree introduces (and those it resolves) "
+        "against the merge base of REF and HEAD; the exit code counts introduced findings only",
+    )
     sc.add_argument(
         "--policy",
         action="append",
@@ -611,9 +929,20 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_args(cl)
     cl.add_argument("--config", help="config file (YAML)")
     cl.add_argument("--policy", action="append", metavar="PACK", help="extra policy pack (repeatable)")
-    cl.add_argument("--format", choices=("table", "json", "sarif", "junit", "csv"), default="table")
+    cl.add_argument(
+        "--format", choices=("table", "json", "sarif", "junit", "csv", "markdown"), default="table"
+    )
     cl.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
     cl.add_argument("--fail-on", choices=("critical", "high", "medium", "low", "none"), default="high")
+    cl.add_argument(
+        "--publish-reports",
+        nargs="?",
+        const="wgpolicyk8s",
+        choices=("wgpolicyk8s", "openreports"),
+        metavar="API",
+        help="write a PolicyReport per namespace into the cluster (server-side apply): "
+        "wgpolicyk8s (wgpolicyk8s.io/v1alpha2, the default) or openreports (openreports.io/v1alpha1)",
+    )
     cl.set_defaults(func=cmd_cluster)
 
     sn = sub.add_parser("snapshot", help="write what the cluster reader sees to one YAML file")
@@ -640,18 +969,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("pr", help="open or update the fix pull requests of a git target")
     pr.add_argument("--target", required=True, metavar="NAME")
-    pr.add_argument("--config", help="config file (default: the bundled example)")
+    pr.add_argument("--config", help=SERVICE_CONFIG_HELP)
     pr.set_defaults(func=cmd_pr)
 
     dg = sub.add_parser("digest", help="build and send the daily digest e-mails (the outbox is retried)")
-    dg.add_argument("--config", help="config file (default: the bundled example)")
+    dg.add_argument("--config", help=SERVICE_CONFIG_HELP)
     dg.add_argument("--dry-run", action="store_true", help="print the digests instead of sending them")
     dg.set_defaults(func=cmd_digest)
 
     rp = sub.add_parser("report", help="export a compliance report from the store")
-    rp.add_argument("--config", help="config file (default: the bundled example)")
+    rp.add_argument("--config", help=SERVICE_CONFIG_HELP)
     rp.add_argument(
-        "--format", choices=("csv", "json", "html", "pdf", "sarif", "junit", "policyreport"), default="html"
+        "--format",
+        choices=("csv", "json", "html", "pdf", "sarif", "junit", "policyreport", "openreports"),
+        default="html",
     )
     rp.add_argument("--target", metavar="NAME")
     rp.add_argument("--since", metavar="DATE", help="include findings resolved and runs since then")
@@ -660,7 +991,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rn = sub.add_parser("run", help="audit one configured target now and store the results")
     rn.add_argument("--target", required=True, metavar="NAME")
-    rn.add_argument("--config", help="config file (default: the bundled example)")
+    rn.add_argument("--config", help=SERVICE_CONFIG_HELP)
     rn.add_argument(
         "--fail-on",
         choices=("critical", "high", "medium", "low", "none"),
@@ -670,7 +1001,7 @@ def build_parser() -> argparse.ArgumentParser:
     rn.set_defaults(func=cmd_run)
 
     fd = sub.add_parser("findings", help="list stored findings")
-    fd.add_argument("--config", help="config file (default: the bundled example)")
+    fd.add_argument("--config", help=SERVICE_CONFIG_HELP + " (else the default database)")
     fd.add_argument("--target", metavar="NAME")
     fd.add_argument("--rule")
     fd.add_argument("--severity", choices=("critical", "high", "medium", "low"))
@@ -683,7 +1014,7 @@ def build_parser() -> argparse.ArgumentParser:
     fd.set_defaults(func=cmd_findings)
 
     sv = sub.add_parser("serve", help="the scheduler, the HTTP API and metrics")
-    sv.add_argument("--config", help="config file (default: the bundled example)")
+    sv.add_argument("--config", help=SERVICE_CONFIG_HELP + " (else the bundled demo)")
     sv.add_argument("--host", help="listen address (default: service.host, 127.0.0.1)")
     sv.add_argument("--port", type=int, help="listen port (default: service.port, 8080)")
     sv.set_defaults(func=cmd_serve)
@@ -693,6 +1024,19 @@ def build_parser() -> argparse.ArgumentParser:
     up = dbsub.add_parser("upgrade", help="apply the schema migrations")
     up.add_argument("--config", help="config file (database.url); AUDITOR_DATABASE_URL wins")
     up.set_defaults(func=cmd_db)
+
+    vr = sub.add_parser("version", help="print the version (and, as JSON, the schemas it writes)")
+    vr.add_argument("--format", choices=("text", "json"), default="text")
+    vr.set_defaults(func=cmd_version)
+
+    co = sub.add_parser(
+        "completion",
+        help="print the shell completion script",
+        epilog='examples:\n  eval "$(auditor completion bash)"        # in ~/.bashrc\n'
+        "  auditor completion fish > ~/.config/fish/completions/auditor.fish\n\n" + EXIT_CODES,
+    )
+    co.add_argument("shell", choices=("bash", "zsh", "fish", "tcsh", "powershell"))
+    co.set_defaults(func=cmd_completion)
     _add_debug(parser)
     return parser
 
@@ -730,6 +1074,10 @@ def main(argv: Sequence[str] | None = None, *, one_shot: bool = False) -> int:
     `one_shot`: the process ends when it returns (the `auditor` program, a benchmark child), so
     the garbage collector paused for an audit is not resumed (gcpause)."""
     parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (`auditor completion SHELL`)
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     args.one_shot = one_shot
     debug = bool(args.debug)

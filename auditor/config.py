@@ -532,3 +532,25 @@ def config_reference() -> str:
         shown = default if default in ("", "(required)") else f"`{default}`"
         lines.append(f"| `{key}` | {shown} | {cell} |")
     return "\n".join(lines) + "\n"
+
+
+CONFIG_ENV = "AUDITOR_CONFIG"
+CONFIG_FILE_NAME = ".placement-auditor.yaml"
+
+
+def discover_config(start: Path, environ: Mapping[str, str]) -> Path | None:
+    """The config file to use when no --config is given: ``$AUDITOR_CONFIG`` if set (it must
+    exist), else the first ``.placement-auditor.yaml`` in `start` (the scanned repository's
+    root, or the working directory) or a directory above it; None when there is none."""
+    named = environ.get(CONFIG_ENV, "")
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ConfigError(CONFIG_ENV, 0, CONFIG_ENV, f"{named}: no such config file")
+        return path
+    here = start.resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / CONFIG_FILE_NAME
+        if candidate.is_file():
+            return candidate
+    return None

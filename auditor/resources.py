@@ -6,17 +6,24 @@ auditor._templates); in a source checkout (editable install) they are at the rep
 
 from __future__ import annotations
 
-from importlib import resources
+import importlib.util
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent
 
 
 def _shipped(package: str, checkout_dir: str) -> Path:
+    """The directory of a data package. These are namespace packages (no __init__.py), for which
+    `importlib.resources.files` gives a MultiplexedPath whose str() is its repr, not a path: ask
+    the import system for the package's location instead."""
     try:
-        return Path(str(resources.files(package)))
+        spec = importlib.util.find_spec(package)
     except ModuleNotFoundError:
-        return _ROOT.parent / checkout_dir
+        spec = None
+    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    if locations:
+        return Path(locations[0])
+    return _ROOT.parent / checkout_dir
 
 
 def policies_dir() -> Path:

@@ -46,6 +46,8 @@ class ScanResult:
     not_audited: list[NotAudited] = field(default_factory=list)
     # The model the findings came from (remediation plans fixes on it); None for stored results.
     model: AuditModel | None = field(default=None, repr=False, compare=False)
+    # The policy packs the scan ran under (SARIF lists their custom rules and severity overrides).
+    pack: PolicyPack | None = field(default=None, repr=False, compare=False)
 
     @property
     def complete(self) -> bool:
@@ -139,6 +141,7 @@ def scan(
         groups(model),
         list(inv.not_audited),
         model,
+        pack,
     )
 
 

@@ -855,6 +855,14 @@ def load_file(
             raw = handle.read(limits.max_file_bytes + 1)
     except OSError as exc:
         return [], [LoadError(display_name, 0, f"cannot read file: {exc.strerror or exc}")]
+    return load_bytes(raw, display_name, limits)
+
+
+def load_bytes(
+    raw: bytes, display_name: str, limits: YamlLimits = YamlLimits()
+) -> tuple[list[Document], list[LoadError]]:
+    """Load what was read from a file or a stream (``auditor scan -``), with the checks of
+    load_file: the size limit (read at most one byte over it), no binary, UTF-8 only."""
     if len(raw) > limits.max_file_bytes:
         msg = f"file is over the limit of {limits.max_file_bytes} bytes, skipped"
         return [], [LoadError(display_name, 0, msg)]

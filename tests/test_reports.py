@@ -23,7 +23,7 @@ def output(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 def test_sarif_is_what_code_scanning_reads(capsys: pytest.CaptureFixture[str]) -> None:
     code, text = output(capsys, "--format", "sarif")
     doc = json.loads(text)
-    assert code == 1 and doc["version"] == "2.1.0" and doc["$schema"].endswith("sarif-2.1.0.json")
+    assert code == 1 and doc["version"] == "2.1.0" and doc["$schema"].endswith("sarif-schema-2.1.0.json")
     (run,) = doc["runs"]
     rules = run["tool"]["driver"]["rules"]
     assert {r["id"] for r in rules} >= {"cross-zone-blocked", "traffic-blocked", "cross-zone-traffic"}
@@ -35,9 +35,9 @@ def test_sarif_is_what_code_scanning_reads(capsys: pytest.CaptureFixture[str]) -
     assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith("workload.yaml")
     assert len(result["partialFingerprints"]["placementAuditor/v1"]) == 32
     assert {loc["message"]["text"] for loc in result["relatedLocations"]} == {
-        "CiliumNetworkPolicy ml-demo/zone-a-only",
-        "CiliumNetworkPolicy ml-demo/zone-b-only",
-        "CiliumNetworkPolicy ml-demo/gpu-workers-stay-in-zone-a",
+        "Deciding policy: CiliumNetworkPolicy ml-demo/zone-a-only.",
+        "Deciding policy: CiliumNetworkPolicy ml-demo/zone-b-only.",
+        "Deciding policy: CiliumNetworkPolicy ml-demo/gpu-workers-stay-in-zone-a.",
     }
     assert all(float(r["properties"]["security-severity"]) > 0 for r in rules)
 

@@ -15,16 +15,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from auditor import TOOL_NAME, __version__, templating
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
-from auditor.reports import junit, sarif, zonemap
+from auditor.reports import junit, policyreport, sarif, zonemap
 from auditor.rules import RULES
 from auditor.scan import ScanResult
 from auditor.service_config import ReportSettings
 
-FORMATS = ("csv", "json", "html", "pdf", "sarif", "junit", "policyreport")
+FORMATS = ("csv", "json", "html", "pdf", "sarif", "junit", "policyreport", "openreports")
 SCHEMA = "placement-auditor/compliance/v1"
 
 
@@ -184,70 +182,12 @@ def _scan_result(report: Report) -> ScanResult:
     return ScanResult(sorted(_finding(f) for f in active), [])
 
 
-def to_policyreport(report: Report) -> str:
-    """wgpolicyk8s.io/v1alpha2 PolicyReport per namespace (ClusterPolicyReport for the rest)."""
-    by_ns: dict[str, list[dict[str, Any]]] = {}
-    for f in report.findings:
-        ns = f["workload"]["namespace"] or ""
-        result = {
-            "policy": f["rule"],
-            "rule": f["rule"],
-            "category": "placement",
-            "severity": {"critical": "critical", "high": "high", "medium": "medium", "low": "low"}.get(
-                f["severity"], "info"
-            ),
-            "result": "skip" if f["status"] == "waived" else "fail",
-            "message": f["message"][:1000],
-            "source": TOOL_NAME,
-            "scored": True,
-            "timestamp": {
-                "seconds": int(datetime.fromisoformat(f["last_seen_at"].replace("Z", "+00:00")).timestamp()),
-                "nanos": 0,
-            },
-            "resources": [
-                {
-                    "apiVersion": f["detail"].get("workload", {}).get("apiVersion", ""),
-                    "kind": f["workload"]["kind"],
-                    "name": f["workload"]["name"],
-                    "namespace": ns,
-                }
-            ],
-            "properties": {
-                "fingerprint": f["fingerprint"],
-                "certainty": f["certainty"],
-                "target": f["target"],
-                "controls": ",".join(_controls(report, f["rule"])),
-            },
-        }
-        by_ns.setdefault(ns, []).append(result)
-    docs = []
-    for ns, results in sorted(by_ns.items()):
-        summary = {
-            "pass": 0,
-            "fail": sum(r["result"] == "fail" for r in results),
-            "warn": 0,
-            "error": 0,
-            "skip": sum(r["result"] == "skip" for r in results),
-        }
-        meta: dict[str, Any] = {
-            "name": f"{TOOL_NAME}-{ns or 'cluster'}",
-            "labels": {"app.kubernetes.io/managed-by": TOOL_NAME},
-        }
-        if ns:
-            meta["namespace"] = ns
-        docs.append(
-            {
-                "apiVersion": "wgpolicyk8s.io/v1alpha2",
-                "kind": "PolicyReport" if ns else "ClusterPolicyReport",
-                "metadata": meta,
-                "scope": None,
-                "summary": summary,
-                "results": results,
-            }
-        )
-    for d in docs:
-        d.pop("scope")
-    return yaml.safe_dump_all(docs, sort_keys=False) if docs else ""
+def to_policyreport(report: Report, flavour: str = "wgpolicyk8s") -> str:
+    """PolicyReport objects per namespace (reports/policyreport.py): wgpolicyk8s.io/v1alpha2
+    or openreports.io/v1alpha1."""
+    entries = policyreport.entries_from_export(report.findings, report.rows)
+    now = datetime.fromisoformat(report.generated_at.replace("Z", "+00:00"))
+    return policyreport.render(policyreport.build(entries, policyreport.FLAVOURS[flavour], now))
 
 
 def _controls(report: Report, rule: str) -> list[str]:
@@ -269,6 +209,8 @@ def render(report: Report, fmt: str) -> bytes:
         return junit.render(_scan_result(report)).encode()
     if fmt == "policyreport":
         return to_policyreport(report).encode()
+    if fmt == "openreports":
+        return to_policyreport(report, "openreports").encode()
     raise ValueError(f"unknown format {fmt}")
 
 

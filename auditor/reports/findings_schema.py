@@ -100,6 +100,15 @@ FINDING = _obj(
         ),
         "assumptions": _arr(_t("string", "An assumption."), "What the cost estimate assumed."),
         "evidence": _arr(_t("string", "A measurement."), "Measurements backing the finding (Prometheus)."),
+        "change": {
+            "enum": ["introduced", "resolved"],
+            "description": "`scan --diff-base`: whether the change introduces the finding or resolves it.",
+        },
+        "side": {
+            "enum": ["head", "base"],
+            "description": "`scan --diff-base`: the tree the finding was seen in (the working tree, or the "
+            "merge base).",
+        },
     },
     required=(
         "rule",
@@ -124,6 +133,7 @@ ERROR = _obj(
         "message": _t("string", "What is wrong."),
         "object": _t("string", "The object (Kind namespace/name)."),
         "field": _t("string", "The field path inside the object."),
+        "side": {"enum": ["base"], "description": "`scan --diff-base`: an error of the merge base's tree."},
     },
     required=("file", "line", "message"),
 )
@@ -179,6 +189,19 @@ def document_schema() -> JSON:
                 "groups": _arr(
                     _obj("A training group the scan recognised.", {}, required=(), closed=False),
                     "What the scan understood (present for scans, absent for stored results).",
+                ),
+                "diff": _obj(
+                    "`scan --diff-base REF`: what was compared. `findings` then holds the introduced and "
+                    "the resolved findings (each with `change` and `side`).",
+                    {
+                        "base_ref": _t("string", "REF as given."),
+                        "merge_base": _t("string", "The merge base of REF and HEAD (commit id)."),
+                        "head": _t("string", "HEAD's commit id (the working tree was audited)."),
+                        "head_tree": _t("string", "What was audited on the head side."),
+                        "introduced": _t("integer", "Findings the change introduces."),
+                        "resolved": _t("integer", "Findings the change resolves."),
+                        "unchanged": _t("integer", "Findings on both sides (not listed)."),
+                    },
                 ),
             },
             required=("schema", "tool", "summary", "findings", "errors"),

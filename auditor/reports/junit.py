@@ -1,13 +1,24 @@
-"""JUnit XML for CI dashboards: one test case per rule × workload, failures for findings."""
+"""JUnit XML for CI dashboards: one test case per rule × workload, failures for findings.
+
+`file` attributes are relative to the repository root when one is given (as SARIF's URIs are),
+so test reporters can annotate the files of the checkout."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from xml.etree import ElementTree as ET
 
 from auditor.scan import ScanResult
 
+if TYPE_CHECKING:
+    from auditor.reports.sarif import SourceRoot
 
-def render(result: ScanResult) -> str:
+
+def render(result: ScanResult, root: SourceRoot | None = None) -> str:
+    def file_of(name: str) -> str:
+        found = root.path(name) if root is not None else None
+        return found[0] if found is not None else name
+
     suite = ET.Element(
         "testsuite",
         name="placement-auditor",
@@ -23,7 +34,7 @@ def render(result: ScanResult) -> str:
             "testcase",
             classname=f.rule,
             name=f"{f.workload.kind} {f.workload.namespace}/{f.workload.name} [{f.fingerprint[:8]}]",
-            file=f.workload.file,
+            file=file_of(f.workload.file),
             line=str(f.workload.line),
         )
         failure = ET.SubElement(case, "failure", type=f.severity, message=f"{f.rule} ({f.certainty})")

@@ -237,8 +237,17 @@ def load_inventory(
     progress: Progress = silent,
     jobs: int | None = None,
     root: Path | None = None,
+    stream: tuple[str, Sequence[yamlio.Document], Sequence[LoadError]] | None = None,
 ) -> Inventory:
+    """`stream`: documents read from a stream besides the paths (`auditor scan -`): its name,
+    documents and read errors (an error makes the audit partial, as for a file)."""
     collected = collect(paths, tools or Tools.detect(), progress, jobs, settings.sources, root)
+    if stream is not None:
+        name, docs, errs = stream
+        collected.documents.extend(docs)
+        collected.errors.extend(errs)
+        if errs:
+            collected.not_audited.append(NotAudited(name, errs[0].message))
     inv = build_inventory(collected.documents, settings, collected.errors)
     inv.notes[:0] = collected.notes
     inv.not_audited = sorted(set(collected.not_audited))

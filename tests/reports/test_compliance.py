@@ -64,7 +64,8 @@ def test_every_format_with_a_verifiable_manifest(tmp_path: Path, engine: Engine)
     assert sarif["version"] == "2.1.0" and sarif["runs"][0]["results"]
     assert (tmp_path / "report.junit").read_text().startswith("<?xml")
     reports = list(yaml.safe_load_all((tmp_path / "report.policyreport").read_text()))
-    assert {r["kind"] for r in reports} == {"PolicyReport"} and all(
+    # Target-level passes (a rule with no finding) go to the cluster-scoped report.
+    assert {r["kind"] for r in reports} == {"PolicyReport", "ClusterPolicyReport"} and all(
         r["apiVersion"] == "wgpolicyk8s.io/v1alpha2" for r in reports
     )
     ml = next(r for r in reports if r["metadata"]["namespace"] == "ml-prod")
