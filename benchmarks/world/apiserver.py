@@ -233,7 +233,8 @@ class FakeCluster:
             return _status(
                 422,
                 "Invalid",
-                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                "is required for apply patch",
             )
         try:
             obj = yaml.safe_load(body)

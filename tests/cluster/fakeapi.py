@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from world.apiserver import (  # noqa: E402
+from world.apiserver import (
     BUILTIN,
     PLURALS,
     TOKEN,
