@@ -123,6 +123,7 @@ def child(config: str, report: str, result: str, profile_out: str | None, steps:
     t0 = time.time()
     from auditor import cli
     from auditor.clock import system_clock, utc_date
+    from auditor.model.source import NotAudited
     from auditor.reports import json_report
     from auditor.rules.packs import load_packs
     from auditor.scan import scan
@@ -172,6 +173,10 @@ def child(config: str, report: str, result: str, profile_out: str | None, steps:
             "prometheus.enrich",
             lambda: prometheus.enrich(res.findings, inv, settings, os.environ, res.observation),
         )
+        res.not_audited += [
+            NotAudited(f"cluster:{read.context}/{p.what}", f"{p.problem}: {p.message}")
+            for p in read.incomplete
+        ]
         text = step("JSON report", lambda: json_report.render(res))
         step("write report", lambda: Path(report).write_text(text, encoding="utf-8"))
     main_s = time.perf_counter() - t1
