@@ -567,6 +567,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    """A Celery worker executing audits, PR checks and digests (fleet mode: service.broker)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from auditor import bootstrap
+
+    settings = _service_settings(args)
+    if settings.service.broker is None:
+        raise ConfigError(
+            settings.source, 0, "service.broker", "`auditor worker` needs service.broker (a broker URL)"
+        )
+    try:
+        bootstrap.work(settings, args.concurrency, args.pool, args.hostname)
+    except SQLAlchemyError as exc:
+        raise _store_unavailable(exc) from exc
+    return EXIT_OK
+
+
 def cmd_fix(args: argparse.Namespace) -> int:
     import difflib
 
@@ -1018,6 +1036,13 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", help="listen address (default: service.host, 127.0.0.1)")
     sv.add_argument("--port", type=int, help="listen port (default: service.port, 8080)")
     sv.set_defaults(func=cmd_serve)
+
+    wk = sub.add_parser("worker", help="a Celery worker for audits, PR checks and digests (fleet mode)")
+    wk.add_argument("--config", help="config file with service.broker (default: the bundled example)")
+    wk.add_argument("--concurrency", type=int, default=1, metavar="N", help="worker processes (default 1)")
+    wk.add_argument("--pool", choices=("prefork", "solo", "threads"), default="prefork")
+    wk.add_argument("--hostname", help="Celery node name (default: worker@HOST)")
+    wk.set_defaults(func=cmd_worker)
 
     db = sub.add_parser("db", help="database maintenance")
     dbsub = db.add_subparsers(dest="db_command", required=True)

@@ -15,6 +15,12 @@
       stale_after_seconds: 300    # a `running` run without a heartbeat this long is `interrupted`
       git_cache_dir: .auditor-cache/git
       git_timeout_seconds: 300
+      broker:                     # fleet mode (docs/scale.md); absent: everything in-process
+        url_env: AUDITOR_BROKER_URL   # redis://… (default) or amqp://… (RabbitMQ)
+      github_app:                 # the GitHub App receiving webhooks at /hooks/github
+        app_id: 12345
+        private_key_file: app.pem
+        webhook_secret_env: AUDITOR_WEBHOOK_SECRET
     targets:
       - name: infra
         schedule: "0 6 * * *"     # cron, five fields
@@ -97,6 +103,10 @@ def _relative_paths(paths: tuple[str, ...]) -> str | None:
     return None
 
 
+def _non_empty_text(text: str) -> str | None:
+    return None if text.strip() else "must not be empty"
+
+
 def _non_empty_strings(values: tuple[str, ...]) -> str | None:
     return None if all(values) else "a list of non-empty strings"
 
@@ -113,6 +123,138 @@ class DatabaseSettings:
         check=_database_url,
         secret=True,  # may carry a password
     )
+
+
+def _broker_url(url: str) -> str | None:
+    if url and not re.match(r"^(redis|rediss|amqp|amqps|sentinel)://", url):
+        return "a redis://, rediss:// or amqp:// URL"
+    return None
+
+
+def _queue_name(name: str) -> str | None:
+    return None if NAME_RE.match(name) else "a queue name"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """Fleet mode: audits, PR checks and webhook work run as Celery tasks on `auditor worker`s.
+
+    Without a `service.broker` section the service runs everything in its own process (the
+    embedded default)."""
+
+    url: str = setting(
+        "",
+        doc="redis://host:6379/0 or amqp://… (RabbitMQ); url_env wins when set.",
+        check=_broker_url,
+        secret=True,
+    )
+    url_env: str = setting("AUDITOR_BROKER_URL", doc="Environment variable holding the broker URL.")
+    visibility_timeout_seconds: int = setting(
+        3600,
+        doc="A delivered, unacknowledged task stays invisible to other workers this long (Redis, SQS).",
+        unit="seconds",
+        why="tasks are acknowledged late: a worker that died without a goodbye (kill -9) has its task "
+        "redelivered after this; longer than the longest audit, or a slow audit is delivered twice "
+        "(harmless, tasks are idempotent, but wasted). RabbitMQ redelivers on connection loss instead.",
+        exclusive_minimum=0,
+    )
+    lease_seconds: int = setting(
+        60,
+        doc="A worker's lease on a target lasts this long without renewal (renewed every heartbeat).",
+        unit="seconds",
+        why="one run per target across the fleet; a killed worker's target is free after this.",
+        exclusive_minimum=0,
+    )
+    busy_retry_seconds: int = setting(
+        5,
+        doc="A task whose target is leased by another worker retries after this.",
+        unit="seconds",
+        exclusive_minimum=0,
+    )
+    queue: str = setting(
+        "auditor", doc="The Celery queue every task goes to (KEDA scales on its length).", check=_queue_name
+    )
+    metrics_port: int = setting(
+        9109,
+        doc="Port of the worker's Prometheus endpoint (task latency, failures, queue depth); 0: none.",
+        why="only the worker's own process records: run `--pool solo` (one process per pod) to see all.",
+        minimum=0,
+        maximum=65535,
+    )
+
+    def resolved_url(self, environ: Mapping[str, str]) -> str:
+        return environ.get(self.url_env, "") if self.url_env and environ.get(self.url_env) else self.url
+
+
+def _clone_url(url: str) -> str | None:
+    return None if "{full_name}" in url else "must contain {full_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class GitHubAppSettings:
+    """The GitHub App: webhooks at POST /hooks/github, check runs on pull requests."""
+
+    app_id: int = setting(doc="The App's id.", exclusive_minimum=0)
+    private_key_file: str = setting(
+        doc="The App's PEM private key (signs the JWT).", path="resolve", check=_non_empty_text
+    )
+    base_url: str = setting(
+        "https://api.github.com",
+        doc="REST API root; GitHub Enterprise: https://HOST/api/v3.",
+        pattern=_HTTP_URL,
+        pattern_text="not a URL",
+    )
+    webhook_secret: str = setting("", doc="The webhook secret (prefer webhook_secret_env).", secret=True)
+    webhook_secret_env: str = setting(
+        "AUDITOR_WEBHOOK_SECRET", doc="Environment variable holding the webhook secret."
+    )
+    max_delivery_age_seconds: int = setting(
+        3600,
+        doc="A delivery whose event time (pull_request.updated_at, repository.pushed_at, "
+        "installation.updated_at) is older is rejected as stale; also how long delivery ids are remembered.",
+        unit="seconds",
+        why="GitHub sends no timestamp header (docs/service.md).",
+        exclusive_minimum=0,
+    )
+    max_body_bytes: int = setting(
+        25 * 1024 * 1024,
+        doc="Largest webhook body accepted.",
+        unit="bytes",
+        why="GitHub caps webhook payloads at 25 MB.",
+        exclusive_minimum=0,
+    )
+    clone_url: str = setting(
+        "https://github.com/{full_name}.git",
+        doc="How App repositories are fetched; {full_name} is owner/name.",
+        check=_clone_url,
+    )
+    check_name: str = setting("placement-audit", doc="Name of the check run on pull requests.")
+    fail_on: str = setting(
+        "high",
+        doc="The exit-code contract's threshold, applied to the findings a pull request introduces.",
+        choices=("critical", "high", "medium", "low", "none"),
+    )
+    paths: tuple[str, ...] = setting(
+        (), doc="Inside each App repository; default: all of it.", check=_relative_paths
+    )
+    nodes: tuple[str, ...] = setting((), doc="Node dumps inside each App repository.", check=_relative_paths)
+    seconds_between_writes: float = setting(
+        1.0,
+        doc="PyGithub waits this long between two writes of one client (a check run's create and updates); "
+        "0 turns it off.",
+        unit="seconds",
+        why="GitHub asks integrators to pace writes (secondary rate limits); it bounds a check's wall time "
+        "(docs/scale.md).",
+        minimum=0,
+    )
+
+    def validated(self, raw: Any, where: Where, path: str, line: int) -> GitHubAppSettings:
+        return replace(self, base_url=self.base_url.rstrip("/"))
+
+    def secret(self, environ: Mapping[str, str]) -> str:
+        return self.webhook_secret or (
+            environ.get(self.webhook_secret_env, "") if self.webhook_secret_env else ""
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +302,12 @@ class ServiceSettings:
     )
     git_timeout_seconds: int = setting(
         300, doc="One git clone or fetch may take this long.", unit="seconds", exclusive_minimum=0
+    )
+    broker: BrokerSettings | None = setting(
+        None, doc="Fleet mode (docs/scale.md): Celery workers run the audits; absent: everything in-process."
+    )
+    github_app: GitHubAppSettings | None = setting(
+        None, doc="The GitHub App receiving webhooks at /hooks/github (check runs on pull requests)."
     )
 
 

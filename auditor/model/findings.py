@@ -159,11 +159,13 @@ class Finding:
             out["assumptions"] = list(self.assumptions)
         if self.evidence:
             out["evidence"] = list(self.evidence)
+        if self.target:
+            out["target"] = self.target  # part of the fingerprint (a custom rule's role)
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], target: str = "") -> Finding:
-        """The finding `to_json` wrote (the target is not in its JSON: the caller knows it)."""
+    def from_json(cls, data: Mapping[str, Any]) -> Finding:
+        """The finding `to_json` wrote."""
         edge = data.get("edge")
         return cls(
             rule=data["rule"],
@@ -177,7 +179,7 @@ class Finding:
             estimated_monthly_cost_usd=data.get("estimated_monthly_cost_usd"),
             estimated_slowdown_pct=data.get("estimated_slowdown_pct"),
             assumptions=tuple(data.get("assumptions") or ()),
-            target=target,
+            target=str(data.get("target") or ""),
             evidence=tuple(data.get("evidence") or ()),
             role=str(edge["from"]["role"]) if edge else str(data.get("role") or ""),
         )

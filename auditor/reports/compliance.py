@@ -16,10 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from auditor import TOOL_NAME, __version__, templating
-from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
-from auditor.reports import junit, policyreport, sarif, zonemap
+from auditor.reports import StoredResult, junit, policyreport, sarif, zonemap
 from auditor.rules import RULES
-from auditor.scan import ScanResult
 from auditor.service_config import ReportSettings
 
 FORMATS = ("csv", "json", "html", "pdf", "sarif", "junit", "policyreport", "openreports")
@@ -140,46 +138,8 @@ def to_pdf(report: Report) -> bytes:
     return bytes(HTML(string=to_html(report)).write_pdf())
 
 
-def _finding(item: Mapping[str, Any]) -> Finding:
-    d = item.get("detail") or {}
-    w = d.get("workload") or {}
-    e = d.get("edge")
-    return Finding(
-        rule=item["rule"],
-        severity=item["severity"],
-        certainty=item["certainty"],
-        symptoms=tuple(d.get("symptoms") or ()),
-        workload=ObjectRef(
-            w.get("apiVersion", ""),
-            w.get("kind", ""),
-            w.get("namespace", ""),
-            w.get("name", ""),
-            w.get("file", ""),
-            int(w.get("line") or 0),
-        ),
-        message=item["message"],
-        edge=EdgeRef(
-            e["from"]["role"],
-            tuple(e["from"]["zones"]),
-            e["to"]["role"],
-            tuple(e["to"]["zones"]),
-            e.get("port"),
-            e.get("protocol", "TCP"),
-        )
-        if e
-        else None,
-        policies=tuple(
-            PolicyMention(p["kind"], p["namespace"], p["name"], p["file"], int(p["line"]))
-            for p in d.get("policies") or []
-        ),
-        estimated_monthly_cost_usd=item.get("estimated_monthly_cost_usd"),
-        estimated_slowdown_pct=item.get("estimated_slowdown_pct"),
-    )
-
-
-def _scan_result(report: Report) -> ScanResult:
-    active = [f for f in report.findings if f["status"] in ("new", "open", "reopened")]
-    return ScanResult(sorted(_finding(f) for f in active), [])
+def _stored(report: Report) -> StoredResult:
+    return StoredResult.of(report.findings, report.targets)
 
 
 def to_policyreport(report: Report, flavour: str = "wgpolicyk8s") -> str:
@@ -204,9 +164,9 @@ def render(report: Report, fmt: str) -> bytes:
     if fmt == "pdf":
         return to_pdf(report)
     if fmt == "sarif":
-        return sarif.render(_scan_result(report)).encode()
+        return sarif.render(_stored(report)).encode()
     if fmt == "junit":
-        return junit.render(_scan_result(report)).encode()
+        return junit.render(_stored(report)).encode()
     if fmt == "policyreport":
         return to_policyreport(report).encode()
     if fmt == "openreports":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from auditor.scan import ScanResult
+from auditor.reports import Audited
 
 COLUMNS = (
     "rule",
@@ -33,7 +33,7 @@ def _safe(value: object) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
-def render(result: ScanResult) -> str:
+def render(result: Audited) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)

@@ -100,6 +100,7 @@ FINDING = _obj(
         ),
         "assumptions": _arr(_t("string", "An assumption."), "What the cost estimate assumed."),
         "evidence": _arr(_t("string", "A measurement."), "Measurements backing the finding (Prometheus)."),
+        "target": _t("string", "What a custom rule evaluated (its role); part of the fingerprint."),
         "change": {
             "enum": ["introduced", "resolved"],
             "description": "`scan --diff-base`: whether the change introduces the finding or resolves it.",

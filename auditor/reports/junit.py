@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from xml.etree import ElementTree as ET
 
-from auditor.scan import ScanResult
+from auditor.reports import Audited
 
 if TYPE_CHECKING:
     from auditor.reports.sarif import SourceRoot
 
 
-def render(result: ScanResult, root: SourceRoot | None = None) -> str:
+def render(result: Audited, root: SourceRoot | None = None) -> str:
     def file_of(name: str) -> str:
         found = root.path(name) if root is not None else None
         return found[0] if found is not None else name

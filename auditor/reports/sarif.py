@@ -28,9 +28,9 @@ from urllib.parse import quote
 
 from auditor import TOOL_NAME, __version__
 from auditor.model.findings import Finding
+from auditor.reports import Audited
 from auditor.rules import RULES
 from auditor.rules.packs import PolicyPack
-from auditor.scan import ScanResult
 
 # The id of the final SARIF 2.1.0 schema (OASIS errata 01), the one `$schema` should name
 # (validator rule SARIF1011); tests/data/sarif/ holds a copy.
@@ -262,7 +262,7 @@ def _result(f: Finding, index: Mapping[str, int], root: SourceRoot) -> dict[str,
     return out
 
 
-def to_document(result: ScanResult, root: SourceRoot | None = None) -> dict[str, Any]:
+def to_document(result: Audited, root: SourceRoot | None = None) -> dict[str, Any]:
     root = root or SourceRoot()
     descriptors = rule_descriptors(result.pack, (f.rule for f in result.findings))
     index = {d.id: i for i, d in enumerate(descriptors)}
@@ -304,7 +304,7 @@ def to_document(result: ScanResult, root: SourceRoot | None = None) -> dict[str,
     }
 
 
-def render(result: ScanResult, root: SourceRoot | None = None) -> str:
+def render(result: Audited, root: SourceRoot | None = None) -> str:
     return json.dumps(to_document(result, root), indent=2) + "\n"
 
 

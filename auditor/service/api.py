@@ -27,6 +27,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -69,7 +70,8 @@ class Submitter(Protocol):
 
 
 # Paths that answer without a token even when reads need one: probes and the metrics scrape.
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+# /hooks/github authenticates each delivery by its HMAC signature instead.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/hooks/github"})
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 
 
@@ -119,6 +121,7 @@ def create_app(
     *,
     read_token_required: bool = False,
     bind_host: str | None = None,
+    github_hook: Any = None,
 ) -> FastAPI:
     """The app. `read_token_required`: reads need the token too. `bind_host`: the address the
     server listens on; a loopback one turns on the Host header check."""
@@ -299,6 +302,30 @@ def create_app(
             status_code=202,
             headers={"Location": f"/api/v1/runs/{run_id}"},
         )
+
+    if github_hook is not None:
+        limit = github_hook.app.max_body_bytes
+
+        @app.post("/hooks/github", tags=["github"], include_in_schema=False)
+        async def github_webhook(request: Request) -> JSONResponse:
+            """GitHub App webhooks (X-Hub-Signature-256 verified; see auditor/service/hooks.py)."""
+            declared = request.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                return JSONResponse({"error": f"payload over {limit} bytes"}, status_code=413)
+            body = bytearray()
+            async for chunk in request.stream():
+                body.extend(chunk)
+                if len(body) > limit:
+                    return JSONResponse({"error": f"payload over {limit} bytes"}, status_code=413)
+            # The checks touch the database: off the event loop.
+            status, answer = await run_in_threadpool(
+                github_hook.handle,
+                request.headers.get("x-github-event", ""),
+                request.headers.get("x-github-delivery"),
+                request.headers.get("x-hub-signature-256"),
+                bytes(body),
+            )
+            return JSONResponse(answer, status_code=status)
 
     web.mount(app, store)
     return app

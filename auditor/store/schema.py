@@ -9,6 +9,11 @@
 - `observations`: one row per finding per run that saw it: history and cost trends.
 - `cost_estimates`: the estimated monthly inter-AZ cost of a run, per rule.
 - `waivers`: waivers seen in force (or expired) by a run.
+- Fleet (Celery workers, the GitHub App; 0007): `runs.task_key` makes a task idempotent (a
+  redelivered task finds its run by key); `target_leases` lets one worker of the fleet audit a
+  target at a time; `webhook_deliveries` remembers GitHub delivery ids until they expire;
+  `check_runs` keeps the check run id per (repository, head SHA, kind), so it is updated, never
+  created twice.
 
 Times are timezone-aware UTC. Migrations (migrations/) must match these models; a test compares them.
 """
@@ -76,10 +81,14 @@ class Run(Base):
         UniqueConstraint("target_id", "slot"),
         Index(None, "target_id", "started_at"),
         Index(None, "status"),
+        Index(None, "task_key", unique=True),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
+    # The task's idempotency key (Celery tasks: `audit:<target>:<slot or request id>`); NULL for
+    # runs the embedded service and the CLI start. Unique: a redelivered task finds its run.
+    task_key: Mapped[str | None] = mapped_column(String(200))
     slot: Mapped[str | None] = mapped_column(String(40))  # scheduled time (UTC ISO); NULL when manual
     trigger: Mapped[str] = mapped_column(String(20))  # schedule | api | cli | startup
     status: Mapped[str] = mapped_column(String(20))
@@ -231,3 +240,57 @@ class Digest(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class TargetLease(Base):
+    """One run per target across the fleet: the worker holding an unexpired lease audits it."""
+
+    __tablename__ = "target_leases"
+
+    target: Mapped[str] = mapped_column(String(200), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255))  # host:pid of the worker
+    task_key: Mapped[str | None] = mapped_column(String(200))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class WebhookDelivery(Base):
+    """A GitHub webhook delivery seen (X-GitHub-Delivery), kept until `expires_at`."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index(None, "expires_at"),)
+
+    delivery_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    event: Mapped[str] = mapped_column(String(60))
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class CheckRunRow(Base):
+    """The check run published for one (repository, head SHA, kind)."""
+
+    __tablename__ = "check_runs"
+    __table_args__ = (UniqueConstraint("repository", "head_sha", "kind"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    repository: Mapped[str] = mapped_column(String(255))  # owner/name
+    head_sha: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(60))  # e.g. placement-audit
+    check_run_id: Mapped[int | None] = mapped_column(BigInteger)  # GitHub's id, once created
+    status: Mapped[str] = mapped_column(String(20))  # queued | in_progress | completed
+    conclusion: Mapped[str | None] = mapped_column(String(30))
+    # Annotations already sent (GitHub appends them on every update and has no way to remove
+    # them): a task resuming after a crash sends only the rest.
+    annotations_sent: Mapped[int] = mapped_column(Integer, default=0)
+    task_key: Mapped[str | None] = mapped_column(String(200))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AppRepository(Base):
+    """A repository the GitHub App is installed on: an audit target while `active`."""
+
+    __tablename__ = "app_repositories"
+
+    full_name: Mapped[str] = mapped_column(String(255), primary_key=True)  # owner/name
+    installation_id: Mapped[int] = mapped_column(BigInteger)
+    active: Mapped[bool] = mapped_column(default=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -145,7 +145,23 @@ def exported_metrics() -> set[str]:
     from auditor.service.metrics import StoreCollector
 
     collector = StoreCollector(_Snapshot())  # type: ignore[arg-type]
-    return {s.name for family in collector.collect() for s in family.samples}
+    return {s.name for family in collector.collect() for s in family.samples} | worker_metrics()
+
+
+def worker_metrics() -> set[str]:
+    """Sample names a worker exports (auditor/service/workermetrics.py), each metric observed once."""
+    from prometheus_client import CollectorRegistry
+
+    from auditor.service.workermetrics import WorkerMetrics
+
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry, lambda: 3, "auditor")
+    metrics.duration.labels("auditor.audit").observe(1.0)
+    metrics.failures.labels("auditor.audit").inc()
+    metrics.retries.labels("auditor.audit").inc()
+    return {
+        s.name for family in registry.collect() for s in family.samples if not s.name.endswith("_created")
+    }
 
 
 def documented_external_metrics() -> set[str]:

@@ -328,7 +328,12 @@ def test_github_app_installation_token(tmp_path: Path) -> None:
     )
     origin = Origin(tmp_path)
     origin.commit(_files())
-    hub = FakeGitHub(origin.bare, app_id=4242, tokens=set())
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    hub = FakeGitHub(
+        origin.bare, app_id=4242, tokens=set(), app_public_key=public.decode(), installation_ids=(7,)
+    )
     with serve(hub) as base, engine_for("sqlite", tmp_path) as engine:
         lab = Lab(
             tmp_path,

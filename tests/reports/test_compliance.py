@@ -97,3 +97,21 @@ def test_pdf_renders_to_images(tmp_path: Path, engine: Engine) -> None:
     shots.mkdir(exist_ok=True)
     for p in pages:  # kept for a person to look at
         shutil.copy(p, shots / f"report-{engine.dialect.name}-{p.name}")
+
+
+def test_stored_findings_render_as_the_findings_they_were(tmp_path: Path, engine: Engine) -> None:
+    """Reports of stored rows read the same protocol as a scan: every stored finding is the
+    Finding that was stored (same fingerprint), and a target whose last run did not
+    succeed makes the stored audit incomplete, so SARIF says the execution did not succeed."""
+    from auditor.reports import StoredResult, sarif
+
+    store, clock, settings = seeded_store(tmp_path, engine)
+    report = compliance.build(store.export(), settings.reports, clock.now, None)  # type: ignore[attr-defined]
+    stored = StoredResult.of(report.findings, report.targets)
+    active = [f for f in report.findings if f["status"] in ("new", "open", "reopened")]
+    assert sorted(f.fingerprint for f in stored.findings) == sorted(f["fingerprint"] for f in active)
+    assert {f.workload.name for f in stored.findings} >= {"trainer-workers", "big-job"}
+    assert not stored.complete and [n.path for n in stored.not_audited] == ["target web"]
+    document = json.loads(sarif.render(stored))
+    assert document["runs"][0]["invocations"][0]["executionSuccessful"] is False
+    assert len(document["runs"][0]["results"]) == len(active)

@@ -1,0 +1,145 @@
+"""Leader election among service replicas: exactly one runs the schedule.
+
+On PostgreSQL: a session-level advisory lock (`pg_try_advisory_lock`) taken on a dedicated
+connection that stays open. The server holds the lock for as long as that session lives and
+releases it when the connection ends — the process exits, is killed, or its network goes away —
+so a replica that dies without a goodbye frees the lock as soon as PostgreSQL notices the session
+is gone (TCP keepalives; `tcp_keepalives_idle` bounds it), and a standby takes it on its next try.
+The database is the right place: every replica already needs it and shares it, whereas the broker
+may be RabbitMQ (no lock primitive Celery exposes) and a lock in Redis would need its own
+expiry-and-fencing protocol. Each check also runs a query on the session, so a leader whose
+connection broke learns it lost the lock before it fires anything.
+
+On SQLite there is one process by construction (a file on one machine, the embedded default), so
+it is always the leader; two `serve` processes on one SQLite file still agree through the runs'
+unique (target, slot), as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import threading
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from auditor.clock import Clock
+from auditor.config import Settings
+from auditor.service.runner import AuditRunner
+from auditor.service.scheduler import Scheduler, slot_of, slot_text
+
+log = logging.getLogger("auditor.leader")
+
+LOCK_NAME = "placement-auditor:scheduler"
+
+
+def lock_key(name: str = LOCK_NAME) -> int:
+    """A stable signed 64-bit key for `pg_try_advisory_lock(bigint)`."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
+class Leadership:
+    def __init__(self, engine: Engine, name: str = LOCK_NAME) -> None:
+        self.engine = engine
+        self.key = lock_key(name)
+        self.postgres = engine.dialect.name == "postgresql"
+        self._connection: Any = None
+        self._lock = threading.Lock()
+
+    def is_leader(self) -> bool:
+        """Whether this process leads now (taking the lock if it is free)."""
+        if not self.postgres:
+            return True
+        with self._lock:
+            try:
+                if self._connection is not None:
+                    # Still our session? (a broken connection means the server let the lock go)
+                    self._connection.execute(text("SELECT 1"))
+                    return True
+                connection = self.engine.connect()
+                got = bool(
+                    connection.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": self.key}).scalar()
+                )
+                connection.commit()
+                if got:
+                    self._connection = connection
+                    log.info("this replica leads the schedule (advisory lock %s)", self.key)
+                    return True
+                connection.close()
+                return False
+            except SQLAlchemyError as exc:
+                log.warning("leadership lost or not available: %s", exc)
+                self._drop()
+                return False
+
+    def _drop(self) -> None:
+        if self._connection is not None:
+            with contextlib.suppress(SQLAlchemyError):
+                self._connection.invalidate()
+        self._connection = None
+
+    def resign(self) -> None:
+        with self._lock:
+            if self._connection is not None:
+                try:
+                    self._connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
+                    self._connection.close()
+                except SQLAlchemyError:
+                    self._drop()
+            self._connection = None
+
+
+class FleetScheduler(Scheduler):
+    """The schedule in fleet mode: only the leader fires, and what it fires is enqueued.
+
+    A slot's task key is `audit:<target>:<slot>`, so even a slot enqueued twice (a leader change
+    at the very moment a job fires) is audited and recorded once.
+    """
+
+    def __init__(
+        self, settings: Settings, runner: AuditRunner, clock: Clock, leader: Leadership, dispatch: Any
+    ) -> None:
+        super().__init__(settings, runner, clock)
+        self.leader, self.dispatch = leader, dispatch
+        self.fired: list[str] = []  # task keys this replica enqueued (metrics, tests)
+
+    def run_scheduled(self, target: str, now: datetime | None = None) -> None:
+        now = now or self.clock()
+        if not self.leader.is_leader():
+            log.debug("target %s: not the leader; the leader fires it", target)
+            return
+        slot = slot_of(self.triggers[target], now, self.settings.service.misfire_grace_seconds)
+        if slot is None:
+            return
+        key = f"audit:{target}:{slot_text(slot)}"
+        self.dispatch.audit(target, key, slot_text(slot), "schedule")
+        self.fired.append(key)
+
+    def run_all_now(self) -> None:
+        if not self.leader.is_leader():
+            return
+        stamp = slot_text(self.clock())
+        for name in self.triggers:
+            key = f"startup:{name}:{stamp}"
+            self.dispatch.audit(name, key, None, "startup")
+            self.fired.append(key)
+
+    def submit(self, run_id: int, target: str) -> None:
+        """An API trigger: the run the API claimed is handed to a worker under the key `api:<id>`."""
+        from auditor.store.schema import Run
+
+        key = f"api:{run_id}"
+        with self.runner.store.sessions.begin() as session:
+            run = session.get_one(Run, run_id)
+            run.task_key = key
+        with self.runner._lock:
+            self.runner._busy.discard(target)  # this process does not execute it
+        self.dispatch.audit(target, key, None, "api")
+
+    def send_digests(self) -> None:
+        if self.leader.is_leader():
+            self.dispatch.digest()

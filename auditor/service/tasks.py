@@ -1,0 +1,333 @@
+"""Work as Celery tasks, for a fleet of `auditor worker`s (fleet mode: `service.broker` is set).
+
+Tasks: `auditor.audit` (a scheduled, API, push or start-up audit of one target), `auditor.pr_check`
+(a pull request's check run), `auditor.installation` (App repositories appear and disappear) and
+`auditor.digest`. Every task is
+
+- acknowledged late (`task_acks_late`) and given back when its worker process dies
+  (`task_reject_on_worker_lost`), with one message prefetched per process
+  (`worker_prefetch_multiplier=1`) and the broker's `visibility_timeout` configured, so a task of
+  a worker that vanished is delivered again — never lost;
+- idempotent by its key: an audit claims its run by `task_key` (unique in `runs`), a PR check
+  its check run by (repository, head SHA, kind); a second delivery of a finished task does
+  nothing, one of an unfinished task takes over the same run and finishes it once — never doubled,
+  never a second check run;
+- serialised per target across the fleet by a lease row (`target_leases`): a task whose target is
+  leased elsewhere is retried after `busy_retry_seconds`.
+
+The embedded default (no broker) never imports Celery: `InProcess` runs the same work on the
+scheduler's thread pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from auditor.config import Settings
+from auditor.service.runner import AuditRunner, process_owner
+from auditor.service.webhooks import InstallationEvent, PullRequestEvent, PushEvent
+from auditor.store.fleet import FleetStore
+
+log = logging.getLogger("auditor.tasks")
+
+
+class Dispatch(Protocol):
+    """Where work goes: the broker (fleet) or this process (embedded)."""
+
+    def audit(
+        self,
+        target: str,
+        task_key: str,
+        slot: str | None,
+        trigger: str,
+        repository: str = "",
+        installation_id: int = 0,
+    ) -> None: ...
+
+    def pr_check(self, event: PullRequestEvent, task_key: str) -> None: ...
+
+    def installation(self, event: InstallationEvent) -> None: ...
+
+
+@dataclass
+class WorkerContext:
+    """What a task needs, built once per worker process by the composition root."""
+
+    settings: Settings
+    runner: AuditRunner
+    fleet: FleetStore
+
+
+class _Holder:
+    """The worker process's context, built on first use (after Celery forked its pool)."""
+
+    factory: Callable[[], WorkerContext] | None = None
+    built: WorkerContext | None = None
+
+
+def set_context_factory(factory: Callable[[], WorkerContext]) -> None:
+    _Holder.factory, _Holder.built = factory, None
+
+
+def context() -> WorkerContext:
+    if _Holder.built is None:
+        if _Holder.factory is None:
+            raise RuntimeError("no worker context: start workers with `auditor worker`")
+        _Holder.built = _Holder.factory()
+    return _Holder.built
+
+
+class LeaseBusy(Exception):
+    """Another worker holds the lease; try again later."""
+
+
+@contextmanager
+def leased(fleet: FleetStore, name: str, seconds: float, task_key: str) -> Iterator[None]:
+    """Hold the lease `name` while the block runs, renewing it every third of its length."""
+    owner = process_owner()
+    if not fleet.acquire_lease(name, owner, seconds, task_key):
+        raise LeaseBusy(name)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(max(0.5, seconds / 3)):
+            try:
+                if not fleet.renew_lease(name, owner, seconds):
+                    log.error("lease %s lost", name)
+            except Exception as exc:  # the database away: the next renewal tries again
+                log.warning("renewing lease %s failed: %s", name, exc)
+
+    thread = threading.Thread(target=renew, daemon=True, name=f"lease {name}")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        fleet.release_lease(name, owner)
+
+
+# -- the work itself (shared by Celery tasks and the in-process dispatcher) ----------------------
+
+
+def run_audit(
+    ctx: WorkerContext,
+    target: str,
+    task_key: str,
+    slot: str | None,
+    trigger: str,
+    repository: str = "",
+    installation_id: int = 0,
+) -> str:
+    """One audit of `target` under its lease, recorded once under `task_key`."""
+    from auditor.service import githubapp
+
+    settings, runner = ctx.settings, ctx.runner
+    if repository:
+        app_target = githubapp.target_for(settings, repository, installation_id)
+        target = app_target.name
+        if not any(t.name == target for t in settings.targets):
+            settings = githubapp.with_target(settings, app_target)
+            runner = AuditRunner(settings, ctx.runner.store, ctx.runner.tools, environ=ctx.runner.environ)
+            _sync_target(ctx, app_target)
+    broker = settings.service.broker
+    seconds = broker.lease_seconds if broker else 300
+    with leased(ctx.fleet, f"target:{target}", seconds, task_key):
+        keyed = ctx.fleet.claim_keyed_run(target, task_key, slot, trigger, runner.owner)
+        if keyed.state == "done":
+            log.info("task %s: run %s already %s", task_key, keyed.run_id, keyed.status)
+            return keyed.status
+        if keyed.state == "resume":
+            log.warning("task %s: taking over run %s (its worker stopped)", task_key, keyed.run_id)
+        result = runner.execute(keyed.run_id, target)
+        return result.status
+
+
+def _sync_target(ctx: WorkerContext, target: Any) -> None:
+    from auditor.store.repository import TargetSpec
+
+    ctx.runner.store.sync_targets(
+        [
+            TargetSpec(
+                target.name,
+                target.kind,
+                target.location,
+                target.git.branch if target.git else None,
+                target.paths,
+                target.nodes,
+                target.schedule,
+            )
+        ]
+    )
+
+
+def run_pr_check(ctx: WorkerContext, event: PullRequestEvent, task_key: str) -> str:
+    from auditor.service import githubapp
+
+    app = ctx.settings.service.github_app
+    assert app is not None
+    broker = ctx.settings.service.broker
+    seconds = broker.lease_seconds if broker else 300
+    with leased(ctx.fleet, f"check:{event.repository}:{event.head_sha}", seconds, task_key):
+        output = githubapp.audit_pull_request(ctx.settings, ctx.runner, ctx.fleet, event, task_key)
+        return output.conclusion
+
+
+def run_installation(ctx: WorkerContext, event: InstallationEvent) -> None:
+    if event.action == "deleted":
+        ctx.fleet.drop_installation(event.installation_id)
+    ctx.fleet.set_app_repositories(event.installation_id, list(event.added), list(event.removed))
+
+
+def push_task_key(event: PushEvent) -> str:
+    return f"push:{event.repository}:{event.after}"
+
+
+def pr_task_key(event: PullRequestEvent) -> str:
+    return f"check:{event.repository}:{event.head_sha}"
+
+
+# -- Celery -------------------------------------------------------------------------------------
+
+
+def celery_app(settings: Settings, environ: dict[str, str]) -> Any:
+    """The Celery app of `settings.service.broker` (tasks registered here, not on import)."""
+    from celery import Celery
+
+    broker = settings.service.broker
+    if broker is None:
+        raise ValueError("service.broker is not configured")
+    url = broker.resolved_url(environ)
+    if not url:
+        raise ValueError(f"no broker URL: set service.broker.url or ${broker.url_env}")
+    app = Celery("placement-auditor", broker=url, set_as_current=False)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options={
+            "visibility_timeout": broker.visibility_timeout_seconds,
+            # Redis: how often a worker sweeps the unacknowledged messages for ones past their
+            # visibility timeout (kombu's default sweep is 10 s × every 10th call = 100 s; a dead
+            # worker's task should wait the visibility timeout, not that).
+            "unacked_restore_interval": max(1, min(10, broker.visibility_timeout_seconds // 4)),
+            "unacked_restore_throttle": 1,
+        },
+        task_default_queue=broker.queue,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        enable_utc=True,
+    )
+    busy = broker.busy_retry_seconds
+
+    @app.task(name="auditor.audit", bind=True, max_retries=None)  # type: ignore[untyped-decorator]
+    def audit(
+        self: Any,
+        target: str,
+        task_key: str,
+        slot: str | None,
+        trigger: str,
+        repository: str = "",
+        installation_id: int = 0,
+    ) -> str:
+        try:
+            return run_audit(context(), target, task_key, slot, trigger, repository, installation_id)
+        except LeaseBusy:
+            raise self.retry(countdown=busy) from None
+
+    @app.task(name="auditor.pr_check", bind=True, max_retries=None)  # type: ignore[untyped-decorator]
+    def pr_check(self: Any, event: dict[str, Any], task_key: str) -> str:
+        try:
+            return run_pr_check(context(), PullRequestEvent(**event), task_key)
+        except LeaseBusy:
+            raise self.retry(countdown=busy) from None
+
+    @app.task(name="auditor.installation")  # type: ignore[untyped-decorator]
+    def installation(event: dict[str, Any]) -> None:
+        event["added"], event["removed"] = tuple(event["added"]), tuple(event["removed"])
+        run_installation(context(), InstallationEvent(**event))
+
+    @app.task(name="auditor.digest")  # type: ignore[untyped-decorator]
+    def digest() -> None:
+        from auditor.service import digests
+
+        ctx = context()
+        digests.run(ctx.settings, ctx.runner.store, ctx.runner.environ)
+
+    return app
+
+
+class ToBroker:
+    """Dispatch to the Celery queue."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    def audit(
+        self,
+        target: str,
+        task_key: str,
+        slot: str | None,
+        trigger: str,
+        repository: str = "",
+        installation_id: int = 0,
+    ) -> None:
+        self.app.send_task(
+            "auditor.audit", args=[target, task_key, slot, trigger, repository, installation_id]
+        )
+
+    def pr_check(self, event: PullRequestEvent, task_key: str) -> None:
+        self.app.send_task("auditor.pr_check", args=[asdict(event), task_key])
+
+    def installation(self, event: InstallationEvent) -> None:
+        self.app.send_task("auditor.installation", args=[asdict(event)])
+
+    def digest(self) -> None:
+        self.app.send_task("auditor.digest")
+
+
+class InProcess:
+    """The embedded default: the same work on a thread of this process (`submit` runs a callable)."""
+
+    def __init__(self, ctx: WorkerContext, submit: Callable[[Callable[[], Any]], None]) -> None:
+        self.ctx, self.submit = ctx, submit
+
+    def audit(
+        self,
+        target: str,
+        task_key: str,
+        slot: str | None,
+        trigger: str,
+        repository: str = "",
+        installation_id: int = 0,
+    ) -> None:
+        self.submit(
+            lambda: self._quiet(
+                lambda: run_audit(self.ctx, target, task_key, slot, trigger, repository, installation_id)
+            )
+        )
+
+    def pr_check(self, event: PullRequestEvent, task_key: str) -> None:
+        self.submit(lambda: self._quiet(lambda: run_pr_check(self.ctx, event, task_key)))
+
+    def installation(self, event: InstallationEvent) -> None:
+        run_installation(self.ctx, event)
+
+    @staticmethod
+    def _quiet(work: Callable[[], Any]) -> None:
+        try:
+            work()
+        except LeaseBusy as exc:
+            log.info("skipped: %s is being audited", exc)
+        except Exception as exc:
+            log.error("background work failed: %s: %s", type(exc).__name__, exc)

@@ -1,0 +1,298 @@
+"""The store's part for a fleet of workers: leases, idempotent runs, webhook deliveries, check runs.
+
+Every decision that must hold across processes is a row with a unique key, so it holds on SQLite
+(one process) and PostgreSQL (many) alike, without a lock server:
+
+- a *lease* (`target_leases`) is one row per name (a target, or a check run's head SHA); a worker
+  takes it by inserting the row, or by updating it when it has expired; it renews it while it
+  works and deletes it when done. A killed worker's lease runs out after `seconds`.
+- a *keyed run* (`runs.task_key`, unique): a task claims its run by key; a redelivered task finds
+  the same run — finished (nothing to do) or still `running`/`interrupted` (its worker died: the
+  run is taken over and finished once, under the same id).
+- a *delivery* (`webhook_deliveries`): the GitHub delivery id, inserted once; a second insert of
+  the same id is a replay.
+- a *check run* (`check_runs`, unique (repository, head SHA, kind)): the id GitHub gave it, so a
+  task updates the check run instead of creating a second one.
+
+Times come from the injected clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine, delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import sessionmaker
+
+from auditor.clock import Clock
+from auditor.store.repository import UnknownTarget
+from auditor.store.schema import AppRepository, CheckRunRow, Run, Target, TargetLease, WebhookDelivery
+
+FINISHED = ("succeeded", "partial", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedRun:
+    run_id: int
+    state: str  # new | resume (a dead worker's run, taken over) | done (already finished)
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRunRecord:
+    repository: str
+    head_sha: str
+    kind: str
+    check_run_id: int | None
+    status: str
+    conclusion: str | None
+    annotations_sent: int = 0
+
+
+def _aware(value: datetime) -> datetime:
+    from datetime import UTC
+
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+class FleetStore:
+    def __init__(self, engine: Engine, clock: Clock) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.sessions = sessionmaker(engine, expire_on_commit=False)
+
+    # -- leases -------------------------------------------------------------------------------
+
+    def acquire_lease(self, name: str, owner: str, seconds: float, task_key: str | None = None) -> bool:
+        """Take the lease `name` for `seconds` (True), unless another owner holds it unexpired."""
+        now = self.clock()
+        until = now + timedelta(seconds=seconds)
+        try:
+            with self.sessions.begin() as session:
+                session.add(TargetLease(target=name, owner=owner, task_key=task_key, expires_at=until))
+            return True
+        except IntegrityError:
+            pass
+        with self.sessions.begin() as session:
+            taken = session.execute(
+                update(TargetLease)
+                .where(
+                    TargetLease.target == name,
+                    (TargetLease.expires_at < now) | (TargetLease.owner == owner),
+                )
+                .values(owner=owner, task_key=task_key, expires_at=until)
+                .execution_options(synchronize_session=False)
+            )
+            return bool(taken.rowcount)  # type: ignore[attr-defined]
+
+    def renew_lease(self, name: str, owner: str, seconds: float) -> bool:
+        """Extend a lease this owner holds; False when it was lost (expired and taken)."""
+        with self.sessions.begin() as session:
+            done = session.execute(
+                update(TargetLease)
+                .where(TargetLease.target == name, TargetLease.owner == owner)
+                .values(expires_at=self.clock() + timedelta(seconds=seconds))
+                .execution_options(synchronize_session=False)
+            )
+            return bool(done.rowcount)  # type: ignore[attr-defined]
+
+    def release_lease(self, name: str, owner: str) -> None:
+        with self.sessions.begin() as session:
+            session.execute(delete(TargetLease).where(TargetLease.target == name, TargetLease.owner == owner))
+
+    def lease_holder(self, name: str) -> tuple[str, datetime] | None:
+        with self.sessions() as session:
+            row = session.get(TargetLease, name)
+            return (row.owner, _aware(row.expires_at)) if row is not None else None
+
+    # -- keyed runs ---------------------------------------------------------------------------
+
+    def claim_keyed_run(
+        self, target: str, task_key: str, slot: str | None, trigger: str, owner: str
+    ) -> KeyedRun:
+        """The run of `task_key`: a new `running` row, or the existing one (taken over when it
+        did not finish: the caller holds the target's lease, so its old worker is gone)."""
+        now = self.clock()
+        with self.sessions.begin() as session:
+            found = session.scalar(select(Run).where(Run.task_key == task_key).with_for_update())
+            if found is not None:
+                if found.status in FINISHED:
+                    return KeyedRun(found.id, "done", found.status)
+                found.status, found.owner, found.heartbeat_at = "running", owner, now
+                found.finished_at, found.error = None, None
+                return KeyedRun(found.id, "resume", "running")
+        target_id = self._target_id(target)
+        try:
+            with self.sessions.begin() as session:
+                run = Run(
+                    target_id=target_id,
+                    task_key=task_key,
+                    slot=slot,
+                    trigger=trigger,
+                    status="running",
+                    owner=owner,
+                    started_at=now,
+                    heartbeat_at=now,
+                    errors=[],
+                )
+                session.add(run)
+                session.flush()
+                return KeyedRun(run.id, "new", "running")
+        except IntegrityError:
+            # The same key inserted meanwhile (cannot happen under the lease) or the slot taken
+            # by a run of another key (an embedded `serve` on the same database ran it).
+            with self.sessions() as session:
+                other = session.scalar(
+                    select(Run).where(
+                        (Run.task_key == task_key) | ((Run.target_id == target_id) & (Run.slot == slot))
+                    )
+                )
+                if other is None:
+                    raise
+                return KeyedRun(other.id, "done", other.status)
+
+    def _target_id(self, name: str) -> int:
+        with self.sessions() as session:
+            found = session.scalar(select(Target.id).where(Target.name == name))
+            if found is None:
+                raise UnknownTarget(name)
+            return found
+
+    def runs_of_key(self, task_key: str) -> list[tuple[int, str]]:
+        with self.sessions() as session:
+            return [(r.id, r.status) for r in session.scalars(select(Run).where(Run.task_key == task_key))]
+
+    # -- webhook deliveries -------------------------------------------------------------------
+
+    def remember_delivery(self, delivery_id: str, event: str, keep_seconds: float) -> bool:
+        """Record a delivery id; False when it was seen before and has not expired (a replay).
+        Expired ids are deleted first, so the table holds at most `keep_seconds` of traffic."""
+        now = self.clock()
+        with self.sessions.begin() as session:
+            session.execute(delete(WebhookDelivery).where(WebhookDelivery.expires_at < now))
+        try:
+            with self.sessions.begin() as session:
+                session.add(
+                    WebhookDelivery(
+                        delivery_id=delivery_id,
+                        event=event[:60],
+                        received_at=now,
+                        expires_at=now + timedelta(seconds=keep_seconds),
+                    )
+                )
+            return True
+        except IntegrityError:
+            return False
+
+    def forget_delivery(self, delivery_id: str) -> None:
+        """Undo `remember_delivery` when the work could not be enqueued (GitHub may redeliver)."""
+        with self.sessions.begin() as session:
+            session.execute(delete(WebhookDelivery).where(WebhookDelivery.delivery_id == delivery_id))
+
+    # -- check runs ---------------------------------------------------------------------------
+
+    def check_run(self, repository: str, head_sha: str, kind: str) -> CheckRunRecord | None:
+        with self.sessions() as session:
+            row = session.scalar(
+                select(CheckRunRow).where(
+                    CheckRunRow.repository == repository,
+                    CheckRunRow.head_sha == head_sha,
+                    CheckRunRow.kind == kind,
+                )
+            )
+            if row is None:
+                return None
+            return CheckRunRecord(
+                row.repository,
+                row.head_sha,
+                row.kind,
+                row.check_run_id,
+                row.status,
+                row.conclusion,
+                row.annotations_sent,
+            )
+
+    def record_check_run(
+        self,
+        repository: str,
+        head_sha: str,
+        kind: str,
+        *,
+        check_run_id: int | None,
+        status: str,
+        conclusion: str | None = None,
+        task_key: str | None = None,
+        annotations_sent: int | None = None,
+    ) -> None:
+        """Insert or update the row of (repository, head SHA, kind)."""
+        now = self.clock()
+        with self.sessions.begin() as session:
+            row = session.scalar(
+                select(CheckRunRow)
+                .where(
+                    CheckRunRow.repository == repository,
+                    CheckRunRow.head_sha == head_sha,
+                    CheckRunRow.kind == kind,
+                )
+                .with_for_update()
+            )
+            if row is None:
+                session.add(
+                    CheckRunRow(
+                        repository=repository,
+                        head_sha=head_sha,
+                        kind=kind,
+                        check_run_id=check_run_id,
+                        status=status,
+                        conclusion=conclusion,
+                        annotations_sent=annotations_sent or 0,
+                        task_key=task_key,
+                        updated_at=now,
+                    )
+                )
+                return
+            if check_run_id is not None:
+                row.check_run_id = check_run_id
+            row.status, row.conclusion, row.updated_at = status, conclusion, now
+            if annotations_sent is not None:
+                row.annotations_sent = annotations_sent
+            if task_key is not None:
+                row.task_key = task_key
+
+    # -- repositories of the GitHub App -------------------------------------------------------
+
+    def set_app_repositories(self, installation_id: int, added: list[str], removed: list[str]) -> None:
+        """`installation` / `installation_repositories` events: repositories appear (active) and
+        disappear (inactive, their history kept)."""
+        now = self.clock()
+        with self.sessions.begin() as session:
+            for name in added:
+                row = session.get(AppRepository, name)
+                if row is None:
+                    session.add(
+                        AppRepository(full_name=name, installation_id=installation_id, updated_at=now)
+                    )
+                else:
+                    row.installation_id, row.active, row.updated_at = installation_id, True, now
+            for name in removed:
+                row = session.get(AppRepository, name)
+                if row is not None:
+                    row.active, row.updated_at = False, now
+
+    def drop_installation(self, installation_id: int) -> None:
+        with self.sessions.begin() as session:
+            session.execute(
+                update(AppRepository)
+                .where(AppRepository.installation_id == installation_id)
+                .values(active=False, updated_at=self.clock())
+            )
+
+    def app_repositories(self) -> dict[str, int]:
+        """Active repositories → their installation id."""
+        with self.sessions() as session:
+            return {
+                r.full_name: r.installation_id
+                for r in session.scalars(select(AppRepository).where(AppRepository.active.is_(True)))
+            }

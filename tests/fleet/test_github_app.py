@@ -1,0 +1,223 @@
+"""The GitHub App end to end in the embedded default (no broker): webhooks signed as GitHub signs
+them reach the real service over HTTP; forged, replayed and stale ones are refused; a pull
+request adding a blocking CiliumNetworkPolicy gets a failing check run annotating the introduced
+finding, and the fixing push to the PR turns it green — on the same check-run machinery the
+workers use, against a local GitHub (PyGithub, App JWT, installation tokens)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dbsupport import Clock
+from fakegithub import FakeGitHub, serve
+from fleetsupport import (
+    APP_ID,
+    SECRET,
+    app_key,
+    deliver,
+    installation_repositories_event,
+    pull_request_event,
+)
+from gitsupport import Origin, git
+from httpsupport import serving
+from seedrepo import SEED
+from sqlalchemy import func, select
+
+from auditor.bootstrap import build_service
+from auditor.config import load_settings
+from auditor.store.fleet import FleetStore
+from auditor.store.schema import CheckRunRow, WebhookDelivery
+
+
+@dataclass
+class Lab:
+    base: str
+    hub: FakeGitHub
+    origin: Origin
+    clock: Clock
+    fleet: FleetStore
+    main_sha: str
+    service: Any
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def lab(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Lab]:
+    from dbsupport import pg_schema, pg_url
+
+    key_file, public = app_key(tmp_path)
+    (tmp_path / "acme").mkdir()
+    origin = Origin(tmp_path / "acme")
+    # origin.bare is acme/origin.git: the App's clone_url names it by {full_name}.
+    (tmp_path / "acme" / "infra.git").symlink_to(origin.bare)
+    main_sha = origin.commit(
+        {"training/workload.yaml": SEED / "before" / "workload.yaml", "nodes/nodes.yaml": SEED / "nodes.yaml"}
+    )
+    hub = FakeGitHub(origin.bare, app_id=APP_ID, tokens=set(), app_public_key=public, installation_ids=(7,))
+    clock = Clock()
+    with serve(hub) as gh_base:
+
+        def run(db_url: str) -> Iterator[Lab]:
+            config = tmp_path / "auditor.yaml"
+            config.write_text(
+                f"database: {{url: '{db_url}'}}\n"
+                "service:\n  catch_up: false\n"
+                f"  git_cache_dir: '{tmp_path / 'cache'}'\n"
+                "  github_app:\n"
+                f"    app_id: {APP_ID}\n    private_key_file: '{key_file}'\n"
+                f"    base_url: '{gh_base}'\n    webhook_secret: '{SECRET}'\n"
+                f"    clone_url: '{tmp_path}/{{full_name}}.git'\n"
+            )
+            service = build_service(load_settings(config), clock=clock, environ={})
+            service.scheduler.start()
+            try:
+                with serving(service.app) as base:
+                    yield Lab(
+                        base, hub, origin, clock, FleetStore(service.store.engine, clock), main_sha, service
+                    )
+            finally:
+                service.scheduler.shutdown()
+                service.store.engine.dispose()
+
+        if request.param == "sqlite":
+            yield from run(f"sqlite:///{tmp_path / 'store.db'}")
+        else:
+            with pg_schema() as schema:
+                yield from run(pg_url(schema))
+
+
+def _wait_completed(hub: FakeGitHub, sha: str, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = [r for r in hub.check_runs if r["head_sha"] == sha]
+        if runs and runs[0]["status"] == "completed":
+            return runs[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no completed check run on {sha}: {hub.check_runs}")
+
+
+def _push_branch(origin: Origin, files: dict, message: str) -> str:
+    for name, src in files.items():
+        path = origin.work / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(Path(src).read_bytes())
+    git("add", "--all", cwd=origin.work)
+    git("commit", "--quiet", "-m", message, cwd=origin.work)
+    git("push", "--quiet", "origin", "HEAD:refs/heads/feature", cwd=origin.work)
+    return git("rev-parse", "HEAD", cwd=origin.work)
+
+
+def test_forged_replayed_and_stale_deliveries_are_refused(lab: Lab) -> None:
+    now = lab.clock()
+    event = installation_repositories_event(["acme/infra"], [], now)
+    # Forged: signed with another secret; tampered: the signature of another body; unsigned.
+    assert deliver(lab.base, "installation_repositories", event, secret="not-the-secret")[0] == 401
+    status, body = deliver(lab.base, "installation_repositories", event, sign="sha256=" + "0" * 64)
+    assert status == 401 and "does not match" in body["error"]
+    assert deliver(lab.base, "installation_repositories", event, sign="")[0] == 401
+    # Accepted once; the same delivery id again is a replay.
+    status, body = deliver(lab.base, "installation_repositories", event, delivery="d-1")
+    assert status == 202, body
+    status, body = deliver(lab.base, "installation_repositories", event, delivery="d-1")
+    assert status == 409 and "replay" in body["error"]
+    # A captured body under a new delivery id, once its event time is older than the window.
+    old = installation_repositories_event(["acme/infra"], [], now - timedelta(seconds=3601))
+    status, body = deliver(lab.base, "installation_repositories", old)
+    assert status == 409 and "stale" in body["error"]
+    # Malformed payloads name the field.
+    del event["installation"]["updated_at"]
+    status, body = deliver(lab.base, "installation_repositories", event)
+    assert status == 400 and "installation.updated_at" in body["error"]
+    with lab.fleet.sessions() as session:
+        assert session.scalar(select(func.count()).select_from(WebhookDelivery)) == 1
+    # Delivery ids are forgotten after the window (the table does not grow without end).
+    lab.clock.advance(seconds=3700)
+    fresh = installation_repositories_event([], ["acme/infra"], lab.clock())
+    assert deliver(lab.base, "installation_repositories", fresh, delivery="d-1")[0] == 202
+    assert lab.fleet.app_repositories() == {}
+
+
+def test_installation_events_add_and_remove_targets(lab: Lab) -> None:
+    now = lab.clock()
+    assert (
+        deliver(
+            lab.base,
+            "installation_repositories",
+            installation_repositories_event(["acme/infra", "acme/ml"], [], now),
+        )[0]
+        == 202
+    )
+    assert lab.fleet.app_repositories() == {"acme/infra": 7, "acme/ml": 7}
+    assert (
+        deliver(lab.base, "installation_repositories", installation_repositories_event([], ["acme/ml"], now))[
+            0
+        ]
+        == 202
+    )
+    assert lab.fleet.app_repositories() == {"acme/infra": 7}
+
+
+def test_pr_adding_a_blocking_policy_fails_and_the_fixing_push_turns_it_green(lab: Lab) -> None:
+    git("checkout", "--quiet", "-b", "feature", cwd=lab.origin.work)
+    head = _push_branch(lab.origin, {"policies/cilium.yaml": SEED / "policies.yaml"}, "zone isolation")
+    event = pull_request_event("opened", 12, head, lab.main_sha, lab.clock())
+    status, body = deliver(lab.base, "pull_request", event)
+    assert status == 202 and body["queued"] == [f"check:acme/infra:{head}"]
+    run = _wait_completed(lab.hub, head)
+    assert run["conclusion"] == "failure"
+    assert run["name"] == "placement-audit" and run["external_id"] == f"placement-audit:{head}"
+    [annotation] = run["annotations"]
+    assert annotation["path"] == "training/workload.yaml" and annotation["start_line"] == 38
+    assert annotation["annotation_level"] == "failure"
+    assert annotation["title"].startswith("cross-zone-blocked (critical")
+    assert "CiliumNetworkPolicy" in annotation["message"]
+    summary = run["output"]["summary"]
+    assert (
+        "Introduced: 1, resolved: 1" in summary
+        and "### Resolved" in summary
+        and "cross-zone-traffic" in summary
+    )
+    assert "### Map of the affected groups" in summary and "zones zone-a" in summary
+    # A redelivery of the same event (GitHub's "Redeliver" keeps the GUID: refused) and a second
+    # event for the same head (reopened): that commit's check run is complete, so it is neither
+    # created again nor reported again (GitHub would append every annotation a second time).
+    assert deliver(lab.base, "pull_request", event, delivery="same-guid")[0] == 202
+    assert deliver(lab.base, "pull_request", event, delivery="same-guid")[0] == 409
+    updates = run["output_updates"]
+    status, _ = deliver(
+        lab.base, "pull_request", pull_request_event("reopened", 12, head, lab.main_sha, lab.clock())
+    )
+    assert status == 202
+
+    # The fixing push: the workload pinned to one zone (the seed lab's "after").
+    fixed = _push_branch(lab.origin, {"training/workload.yaml": SEED / "after" / "workload.yaml"}, "pin zone")
+    status, _ = deliver(
+        lab.base, "pull_request", pull_request_event("synchronize", 12, fixed, lab.main_sha, lab.clock())
+    )
+    assert status == 202
+    green = _wait_completed(lab.hub, fixed)
+    assert green["conclusion"] == "success" and green["annotations"] == []
+    assert "Introduced: 0" in green["output"]["summary"]
+
+    def recorded() -> set[tuple[str, str, str | None]]:
+        with lab.fleet.sessions() as session:
+            return {(r.head_sha, r.status, r.conclusion) for r in session.scalars(select(CheckRunRow))}
+
+    # The store records the completion right after GitHub's answer to the final update.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (fixed, "completed", "success") not in recorded():
+        time.sleep(0.05)
+    assert {(head, "completed", "failure"), (fixed, "completed", "success")} <= recorded()
+    # Every queued job done (the redelivery and `reopened` included): the first commit's check run
+    # is as it was — one check run, one annotation, no further update.
+    lab.service.scheduler.scheduler.shutdown(wait=True)
+    [first] = [r for r in lab.hub.check_runs if r["head_sha"] == head]
+    assert first["output_updates"] == updates and len(first["annotations"]) == 1
+    assert first["conclusion"] == "failure"
+    # Installation tokens came from the App's JWT exchange.
+    assert any(r.startswith("POST /app/installations/7/access_tokens") for r in lab.hub.requests)
