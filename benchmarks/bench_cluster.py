@@ -33,1708 +33,34 @@ import argparse
 import cProfile
 import gc
 import json
-import math
 import os
 import pstats
-import random
 import resource
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
+from world import growth
+from world.apiserver import PLURALS, FakeCluster, kubeconfig, serve
+from world.cluster import CRDS, generate
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "tests" / "cluster"))
-sys.path.insert(0, str(ROOT))
-
-import synth  # noqa: E402
-from fakeapi import PLURALS, FakeCluster, kubeconfig, serve  # noqa: E402
 
 Obj = dict[str, Any]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-TARGET_SECONDS = 60.0
-TARGET_RSS_MIB = 3 * 1024.0
-
-REGION = "us-east-1"
-ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
-ZONE_KEY = "topology.kubernetes.io/zone"
-HOST_KEY = "kubernetes.io/hostname"
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-SYSTEM_TAINT = {"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"}
-KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
-GRADIENT = "placement-auditor.io/gradient-bytes"
-STEPS = "placement-auditor.io/steps-per-second"
-JOB_NAME = "training.kubeflow.org/job-name"
-NOW = 1_763_640_000.0  # 2025-11-20T12:00:00Z: every timestamp is before it
-SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of generated name suffixes
-MAX_PODS = 110
-CRDS = {
-    "/apis/kubeflow.org/v1/pytorchjobs",
-    "/apis/cilium.io/v2/ciliumnetworkpolicies",
-    "/apis/cilium.io/v2/ciliumclusterwidenetworkpolicies",
-}
-KUBE_PROXY_IMAGE = "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/kube-proxy:v1.33.4-minimal-eksbuild.2"
-MODELS = ("resnet", "bert", "llama-ft", "vit", "whisper", "dlrm", "t5", "gpt-neox", "clip", "detr")
-
-
-@dataclass(frozen=True)
-class Pool:
-    name: str
-    instance_type: str
-    share: float
-    zones: tuple[str, ...]
-    cpu: str  # allocatable
-    capacity_cpu: str
-    memory: str
-    gpus: int = 0
-    product: str = ""
-    system: bool = False
-
-
-POOLS = (
-    Pool("system", "m6i.2xlarge", 0.04, ZONES, "7910m", "8", "28069496Ki", system=True),
-    Pool("general", "m6i.8xlarge", 0.50, ZONES, "31750m", "32", "124137528Ki"),
-    Pool("highmem", "r6i.8xlarge", 0.16, ZONES, "31750m", "32", "253926712Ki"),
-    Pool("gpu-a100", "p4d.24xlarge", 0.20, ZONES, "95", "96", "1126155164Ki", 8, "NVIDIA-A100-SXM4-40GB"),
-    # H100 capacity exists in two of the three zones only.
-    Pool(
-        "gpu-h100", "p5.48xlarge", 0.10, ZONES[:2], "191", "192", "1992366940Ki", 8, "NVIDIA-H100-80GB-HBM3"
-    ),
-)
-
-
-def _stamp(seconds_ago: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(NOW - seconds_ago))
-
-
-def _split(total: int, weights: list[float], minimum: int = 1) -> list[int]:
-    """`total` split in proportion to `weights`, each part at least `minimum`, summing to `total`."""
-    n = len(weights)
-    rest = total - n * minimum
-    if n == 0:
-        return []
-    if rest <= 0:
-        return [minimum if i < total // max(minimum, 1) else 0 for i in range(n)]
-    scale = rest / sum(weights)
-    raw = [w * scale for w in weights]
-    parts = [minimum + math.floor(r) for r in raw]
-    short = total - sum(parts)
-    for i in sorted(range(n), key=lambda i: raw[i] - math.floor(raw[i]), reverse=True)[:short]:
-        parts[i] += 1
-    return parts
-
-
-@dataclass
-class NodeSlot:
-    """A node as the generator's scheduler sees it: where pods fit, and their IPs."""
-
-    name: str
-    zone: str
-    pool: Pool
-    ip: str
-    cidr_prefix: str  # "10.100.7." of 10.100.7.0/24
-    gpus_free: int
-    pods: int = 0
-
-    def bind(self, gpus: int = 0, host_network: bool = False) -> str:
-        """Counts one more pod (holding `gpus`) and returns its pod IP (the node's on the host network)."""
-        self.pods += 1
-        self.gpus_free -= gpus
-        return self.ip if host_network else f"{self.cidr_prefix}{self.pods + 1}"
-
-
-@dataclass
-class Stats:
-    deployments: int = 0
-    replicasets: int = 0
-    deployment_pods: int = 0
-    rollouts: int = 0
-    daemonsets: int = 0
-    daemonset_pods: int = 0
-    jobs: int = 0
-    job_pods: int = 0
-    split_jobs: int = 0
-    pending_jobs: int = 0
-    finished_jobs: int = 0
-    fenced_jobs: int = 0
-    stray_masters: int = 0
-    pending_pods: int = 0
-    edges_named: int = 0
-
-
-@dataclass
-class JobPlan:
-    name: str
-    namespace: str
-    team: str
-    pool: Pool
-    workers: int
-    gpus: int  # per pod
-    cpu: str
-    memory: str
-    finished: bool
-    pin: str | None = None  # the zone the pods are pinned to (required nodeAffinity)
-    master_pin: str | None = None  # the master's pin: another zone when it strayed
-    zone_label: str | None = None  # the pods' `zone` label (zone-fenced namespaces)
-    master_label: str | None = None
-    coupling: str = "none"  # none | affinity (required podAffinity on the zone) | kueue
-    unschedulable: bool = False  # pinned where its GPU pool has no nodes
-    zones: list[str] = field(default_factory=list)  # where the scheduler put the pods
-
-
-class ClusterBuilder:
-    """Builds the objects of the cluster, placing every pod on a node as a scheduler would have."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
-        self.objects: list[Obj] = []
-        self.slots: list[NodeSlot] = []
-        self.by_pool_zone: dict[tuple[str, str], list[NodeSlot]] = defaultdict(list)
-        self.stats = Stats()
-        self._images: dict[str, list[Obj]] = {}
-
-    # -- small helpers ---------------------------------------------------------------------
-
-    def uid(self) -> str:
-        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
-
-    def suffix(self, k: int = 5) -> str:
-        return "".join(self.rng.choices(SUFFIX, k=k))
-
-    def meta(self, name: str, namespace: str | None = None, age_days: float = 120.0, **extra: Any) -> Obj:
-        meta: Obj = {"name": name}
-        if namespace is not None:
-            meta["namespace"] = namespace
-        meta["uid"] = self.uid()
-        meta["resourceVersion"] = str(self.rng.randrange(10_000_000, 900_000_000))
-        meta["creationTimestamp"] = _stamp(self.rng.uniform(3600, age_days * 86400))
-        meta.update({k: v for k, v in extra.items() if v})
-        return meta
-
-    @staticmethod
-    def owner(obj: Obj) -> Obj:
-        return {
-            "apiVersion": obj["apiVersion"],
-            "kind": obj["kind"],
-            "name": obj["metadata"]["name"],
-            "uid": obj["metadata"]["uid"],
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-
-    def add(self, *objs: Obj) -> None:
-        self.objects.extend(objs)
-
-    def pick(self, pool: Pool, zone: str, gpus: int = 0) -> NodeSlot | None:
-        """A random node of the pool in the zone with room for one more pod (and its GPUs)."""
-        slots = self.by_pool_zone.get((pool.name, zone), [])
-        if not slots:
-            return None
-        for _ in range(12):
-            s = slots[self.rng.randrange(len(slots))]
-            if s.pods < MAX_PODS and s.gpus_free >= gpus:
-                return s
-        return next((s for s in slots if s.pods < MAX_PODS and s.gpus_free >= gpus), None)
-
-    # -- nodes -----------------------------------------------------------------------------
-
-    def images(self, pool: Pool) -> list[Obj]:
-        """status.images: the images the kubelet holds (shared per pool: only their bytes matter)."""
-        if pool.name not in self._images:
-            names = [
-                KUBE_PROXY_IMAGE,
-                "quay.io/prometheus/node-exporter:v1.9.1",
-                "quay.io/cilium/cilium:v1.18.2",
-                *(f"registry.example.com/apps/app-{i}:v1.{i % 7}.{i % 11}" for i in range(24)),
-            ]
-            if pool.gpus:
-                names += ["nvcr.io/nvidia/pytorch:25.08-py3", "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"]
-            self._images[pool.name] = [
-                {
-                    "names": [
-                        f"{n.rsplit(':', 1)[0]}@sha256:{self.rng.getrandbits(256):064x}",
-                        n,
-                    ],
-                    "sizeBytes": self.rng.randrange(5_000_000, 9_000_000_000 if pool.gpus else 900_000_000),
-                }
-                for n in names
-            ]
-        return self._images[pool.name]
-
-    def nodes(self, count: int) -> None:
-        made = 0
-        conditions = [
-            {
-                "type": t,
-                "status": "False",
-                "reason": f"KubeletHasSufficient{t.removesuffix('Pressure')}",
-                "message": f"kubelet has sufficient {t.removesuffix('Pressure').lower()} available",
-                "lastHeartbeatTime": _stamp(30),
-                "lastTransitionTime": _stamp(86400 * 40),
-            }
-            for t in ("MemoryPressure", "DiskPressure", "PIDPressure")
-        ] + [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "KubeletReady",
-                "message": "kubelet is posting ready status",
-                "lastHeartbeatTime": _stamp(30),
-                "lastTransitionTime": _stamp(86400 * 40),
-            }
-        ]
-        for pi, pool in enumerate(POOLS):
-            pool_count = count - made if pi == len(POOLS) - 1 else round(count * pool.share)
-            for i in range(pool_count):
-                index = made + i
-                zone = pool.zones[i % len(pool.zones)]
-                ip = f"10.{16 + index // 250}.{index % 250 + 1}.{10 + i % 200}"
-                name = f"ip-{ip.replace('.', '-')}.ec2.internal"
-                labels: dict[str, str] = {
-                    "beta.kubernetes.io/arch": "amd64",
-                    "beta.kubernetes.io/instance-type": pool.instance_type,
-                    "beta.kubernetes.io/os": "linux",
-                    "eks.amazonaws.com/capacityType": "ON_DEMAND",
-                    "eks.amazonaws.com/nodegroup": f"{pool.name}-{zone[-1]}",
-                    "eks.amazonaws.com/nodegroup-image": "ami-0c1f2a3b4d5e6f708",
-                    "failure-domain.beta.kubernetes.io/region": REGION,
-                    "failure-domain.beta.kubernetes.io/zone": zone,
-                    "k8s.io/cloud-provider-aws": "a94967527effcefb5f5829f529c0a1b9",
-                    "kubernetes.io/arch": "amd64",
-                    HOST_KEY: name,
-                    "kubernetes.io/os": "linux",
-                    "node.kubernetes.io/instance-type": pool.instance_type,
-                    "node-pool": pool.name,
-                    "topology.k8s.aws/zone-id": f"use1-az{ZONES.index(zone) + 1}",
-                    "topology.kubernetes.io/region": REGION,
-                    ZONE_KEY: zone,
-                }
-                spec: Obj = {
-                    "podCIDR": f"10.{100 + index // 256}.{index % 256}.0/24",
-                    "podCIDRs": [f"10.{100 + index // 256}.{index % 256}.0/24"],
-                    "providerID": f"aws:///{zone}/i-0{self.rng.getrandbits(60):015x}",
-                }
-                taints: list[Obj] = []
-                allocatable = {
-                    "cpu": pool.cpu,
-                    "ephemeral-storage": "95491281146",
-                    "hugepages-1Gi": "0",
-                    "hugepages-2Mi": "0",
-                    "memory": pool.memory,
-                    "pods": str(MAX_PODS),
-                }
-                if pool.system:
-                    labels["node-role.kubernetes.io/system"] = ""
-                    taints.append(dict(SYSTEM_TAINT))
-                if pool.gpus:
-                    rack = i // 8
-                    labels.update(
-                        {
-                            "nvidia.com/gpu.present": "true",
-                            "nvidia.com/gpu.product": pool.product,
-                            "nvidia.com/gpu.count": str(pool.gpus),
-                            "topology.k8s.aws/network-node-layer-1": f"nn-{zone[-1]}{rack // 16:03d}",
-                            "topology.k8s.aws/network-node-layer-2": f"nn-{zone[-1]}{rack // 4:04d}",
-                            "topology.k8s.aws/network-node-layer-3": f"nn-{zone[-1]}{rack:05d}",
-                        }
-                    )
-                    taints.append(dict(GPU_TAINT))
-                    allocatable["nvidia.com/gpu"] = str(pool.gpus)
-                    allocatable["vpc.amazonaws.com/efa"] = "4"
-                if self.rng.random() < 0.01:  # cordoned for maintenance, pods not drained yet
-                    spec["unschedulable"] = True
-                    taints.append(
-                        {
-                            "key": "node.kubernetes.io/unschedulable",
-                            "effect": "NoSchedule",
-                            "timeAdded": _stamp(7200),
-                        }
-                    )
-                if taints:
-                    spec["taints"] = taints
-                node: Obj = {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": self.meta(
-                        name,
-                        None,
-                        90,
-                        labels=labels,
-                        annotations={
-                            "alpha.kubernetes.io/provided-node-ip": ip,
-                            "node.alpha.kubernetes.io/ttl": "0",
-                            "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-                        },
-                    ),
-                    "spec": spec,
-                    "status": {
-                        "addresses": [
-                            {"type": "InternalIP", "address": ip},
-                            {"type": "InternalDNS", "address": name},
-                            {"type": "Hostname", "address": name},
-                        ],
-                        "allocatable": allocatable,
-                        "capacity": {**allocatable, "cpu": pool.capacity_cpu},
-                        "conditions": conditions,
-                        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-                        "images": self.images(pool),
-                        "nodeInfo": {
-                            "architecture": "amd64",
-                            "bootID": self.uid(),
-                            "containerRuntimeVersion": "containerd://1.7.27",
-                            "kernelVersion": "6.1.147-172.266.amzn2023.x86_64",
-                            "kubeProxyVersion": "v1.33.4-eks-a737599",
-                            "kubeletVersion": "v1.33.4-eks-a737599",
-                            "machineID": f"{self.rng.getrandbits(128):032x}",
-                            "operatingSystem": "linux",
-                            "osImage": "Amazon Linux 2023.8.20250818",
-                            "systemUUID": f"ec2{self.rng.getrandbits(116):029x}",
-                        },
-                    },
-                }
-                self.add(node)
-                slot = NodeSlot(name, zone, pool, ip, f"10.{100 + index // 256}.{index % 256}.", pool.gpus)
-                self.slots.append(slot)
-                self.by_pool_zone[(pool.name, zone)].append(slot)
-            made += pool_count
-
-    # -- namespaces, config, storage -------------------------------------------------------
-
-    def namespace(self, name: str, labels: dict[str, str]) -> Obj:
-        ns = {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": self.meta(name, None, 300, labels={"kubernetes.io/metadata.name": name, **labels}),
-            "spec": {"finalizers": ["kubernetes"]},
-            "status": {"phase": "Active"},
-        }
-        self.add(ns)
-        return ns
-
-    def cluster_basics(self, cilium: bool) -> None:
-        for name in ("default", "kube-public", "kube-node-lease", "kubeflow"):
-            self.namespace(name, {})
-        self.add(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": self.meta(
-                    "gp3", None, 300, annotations={"storageclass.kubernetes.io/is-default-class": "true"}
-                ),
-                "provisioner": "ebs.csi.aws.com",
-                "parameters": {"type": "gp3", "encrypted": "true"},
-                "reclaimPolicy": "Delete",
-                "volumeBindingMode": "WaitForFirstConsumer",
-                "allowVolumeExpansion": True,
-            }
-        )
-        if cilium:
-            self.add(
-                {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": self.meta("cilium-config", "kube-system", 300),
-                    "data": {
-                        "cluster-name": "bench",
-                        "cluster-id": "1",
-                        "enable-policy": "default",
-                        "identity-allocation-mode": "crd",
-                        "ipam": "eni",
-                        "kube-proxy-replacement": "false",
-                        "policy-audit-mode": "false",
-                    },
-                }
-            )
-
-    # -- pods ------------------------------------------------------------------------------
-
-    @staticmethod
-    def defaulted(spec: Obj, restart: str = "Always") -> Obj:
-        """A pod spec as the API server stores it in a template (defaults filled in)."""
-
-        def container(c: Obj) -> Obj:
-            return {
-                **c,
-                "imagePullPolicy": "IfNotPresent",
-                "terminationMessagePath": "/dev/termination-log",
-                "terminationMessagePolicy": "File",
-            }
-
-        out = {**spec, "containers": [container(c) for c in spec["containers"]]}
-        if "initContainers" in spec:
-            out["initContainers"] = [container(c) for c in spec["initContainers"]]
-        out.setdefault("restartPolicy", restart)
-        out.setdefault("securityContext", {})
-        out.update(
-            dnsPolicy="ClusterFirst", schedulerName="default-scheduler", terminationGracePeriodSeconds=30
-        )
-        return out
-
-    def pod_spec(self, template_spec: Obj) -> Obj:
-        """The spec of a pod created from a (defaulted) template: admission adds the service
-        account token volume and the not-ready/unreachable tolerations."""
-        sa = str(template_spec.get("serviceAccountName") or "default")
-        token = f"kube-api-access-{self.suffix()}"
-        mount = {
-            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-            "name": token,
-            "readOnly": True,
-        }
-
-        def container(c: Obj) -> Obj:
-            return {**c, "volumeMounts": [*c.get("volumeMounts", []), mount]}
-
-        spec = {
-            **template_spec,
-            "containers": [container(c) for c in template_spec["containers"]],
-            "enableServiceLinks": True,
-            "preemptionPolicy": "PreemptLowerPriority",
-            "priority": template_spec.get("priority", 0),
-            "serviceAccount": sa,
-            "serviceAccountName": sa,
-            "tolerations": [
-                *template_spec.get("tolerations", []),
-                {
-                    "effect": "NoExecute",
-                    "key": "node.kubernetes.io/not-ready",
-                    "operator": "Exists",
-                    "tolerationSeconds": 300,
-                },
-                {
-                    "effect": "NoExecute",
-                    "key": "node.kubernetes.io/unreachable",
-                    "operator": "Exists",
-                    "tolerationSeconds": 300,
-                },
-            ],
-            "volumes": [
-                *template_spec.get("volumes", []),
-                {
-                    "name": token,
-                    "projected": {
-                        "defaultMode": 420,
-                        "sources": [
-                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                            {
-                                "configMap": {
-                                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                                    "name": "kube-root-ca.crt",
-                                }
-                            },
-                            {
-                                "downwardAPI": {
-                                    "items": [
-                                        {
-                                            "fieldRef": {
-                                                "apiVersion": "v1",
-                                                "fieldPath": "metadata.namespace",
-                                            },
-                                            "path": "namespace",
-                                        }
-                                    ]
-                                }
-                            },
-                        ],
-                    },
-                },
-            ],
-        }
-        if "initContainers" in template_spec:
-            spec["initContainers"] = [container(c) for c in template_spec["initContainers"]]
-        return spec
-
-    @staticmethod
-    def managed_fields(labels: dict[str, str], spec: Obj, owner_uid: str, manager: str, at: str) -> list[Obj]:
-        """metadata.managedFields of a controller-created pod (the reader drops them on arrival)."""
-
-        def keys(d: Obj) -> Obj:
-            return {".": {}, **{f"f:{k}": {} for k in d}}
-
-        containers = {
-            f'k:{{"name":"{c["name"]}"}}': {
-                ".": {},
-                **{f"f:{k}": {} for k in c if k not in ("ports", "env")},
-                **(
-                    {
-                        "f:ports": {
-                            ".": {},
-                            **{
-                                f'k:{{"containerPort":{p["containerPort"]},"protocol":"TCP"}}': keys(p)
-                                for p in c["ports"]
-                            },
-                        }
-                    }
-                    if c.get("ports")
-                    else {}
-                ),
-                **(
-                    {"f:env": {".": {}, **{f'k:{{"name":"{e["name"]}"}}': keys(e) for e in c["env"]}}}
-                    if c.get("env")
-                    else {}
-                ),
-            }
-            for c in spec["containers"]
-        }
-        return [
-            {
-                "apiVersion": "v1",
-                "fieldsType": "FieldsV1",
-                "fieldsV1": {
-                    "f:metadata": {
-                        "f:generateName": {},
-                        "f:labels": keys(labels),
-                        "f:ownerReferences": {".": {}, f'k:{{"uid":"{owner_uid}"}}': {}},
-                    },
-                    "f:spec": {
-                        "f:containers": containers,
-                        **{f"f:{k}": {} for k in spec if k not in ("containers", "volumes")},
-                    },
-                },
-                "manager": manager,
-                "operation": "Update",
-                "time": at,
-            },
-            {
-                "apiVersion": "v1",
-                "fieldsType": "FieldsV1",
-                "fieldsV1": {
-                    "f:status": {
-                        "f:conditions": {
-                            f'k:{{"type":"{t}"}}': {
-                                ".": {},
-                                "f:lastProbeTime": {},
-                                "f:lastTransitionTime": {},
-                                "f:status": {},
-                                "f:type": {},
-                            }
-                            for t in ("ContainersReady", "Initialized", "PodReadyToStartContainers", "Ready")
-                        },
-                        "f:containerStatuses": {},
-                        "f:hostIP": {},
-                        "f:hostIPs": {},
-                        "f:phase": {},
-                        "f:podIP": {},
-                        "f:podIPs": {},
-                        "f:startTime": {},
-                    }
-                },
-                "manager": "kubelet",
-                "operation": "Update",
-                "subresource": "status",
-                "time": at,
-            },
-        ]
-
-    @staticmethod
-    def running_conditions(started: float, completed: bool = False) -> list[Obj]:
-        out: list[Obj] = []
-        for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"):
-            cond: Obj = {
-                "lastProbeTime": None,
-                "lastTransitionTime": _stamp(started),
-                "status": "True",
-                "type": t,
-            }
-            if completed and t in ("PodReadyToStartContainers", "Ready", "ContainersReady"):
-                cond.update(status="False", reason="PodCompleted", lastTransitionTime=_stamp(started / 2))
-            out.append(cond)
-        return out
-
-    def pod(
-        self,
-        name: str,
-        namespace: str,
-        labels: dict[str, str],
-        owner: Obj,
-        spec: Obj,
-        slot: NodeSlot | None,
-        *,
-        gpus: int = 0,
-        phase: str = "Running",
-        conditions: list[Obj] | None = None,
-        managed: list[Obj] | None = None,
-        generate_name: str | None = None,
-        annotations: dict[str, str] | None = None,
-        pending_message: str = "",
-        started: float = 86400.0,
-    ) -> Obj:
-        """One pod. `spec` is shared by the pods of one template (only nodeName differs)."""
-        meta: Obj = {"name": name}
-        if generate_name:
-            meta["generateName"] = generate_name
-        meta |= {
-            "namespace": namespace,
-            "uid": self.uid(),
-            "resourceVersion": str(self.rng.randrange(10_000_000, 900_000_000)),
-            "creationTimestamp": _stamp(started + 5),
-            "labels": labels,
-        }
-        if annotations:
-            meta["annotations"] = annotations
-        meta["ownerReferences"] = [owner]
-        if managed:
-            meta["managedFields"] = managed
-        status: Obj
-        if slot is None:
-            self.stats.pending_pods += 1
-            status = {
-                "conditions": [
-                    {
-                        "lastProbeTime": None,
-                        "lastTransitionTime": _stamp(started),
-                        "message": pending_message,
-                        "reason": "Unschedulable",
-                        "status": "False",
-                        "type": "PodScheduled",
-                    }
-                ],
-                "phase": "Pending",
-                "qosClass": "Burstable",
-            }
-            return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
-        ip = slot.bind(gpus, bool(spec.get("hostNetwork")))
-        running = phase == "Running"
-        status = {
-            "conditions": conditions or self.running_conditions(started, completed=not running),
-            "containerStatuses": [
-                {
-                    "containerID": f"containerd://{self.rng.getrandbits(256):064x}",
-                    "image": c["image"],
-                    "imageID": f"{c['image'].rsplit(':', 1)[0]}@sha256:{self.rng.getrandbits(256):064x}",
-                    "lastState": {},
-                    "name": c["name"],
-                    "ready": running,
-                    "restartCount": 0,
-                    "started": running,
-                    "state": {"running": {"startedAt": _stamp(started - 20)}}
-                    if running
-                    else {
-                        "terminated": {
-                            "containerID": "containerd://" + "0" * 64,
-                            "exitCode": 0,
-                            "finishedAt": _stamp(started / 2),
-                            "reason": "Completed",
-                            "startedAt": _stamp(started - 20),
-                        }
-                    },
-                }
-                for c in spec["containers"]
-            ],
-            "hostIP": slot.ip,
-            "hostIPs": [{"ip": slot.ip}],
-            "phase": phase,
-            "podIP": ip,
-            "podIPs": [{"ip": ip}],
-            "qosClass": "Burstable",
-            "startTime": _stamp(started),
-        }
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": meta,
-            "spec": {**spec, "nodeName": slot.name},
-            "status": status,
-        }
-
-    # -- Deployments -----------------------------------------------------------------------
-
-    def container(self, app: str, team: str, tier: str, index: int, upstreams: list[str]) -> Obj:
-        ports = [
-            {"containerPort": 8080, "name": "http", "protocol": "TCP"},
-            {"containerPort": 9090 + index % 3, "name": "metrics", "protocol": "TCP"},
-        ]
-        if tier == "db":
-            ports.append({"containerPort": 5432, "name": "postgres", "protocol": "TCP"})
-        env: list[Obj] = [
-            {"name": "LOG_LEVEL", "value": "info"},
-            {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel-collector.monitoring:4317"},
-            {
-                "name": "POD_NAME",
-                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
-            },
-        ]
-        env += [{"name": f"UPSTREAM_{i}_URL", "value": u} for i, u in enumerate(upstreams)]
-        probe = {
-            "failureThreshold": 3,
-            "httpGet": {"path": "/healthz", "port": "http", "scheme": "HTTP"},
-            "periodSeconds": 10,
-            "successThreshold": 1,
-            "timeoutSeconds": 1,
-        }
-        cpu = self.rng.choice(("100m", "250m", "500m", "1", "2"))
-        memory = self.rng.choice(("256Mi", "512Mi", "1Gi", "2Gi", "4Gi"))
-        return {
-            "name": app,
-            "image": f"registry.example.com/{team}/{app}:v1.{index % 7}.{self.rng.randrange(40)}",
-            "ports": ports,
-            "env": env,
-            "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
-            "livenessProbe": {**probe, "initialDelaySeconds": 10},
-            "readinessProbe": probe,
-            "securityContext": {
-                "allowPrivilegeEscalation": False,
-                "capabilities": {"drop": ["ALL"]},
-                "readOnlyRootFilesystem": True,
-                "runAsNonRoot": True,
-            },
-        }
-
-    def deployment(
-        self,
-        name: str,
-        namespace: str,
-        labels: dict[str, str],
-        replicas: int,
-        pod_spec: Obj,
-        pools: tuple[Pool, ...],
-        zones: tuple[str, ...] = ZONES,
-        annotations: dict[str, str] | None = None,
-    ) -> None:
-        """A Deployment, its ReplicaSets (current, old ones at zero, a rollout in progress now and
-        then) and its pods spread over `zones` on nodes of `pools`."""
-        rng = self.rng
-        template_spec = self.defaulted(pod_spec)
-        template_meta: Obj = {"labels": dict(labels)}
-        if annotations:
-            template_meta["annotations"] = annotations
-        revision = rng.randint(1, 14)
-        dep: Obj = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": self.meta(
-                name,
-                namespace,
-                labels=dict(labels),
-                annotations={"deployment.kubernetes.io/revision": str(revision)},
-                generation=revision,
-            ),
-            "spec": {
-                "progressDeadlineSeconds": 600,
-                "replicas": replicas,
-                "revisionHistoryLimit": 10,
-                "selector": {"matchLabels": {"app": labels["app"]} if "app" in labels else dict(labels)},
-                "strategy": {
-                    "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
-                    "type": "RollingUpdate",
-                },
-                "template": {"metadata": template_meta, "spec": template_spec},
-            },
-            "status": {
-                "availableReplicas": replicas,
-                "conditions": [
-                    {
-                        "lastTransitionTime": _stamp(86400 * 20),
-                        "lastUpdateTime": _stamp(86400 * 20),
-                        "message": "Deployment has minimum availability.",
-                        "reason": "MinimumReplicasAvailable",
-                        "status": "True",
-                        "type": "Available",
-                    },
-                    {
-                        "lastTransitionTime": _stamp(86400 * 60),
-                        "lastUpdateTime": _stamp(86400 * 2),
-                        "message": f'ReplicaSet "{name}" has successfully progressed.',
-                        "reason": "NewReplicaSetAvailable",
-                        "status": "True",
-                        "type": "Progressing",
-                    },
-                ],
-                "observedGeneration": revision,
-                "readyReplicas": replicas,
-                "replicas": replicas,
-                "updatedReplicas": replicas,
-            },
-        }
-        self.add(dep)
-        self.stats.deployments += 1
-        rollout = replicas >= 4 and rng.random() < 0.02
-        old = min(revision - 1, rng.randint(0, 3))
-        # (revision, replicas) of each ReplicaSet, newest first.
-        sets = [(revision, replicas)] + [(revision - k, 0) for k in range(1, old + 1)]
-        if rollout and old:
-            moved = replicas // 3
-            sets[0] = (revision, replicas - moved)
-            sets[1] = (revision - 1, moved)
-            self.stats.rollouts += 1
-        owner_dep = self.owner(dep)
-        start = rng.randrange(len(zones))
-        placed = 0
-        for rev, count in sets:
-            pod_hash = self.suffix(10)
-            rs_name = f"{name}-{pod_hash}"
-            pod_labels = {**labels, "pod-template-hash": pod_hash}
-            rs_spec = template_spec
-            if rev != revision:  # an older image
-                rs_spec = {
-                    **template_spec,
-                    "containers": [
-                        {**c, "image": f"{c['image'].rsplit(':', 1)[0]}:v0.{rev}.0"}
-                        for c in template_spec["containers"]
-                    ],
-                }
-            rs: Obj = {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "metadata": self.meta(
-                    rs_name,
-                    namespace,
-                    labels=dict(pod_labels),
-                    annotations={
-                        "deployment.kubernetes.io/desired-replicas": str(replicas),
-                        "deployment.kubernetes.io/max-replicas": str(replicas + math.ceil(replicas / 4)),
-                        "deployment.kubernetes.io/revision": str(rev),
-                    },
-                    ownerReferences=[owner_dep],
-                    generation=2,
-                ),
-                "spec": {
-                    "replicas": count,
-                    "selector": {
-                        "matchLabels": {
-                            **dep["spec"]["selector"]["matchLabels"],
-                            "pod-template-hash": pod_hash,
-                        }
-                    },
-                    "template": {"metadata": {**template_meta, "labels": pod_labels}, "spec": rs_spec},
-                },
-                "status": {
-                    "availableReplicas": count,
-                    "fullyLabeledReplicas": count,
-                    "observedGeneration": 2,
-                    "readyReplicas": count,
-                    "replicas": count,
-                },
-            }
-            self.add(rs)
-            self.stats.replicasets += 1
-            if not count:
-                continue
-            owner_rs = self.owner(rs)
-            spec = self.pod_spec(rs_spec)
-            started = rng.uniform(3600, 86400 * 20)
-            conditions = self.running_conditions(started)
-            managed = self.managed_fields(
-                pod_labels, spec, rs["metadata"]["uid"], "kube-controller-manager", _stamp(started)
-            )
-            for _ in range(count):
-                zone = zones[(start + placed) % len(zones)]
-                placed += 1
-                pool = pools[rng.randrange(len(pools))]
-                slot = self.pick(pool, zone) or self.pick(pool, rng.choice(pool.zones))
-                self.add(
-                    self.pod(
-                        f"{rs_name}-{self.suffix()}",
-                        namespace,
-                        pod_labels,
-                        owner_rs,
-                        spec,
-                        slot,
-                        conditions=conditions,
-                        managed=managed,
-                        generate_name=f"{rs_name}-",
-                        annotations=annotations,
-                        pending_message=f"0/{len(self.slots)} nodes are available: Too many pods.",
-                        started=started,
-                    )
-                )
-                self.stats.deployment_pods += 1
-
-    def service(
-        self,
-        name: str,
-        namespace: str,
-        selector: dict[str, str],
-        ports: list[Obj],
-        *,
-        headless: bool = False,
-        owner: Obj | None = None,
-        labels: dict[str, str] | None = None,
-    ) -> None:
-        ip = "None" if headless else f"172.20.{self.rng.randrange(256)}.{self.rng.randrange(1, 255)}"
-        self.add(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": self.meta(
-                    name, namespace, labels=labels or {}, ownerReferences=[owner] if owner else None
-                ),
-                "spec": {
-                    "clusterIP": ip,
-                    "clusterIPs": [ip],
-                    "internalTrafficPolicy": "Cluster",
-                    "ipFamilies": ["IPv4"],
-                    "ipFamilyPolicy": "SingleStack",
-                    "ports": ports,
-                    "selector": selector,
-                    "sessionAffinity": "None",
-                    "type": "ClusterIP",
-                },
-                "status": {"loadBalancer": {}},
-            }
-        )
-
-    def system_workloads(self) -> None:
-        system = next(p for p in POOLS if p.system)
-        critical = {
-            "nodeSelector": {"node-role.kubernetes.io/system": ""},
-            "priorityClassName": "system-cluster-critical",
-            "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
-        }
-        dns = {
-            "name": "coredns",
-            "image": "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/coredns:v1.11.4-eksbuild.2",
-            "args": ["-conf", "/etc/coredns/Corefile"],
-            "ports": [
-                {"containerPort": 53, "name": "dns", "protocol": "UDP"},
-                {"containerPort": 53, "name": "dns-tcp", "protocol": "TCP"},
-                {"containerPort": 9153, "name": "metrics", "protocol": "TCP"},
-            ],
-            "resources": {"requests": {"cpu": "100m", "memory": "70Mi"}, "limits": {"memory": "170Mi"}},
-        }
-        self.deployment(
-            "coredns",
-            "kube-system",
-            {"k8s-app": "kube-dns", "eks.amazonaws.com/component": "coredns"},
-            4,
-            {**critical, "containers": [dns], "serviceAccountName": "coredns"},
-            (system,),
-        )
-        self.service(
-            "kube-dns",
-            "kube-system",
-            {"k8s-app": "kube-dns"},
-            [
-                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
-                {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
-            ],
-            labels={"k8s-app": "kube-dns"},
-        )
-        prom = {
-            "name": "prometheus",
-            "image": "quay.io/prometheus/prometheus:v3.5.0",
-            "ports": [{"containerPort": 9090, "name": "web", "protocol": "TCP"}],
-            "resources": {"requests": {"cpu": "2", "memory": "16Gi"}, "limits": {"memory": "24Gi"}},
-        }
-        self.deployment(
-            "prometheus-server",
-            "monitoring",
-            {"app": "prometheus", "app.kubernetes.io/name": "prometheus"},
-            2,
-            {**critical, "containers": [prom], "serviceAccountName": "prometheus"},
-            (system,),
-        )
-        nginx = {
-            "name": "controller",
-            "image": "registry.k8s.io/ingress-nginx/controller:v1.13.2",
-            "args": ["/nginx-ingress-controller", "--election-id=ingress-nginx-leader"],
-            "ports": [
-                {"containerPort": 80, "name": "http", "protocol": "TCP"},
-                {"containerPort": 443, "name": "https", "protocol": "TCP"},
-            ],
-            "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
-        }
-        self.deployment(
-            "ingress-nginx-controller",
-            "ingress-nginx",
-            {"app": "ingress-nginx", "app.kubernetes.io/name": "ingress-nginx"},
-            6,
-            {**critical, "containers": [nginx], "serviceAccountName": "ingress-nginx"},
-            (system,),
-        )
-
-    def app_deployments(self, namespaces: list[Obj], count: int, pods: int) -> None:
-        """`count` Deployments with `pods` pods over the app namespaces (skewed sizes), each with a
-        Service; most name one or two other apps' Services in their env."""
-        rng = self.rng
-        general = next(p for p in POOLS if p.name == "general")
-        highmem = next(p for p in POOLS if p.name == "highmem")
-        per_ns = _split(count, [rng.lognormvariate(0, 0.6) for _ in namespaces], 1)
-        replicas = iter(_split(pods, [rng.lognormvariate(0, 1.2) for _ in range(count)], 1))
-        for ns_obj, apps in zip(namespaces, per_ns, strict=True):
-            ns = ns_obj["metadata"]["name"]
-            team = ns_obj["metadata"]["labels"].get("team", "web")
-            for a in range(apps):
-                app = f"app-{a}"
-                tier = synth.TIERS[a % len(synth.TIERS)]
-                labels = {
-                    "app": app,
-                    "tier": tier,
-                    "version": f"v{rng.randint(1, 3)}",
-                    "app.kubernetes.io/name": app,
-                    "app.kubernetes.io/part-of": team,
-                }
-                upstreams: list[str] = []
-                if apps > 1 and rng.random() < 0.6:
-                    for b in rng.sample(
-                        [b for b in range(apps) if b != a], min(apps - 1, rng.choice((1, 1, 2)))
-                    ):
-                        upstreams.append(
-                            rng.choice(
-                                (f"http://app-{b}:8080", f"http://app-{b}.{ns}.svc.cluster.local:8080")
-                            )
-                        )
-                if rng.random() < 0.05:  # a Service in another namespace
-                    other = namespaces[rng.randrange(len(namespaces))]["metadata"]["name"]
-                    upstreams.append(f"http://app-0.{other}.svc.cluster.local:8080")
-                self.stats.edges_named += len(upstreams)
-                containers = [self.container(app, team, tier, a, upstreams)]
-                if rng.random() < 0.3:
-                    containers.append(
-                        {
-                            "name": "log-shipper",
-                            "image": "fluent/fluent-bit:4.0.8",
-                            "resources": {
-                                "requests": {"cpu": "50m", "memory": "64Mi"},
-                                "limits": {"memory": "128Mi"},
-                            },
-                            "volumeMounts": [{"mountPath": "/var/log/app", "name": "logs"}],
-                        }
-                    )
-                spec: Obj = {
-                    "containers": containers,
-                    "serviceAccountName": app,
-                    "volumes": [{"name": "logs", "emptyDir": {}}],
-                }
-                zones = ZONES
-                if rng.random() < 0.3:
-                    spec["topologySpreadConstraints"] = [
-                        {
-                            "labelSelector": {"matchLabels": {"app": app}},
-                            "maxSkew": 1,
-                            "topologyKey": ZONE_KEY,
-                            "whenUnsatisfiable": "ScheduleAnyway",
-                        }
-                    ]
-                elif rng.random() < 0.05:  # pinned to one zone (next to its data)
-                    zone = rng.choice(ZONES)
-                    zones = (zone,)
-                    spec["affinity"] = {
-                        "nodeAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchExpressions": [
-                                            {"key": ZONE_KEY, "operator": "In", "values": [zone]}
-                                        ]
-                                    }
-                                ]
-                            }
-                        }
-                    }
-                pools: tuple[Pool, ...] = (general,)
-                if tier == "db":
-                    spec["nodeSelector"] = {"node-pool": "highmem"}
-                    pools = (highmem,)
-                annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(9090 + a % 3)}
-                self.deployment(app, ns, labels, next(replicas), spec, pools, zones, annotations)
-                self.service(
-                    app,
-                    ns,
-                    {"app": app},
-                    [
-                        {"name": "http", "port": 8080, "protocol": "TCP", "targetPort": "http"},
-                        {"name": "metrics", "port": 9090, "protocol": "TCP", "targetPort": "metrics"},
-                    ],
-                    labels={"app": app},
-                )
-
-    # -- DaemonSets ------------------------------------------------------------------------
-
-    def daemonset(
-        self, name: str, namespace: str, labels: dict[str, str], pod_spec: Obj, gpu_only: bool
-    ) -> None:
-        template_spec = self.defaulted(pod_spec)
-        slots = [s for s in self.slots if s.pool.gpus or not gpu_only]
-        ds: Obj = {
-            "apiVersion": "apps/v1",
-            "kind": "DaemonSet",
-            "metadata": self.meta(name, namespace, labels=dict(labels), generation=3),
-            "spec": {
-                "revisionHistoryLimit": 10,
-                "selector": {"matchLabels": dict(labels)},
-                "template": {"metadata": {"labels": dict(labels)}, "spec": template_spec},
-                "updateStrategy": {
-                    "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "10%"},
-                    "type": "RollingUpdate",
-                },
-            },
-            "status": {
-                "currentNumberScheduled": len(slots),
-                "desiredNumberScheduled": len(slots),
-                "numberAvailable": len(slots),
-                "numberMisscheduled": 0,
-                "numberReady": len(slots),
-                "observedGeneration": 3,
-                "updatedNumberScheduled": len(slots),
-            },
-        }
-        self.add(ds)
-        self.stats.daemonsets += 1
-        owner = self.owner(ds)
-        pod_labels = {**labels, "controller-revision-hash": self.suffix(10), "pod-template-generation": "3"}
-        base = self.pod_spec(template_spec)
-        started = self.rng.uniform(86400, 86400 * 30)
-        conditions = self.running_conditions(started)
-        managed = self.managed_fields(
-            pod_labels, base, ds["metadata"]["uid"], "kube-controller-manager", _stamp(started)
-        )
-        for slot in slots:
-            # The DaemonSet controller pins each pod to its node with a matchFields term.
-            spec = {
-                **base,
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchFields": [
-                                        {"key": "metadata.name", "operator": "In", "values": [slot.name]}
-                                    ]
-                                }
-                            ]
-                        }
-                    }
-                },
-            }
-            self.add(
-                self.pod(
-                    f"{name}-{self.suffix()}",
-                    namespace,
-                    pod_labels,
-                    owner,
-                    spec,
-                    slot,
-                    conditions=conditions,
-                    managed=managed,
-                    generate_name=f"{name}-",
-                    started=started,
-                )
-            )
-            self.stats.daemonset_pods += 1
-
-    def daemonsets(self) -> None:
-        everywhere = [{"operator": "Exists"}]
-        self.daemonset(
-            "kube-proxy",
-            "kube-system",
-            {"k8s-app": "kube-proxy"},
-            {
-                "hostNetwork": True,
-                "priorityClassName": "system-node-critical",
-                "tolerations": everywhere,
-                "serviceAccountName": "kube-proxy",
-                "containers": [
-                    {
-                        "name": "kube-proxy",
-                        "image": KUBE_PROXY_IMAGE,
-                        "command": ["kube-proxy", "--v=2", "--config=/var/lib/kube-proxy-config/config"],
-                        "resources": {"requests": {"cpu": "100m"}},
-                        "securityContext": {"privileged": True},
-                    }
-                ],
-            },
-            False,
-        )
-        self.daemonset(
-            "node-exporter",
-            "monitoring",
-            {"app": "node-exporter", "app.kubernetes.io/name": "node-exporter"},
-            {
-                "hostNetwork": True,
-                "hostPID": True,
-                "tolerations": everywhere,
-                "serviceAccountName": "node-exporter",
-                "containers": [
-                    {
-                        "name": "node-exporter",
-                        "image": "quay.io/prometheus/node-exporter:v1.9.1",
-                        "args": ["--path.rootfs=/host", "--web.listen-address=:9100"],
-                        "ports": [{"containerPort": 9100, "name": "metrics", "protocol": "TCP"}],
-                        "resources": {
-                            "requests": {"cpu": "50m", "memory": "64Mi"},
-                            "limits": {"memory": "128Mi"},
-                        },
-                    }
-                ],
-            },
-            False,
-        )
-        self.daemonset(
-            "nvidia-device-plugin",
-            "kube-system",
-            {"app.kubernetes.io/name": "nvidia-device-plugin"},
-            {
-                "nodeSelector": {"nvidia.com/gpu.present": "true"},
-                "priorityClassName": "system-node-critical",
-                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                "containers": [
-                    {
-                        "name": "nvidia-device-plugin-ctr",
-                        "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.4",
-                        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
-                    }
-                ],
-            },
-            True,
-        )
-
-    # -- PyTorchJobs -----------------------------------------------------------------------
-
-    def plan_job(self, index: int, ns_obj: Obj, fenced: bool) -> JobPlan:
-        """One PyTorchJob: its size, GPU pool, how it is kept in one zone (or not), and the zones
-        the scheduler put its pods in."""
-        rng = self.rng
-        team = ns_obj["metadata"]["labels"]["team"]
-        gpu_pools = [p for p in POOLS if p.gpus]
-        pool = gpu_pools[0] if rng.random() < 0.7 else gpu_pools[1]
-        gpus = rng.choice((8, 8, 8, 8, 8, 4, 4, 4, 2, 1))
-        per_node_memory = 1000 if pool.name == "gpu-a100" else 1800
-        plan = JobPlan(
-            name=f"{rng.choice(MODELS)}-{team}-{index:04d}",
-            namespace=ns_obj["metadata"]["name"],
-            team=team,
-            pool=pool,
-            workers=rng.choice((1, 1, 2, 3, 3, 4, 7, 7, 15)),
-            gpus=gpus,
-            cpu=str(max(1, int(pool.cpu) * gpus // 8 - 4)),
-            memory=f"{max(16, per_node_memory * gpus // 8)}Gi",
-            finished=rng.random() < 0.05,
-        )
-        style = rng.random()
-        if fenced:
-            # Zone-fenced namespace: pods carry `zone` and are pinned there; some masters are not.
-            plan.pin = plan.master_pin = plan.zone_label = plan.master_label = rng.choice(pool.zones)
-            self.stats.fenced_jobs += 1
-            if rng.random() < 0.15:
-                plan.master_pin = plan.master_label = rng.choice([z for z in pool.zones if z != plan.pin])
-                self.stats.stray_masters += 1
-        elif style < 0.35:
-            plan.pin = plan.master_pin = rng.choice(pool.zones)
-            if pool.name == "gpu-h100" and rng.random() < 0.1:
-                plan.pin = plan.master_pin = ZONES[2]  # no H100 capacity there
-                plan.unschedulable = True
-        elif style < 0.55:
-            plan.coupling = "affinity"
-        elif style < 0.7:
-            plan.coupling = "kueue"
-        if plan.pin is not None:
-            plan.zones = [plan.pin]
-        elif plan.coupling == "none" and rng.random() < 0.4:  # nothing keeps it together: split
-            plan.zones = rng.sample(list(pool.zones), rng.choice((2, len(pool.zones))))
-        else:
-            plan.zones = [
-                max(pool.zones, key=lambda z: sum(s.gpus_free for s in self.by_pool_zone[(pool.name, z)]))
-            ]
-        return plan
-
-    def training_template(self, plan: JobPlan, role: str, zone: str | None, label_zone: str | None) -> Obj:
-        rng = self.rng
-        labels = {"app": plan.name, "team": plan.team, "role": role}
-        if label_zone:
-            labels["zone"] = label_zone
-        memory, gpus = plan.memory, str(plan.gpus)
-        spec: Obj = {
-            "containers": [
-                {
-                    "name": "pytorch",
-                    "image": "nvcr.io/nvidia/pytorch:25.08-py3",
-                    "command": ["torchrun"],
-                    "args": [
-                        f"--nproc-per-node={plan.gpus}",
-                        "/workspace/train.py",
-                        "--epochs",
-                        str(rng.choice((10, 30, 90))),
-                        "--batch-size",
-                        str(rng.choice((64, 128, 256))),
-                    ],
-                    "env": [
-                        {"name": "NCCL_DEBUG", "value": "WARN"},
-                        {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
-                        {"name": "DATASET_URI", "value": f"s3://{plan.team}-datasets/{plan.name}/"},
-                    ],
-                    "ports": [{"containerPort": 23456, "name": "pytorchjob-port", "protocol": "TCP"}],
-                    "resources": {
-                        "requests": {"cpu": plan.cpu, "memory": memory, "nvidia.com/gpu": gpus},
-                        "limits": {"memory": memory, "nvidia.com/gpu": gpus},
-                    },
-                    "volumeMounts": [{"mountPath": "/dev/shm", "name": "dshm"}],
-                }
-            ],
-            "nodeSelector": {"nvidia.com/gpu.product": plan.pool.product},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "serviceAccountName": "training-sa",
-            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}],
-        }
-        affinity: Obj = {}
-        if zone:
-            affinity["nodeAffinity"] = {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": ZONE_KEY, "operator": "In", "values": [zone]}]}
-                    ]
-                }
-            }
-        if plan.coupling == "affinity":
-            affinity["podAffinity"] = {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"labelSelector": {"matchLabels": {JOB_NAME: plan.name}}, "topologyKey": ZONE_KEY}
-                ]
-            }
-        if affinity:
-            spec["affinity"] = affinity
-        annotations = {"sidecar.istio.io/inject": "false"}
-        if plan.coupling == "kueue":
-            annotations[KUEUE_REQUIRED] = ZONE_KEY
-        return {
-            "metadata": {"labels": labels, "annotations": annotations},
-            "spec": self.defaulted(spec, "OnFailure"),
-        }
-
-    def pending_message(self, plan: JobPlan) -> str:
-        """The scheduler's message on a training pod it could not place."""
-        total = len(self.slots)
-        in_pool = sum(len(self.by_pool_zone[(plan.pool.name, z)]) for z in plan.pool.zones)
-        other = total - in_pool
-        if plan.unschedulable:
-            return (
-                f"0/{total} nodes are available: {other} node(s) didn't match Pod's node affinity/selector, "
-                f"{in_pool} node(s) had untolerated taint or didn't match Pod's node affinity/selector. "
-                f"preemption: 0/{total} nodes are available: {total} Preemption is not helpful for "
-                "scheduling."
-            )
-        return (
-            f"0/{total} nodes are available: {in_pool} Insufficient nvidia.com/gpu, {other} node(s) didn't "
-            f"match Pod's node affinity/selector. preemption: 0/{total} nodes are available: {in_pool} No "
-            f"preemption victims found for incoming pod, {other} Preemption is not helpful for scheduling."
-        )
-
-    def pytorchjob(self, plan: JobPlan) -> Obj:
-        """A Kubeflow PyTorchJob (Master ×1, Workers ×n) and its pods, owned by the job and labelled
-        by the training operator, with the per-replica headless Services the operator creates."""
-        rng = self.rng
-        name, ns = plan.name, plan.namespace
-        t_master = self.training_template(plan, "master", plan.master_pin, plan.master_label)
-        t_worker = self.training_template(plan, "worker", plan.pin, plan.zone_label)
-        meta = self.meta(name, ns, 30, labels={"team": plan.team, "kueue.x-k8s.io/queue-name": f"{ns}-queue"})
-        if rng.random() < 0.5:
-            meta["annotations"] = {
-                GRADIENT: str(rng.choice((220_000_000, 700_000_000, 2_800_000_000))),
-                STEPS: rng.choice(("4", "2", "0.8")),
-            }
-        started = rng.uniform(600, 86400 * 5)
-        done = plan.finished
-        state = "Succeeded" if done else "Running"
-        job: Obj = {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "PyTorchJob",
-            "metadata": meta,
-            "spec": {
-                "runPolicy": {"backoffLimit": 3, "cleanPodPolicy": "None", "suspend": False},
-                "pytorchReplicaSpecs": {
-                    "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": t_master},
-                    "Worker": {"replicas": plan.workers, "restartPolicy": "OnFailure", "template": t_worker},
-                },
-            },
-            "status": {
-                "conditions": [
-                    {
-                        "lastTransitionTime": _stamp(started + 30),
-                        "lastUpdateTime": _stamp(started + 30),
-                        "message": f"PyTorchJob {name} is created.",
-                        "reason": "PyTorchJobCreated",
-                        "status": "True",
-                        "type": "Created",
-                    },
-                    {
-                        "lastTransitionTime": _stamp(started / 2 if done else started),
-                        "lastUpdateTime": _stamp(started / 2 if done else started),
-                        "message": f"PyTorchJob {ns}/{name} is {state.lower()}.",
-                        "reason": f"PyTorchJob{state}",
-                        "status": "True",
-                        "type": state,
-                    },
-                ],
-                "replicaStatuses": {
-                    "Master": {"succeeded" if done else "active": 1},
-                    "Worker": {"succeeded" if done else "active": plan.workers},
-                },
-                "startTime": _stamp(started),
-            },
-        }
-        self.add(job)
-        owner = self.owner(job)
-        world = plan.workers + 1
-        placed: set[str] = set()
-        pending = 0
-        replicas = [("master", 0, t_master), *(("worker", i, t_worker) for i in range(plan.workers))]
-        for rtype, index, template in replicas:
-            rank = index if rtype == "master" else index + 1
-            operator = {
-                JOB_NAME: name,
-                "training.kubeflow.org/operator-name": "pytorchjob-controller",
-                "training.kubeflow.org/replica-index": str(index),
-                "training.kubeflow.org/replica-type": rtype,
-            }
-            labels = {**template["metadata"]["labels"], **operator}
-            if rtype == "master":
-                labels["training.kubeflow.org/job-role"] = "master"
-            env = [
-                {"name": k, "value": v}
-                for k, v in (
-                    ("MASTER_PORT", "23456"),
-                    ("PET_MASTER_PORT", "23456"),
-                    ("MASTER_ADDR", f"{name}-master-0"),
-                    ("PET_MASTER_ADDR", f"{name}-master-0"),
-                    ("WORLD_SIZE", str(world)),
-                    ("PET_NNODES", str(world)),
-                    ("RANK", str(rank)),
-                    ("PET_NODE_RANK", str(rank)),
-                    ("PYTHONUNBUFFERED", "1"),
-                )
-            ]
-            tspec = template["spec"]
-            container = {**tspec["containers"][0], "env": [*tspec["containers"][0]["env"], *env]}
-            spec: Obj = {
-                **tspec,
-                "containers": [container],
-                "hostname": f"{name}-{rtype}-{index}",
-                "subdomain": name,
-            }
-            if rtype == "worker":
-                wait = (
-                    f"err=1;for i in $(seq 100); do if nslookup {name}-master-0; then err=0 && break; fi;"
-                    "echo waiting for master; sleep 2; done; exit $err"
-                )
-                spec["initContainers"] = [
-                    {
-                        "name": "init-pytorch",
-                        "image": "alpine:3.10",
-                        "command": ["sh", "-c", wait],
-                        "resources": {
-                            "limits": {"cpu": "100m", "memory": "20Mi"},
-                            "requests": {"cpu": "50m", "memory": "10Mi"},
-                        },
-                    }
-                ]
-            spec = self.pod_spec(self.defaulted(spec, "OnFailure"))
-            zone = (plan.master_pin if rtype == "master" else None) or plan.zones[index % len(plan.zones)]
-            gpus = 0 if done else plan.gpus
-            slot = None if plan.unschedulable else self.pick(plan.pool, zone, gpus)
-            if slot is None:
-                pending += 1
-            else:
-                placed.add(slot.zone)
-            managed = self.managed_fields(labels, spec, meta["uid"], "training-operator", _stamp(started))
-            self.add(
-                self.pod(
-                    f"{name}-{rtype}-{index}",
-                    ns,
-                    labels,
-                    owner,
-                    spec,
-                    slot,
-                    gpus=gpus,
-                    phase="Succeeded" if done and slot is not None else "Running",
-                    managed=managed,
-                    pending_message=self.pending_message(plan) if slot is None else "",
-                    started=started,
-                )
-            )
-            self.service(
-                f"{name}-{rtype}-{index}",
-                ns,
-                operator,
-                [{"name": "pytorchjob-port", "port": 23456, "protocol": "TCP", "targetPort": 23456}],
-                headless=True,
-                owner=owner,
-                labels={JOB_NAME: name},
-            )
-            self.stats.job_pods += 1
-        self.stats.jobs += 1
-        self.stats.finished_jobs += done
-        self.stats.split_jobs += len(placed) > 1
-        self.stats.pending_jobs += pending > 0
-        return job
-
-    # -- policies --------------------------------------------------------------------------
-
-    def live_policy(self, obj: Obj) -> Obj:
-        meta = obj["metadata"]
-        meta.update(
-            uid=self.uid(),
-            resourceVersion=str(self.rng.randrange(10_000_000, 900_000_000)),
-            generation=1,
-            creationTimestamp=_stamp(self.rng.uniform(3600, 86400 * 200)),
-        )
-        return obj
-
-    def training_policies(self, namespaces: list[Obj], fenced: set[str], jobs: list[Obj]) -> int:
-        """Default deny, DNS and monitoring in every training namespace; per-job allows; and in the
-        fenced namespaces zone boundaries on the pod label `zone` instead of per-job allows."""
-        made = 0
-
-        def np(ns: str, name: str, spec: Obj) -> None:
-            nonlocal made
-            made += 1
-            self.add(
-                self.live_policy(
-                    {
-                        "apiVersion": "networking.k8s.io/v1",
-                        "kind": "NetworkPolicy",
-                        "metadata": {"name": name, "namespace": ns},
-                        "spec": spec,
-                    }
-                )
-            )
-
-        for ns_obj in namespaces:
-            ns = ns_obj["metadata"]["name"]
-            np(ns, "default-deny-all", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]})
-            np(
-                ns,
-                "allow-dns",
-                {
-                    "podSelector": {},
-                    "policyTypes": ["Egress"],
-                    "egress": [
-                        {
-                            "to": [
-                                {
-                                    "namespaceSelector": {
-                                        "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
-                                    },
-                                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                                }
-                            ],
-                            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-                        }
-                    ],
-                },
-            )
-            np(
-                ns,
-                "allow-monitoring",
-                {
-                    "podSelector": {},
-                    "policyTypes": ["Ingress"],
-                    "ingress": [
-                        {
-                            "from": [
-                                {
-                                    "namespaceSelector": {
-                                        "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
-                                    }
-                                }
-                            ]
-                        }
-                    ],
-                },
-            )
-            if ns in fenced:
-                for zone in ZONES:
-                    sel = {"matchLabels": {"zone": zone}}
-                    np(
-                        ns,
-                        f"{zone}-only",
-                        {
-                            "podSelector": sel,
-                            "policyTypes": ["Ingress", "Egress"],
-                            "ingress": [{"from": [{"podSelector": sel}]}],
-                            "egress": [{"to": [{"podSelector": sel}]}],
-                        },
-                    )
-        for job in jobs:
-            ns = job["metadata"]["namespace"]
-            if ns in fenced:
-                continue
-            sel = {"matchLabels": {JOB_NAME: job["metadata"]["name"]}}
-            np(
-                ns,
-                f"allow-{job['metadata']['name']}-intra",
-                {
-                    "podSelector": sel,
-                    "policyTypes": ["Ingress", "Egress"],
-                    "ingress": [{"from": [{"podSelector": sel}]}],
-                    "egress": [{"to": [{"podSelector": sel}]}],
-                },
-            )
-        return made
-
-    def app_policies(self, namespaces: list[str], count: int, cilium_share: float) -> None:
-        """synth.py's NetworkPolicy shapes (and Cilium policies), spread over the app namespaces."""
-        n_cilium = round(count * cilium_share)
-        n_np = count - n_cilium
-        for i, ns in enumerate(namespaces):
-            share = n_np // len(namespaces) + (1 if i < n_np % len(namespaces) else 0)
-            for obj in synth._network_policies(ns, i, share, self.rng):
-                self.add(self.live_policy(obj))
-            cshare = n_cilium // len(namespaces) + (1 if i < n_cilium % len(namespaces) else 0)
-            for obj in synth._cilium_policies(ns, cshare):
-                self.add(self.live_policy(obj))
-
-
-def generate(
-    nodes: int,
-    pods: int,
-    policies: int,
-    cilium_share: float,
-    jobs: int | None,
-    deployments: int | None,
-    seed: int,
-) -> tuple[list[Obj], Stats]:
-    b = ClusterBuilder(seed)
-    rng = b.rng
-    b.nodes(nodes)
-    b.cluster_basics(cilium_share > 0)
-    # Platform namespaces and their workloads.
-    for ns in synth._namespaces(0, rng):  # kube-system, monitoring, ingress-nginx
-        b.namespace(ns["metadata"]["name"], ns["metadata"]["labels"])
-    b.system_workloads()
-    ds_pods = nodes * 2 + sum(1 for s in b.slots if s.pool.gpus)
-    if ds_pods <= pods // 5:
-        b.daemonsets()
-    # Training namespaces and PyTorchJobs.
-    job_count = jobs if jobs is not None else max(1, pods // 500)
-    train_ns = [
-        b.namespace(
-            f"train-{synth.TEAMS[k % len(synth.TEAMS)]}-{k // len(synth.TEAMS)}",
-            {"team": synth.TEAMS[k % len(synth.TEAMS)], "env": "prod", "purpose": "training"},
-        )
-        for k in range(max(1, round(job_count / 15)))
-    ]
-    fenced = {ns["metadata"]["name"] for k, ns in enumerate(train_ns) if k % 5 == 1}
-    job_objs = []
-    for j in range(job_count):
-        ns_obj = train_ns[j % len(train_ns)]
-        job_objs.append(b.pytorchjob(b.plan_job(j, ns_obj, ns_obj["metadata"]["name"] in fenced)))
-    # App namespaces and Deployments fill the rest of the pods.
-    app_pods = max(0, pods - b.stats.deployment_pods - b.stats.daemonset_pods - b.stats.job_pods)
-    dep_count = (deployments if deployments is not None else max(1, round(pods / 60))) - b.stats.deployments
-    dep_count = max(1, min(dep_count, app_pods))
-    ns_count = max(1, min(dep_count, round(app_pods / synth.PODS_PER_NAMESPACE)))
-    app_ns = []
-    for ns in synth._namespaces(ns_count, rng)[:ns_count]:
-        app_ns.append(b.namespace(ns["metadata"]["name"], ns["metadata"]["labels"]))
-    if app_pods:
-        b.app_deployments(app_ns, dep_count, app_pods)
-    # Policies: training namespaces first, synth shapes for the rest.
-    made = b.training_policies(train_ns, fenced, job_objs)
-    b.app_policies([n["metadata"]["name"] for n in app_ns], max(0, policies - made), cilium_share)
-    return b.objects, b.stats
-
+TARGET_SECONDS = 20.0  # issue 17
+TARGET_RSS_MIB = 1.5 * 1024.0
 
 # -- serving -----------------------------------------------------------------------------------
 
@@ -1777,158 +103,93 @@ def _rss_mib() -> float:
 
 
 def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This program's own peak RSS (VmHWM). Not getrusage's ru_maxrss: a child spawned by a
+    parent holding the generated cluster inherits the parent's high-water mark across exec."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
-@dataclass
-class Phase:
-    name: str
-    level: int
-    seconds: float = 0.0
-    calls: int = 0
-    depth: int = 0
-    gc_seconds: float = 0.0
-    rss: bool = True  # read RSS after each call (not for per-object functions: /proc costs)
-    rss_after: float = 0.0
-    peak_after: float = 0.0
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
-class GcTimer:
-    """Time spent in the cyclic garbage collector, by generation (a gc.callbacks entry)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[int, float] = defaultdict(float)
-        self.runs: dict[int, int] = defaultdict(int)
-        self.total = 0.0
-        self._t0 = 0.0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._t0 = time.perf_counter()
-        else:
-            spent = time.perf_counter() - self._t0
-            self.seconds[info["generation"]] += spent
-            self.runs[info["generation"]] += 1
-            self.total += spent
-
-
-class Phases:
-    """Wall time (outermost calls only), calls, GC time inside, and RSS after the last call of
-    wrapped functions."""
-
-    def __init__(self, gc_timer: GcTimer) -> None:
-        self.rows: dict[str, Phase] = {}
-        self.gc_timer = gc_timer
-
-    def wrap(
-        self, names: str | tuple[str, ...], fn: Callable[P, R], level: int = 0, rss: bool = True
-    ) -> Callable[P, R]:
-        labels = (names,) if isinstance(names, str) else names
-        rows = [self.rows.setdefault(n, Phase(n, level, rss=rss)) for n in labels]
-        state = {"calls": 0}
-        timer = self.gc_timer
-
-        def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
-            row = rows[min(state["calls"], len(rows) - 1)]
-            if row.depth:
-                return fn(*args, **kwargs)
-            row.depth += 1
-            gc0, t0 = timer.total, time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                row.seconds += time.perf_counter() - t0
-                row.gc_seconds += timer.total - gc0
-                row.calls += 1
-                row.depth -= 1
-                state["calls"] += 1
-                if row.rss:
-                    row.rss_after, row.peak_after = _rss_mib(), _peak_mib()
-
-        return wrapped
-
-    def to_json(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": r.name,
-                "level": r.level,
-                "seconds": r.seconds,
-                "gc_seconds": r.gc_seconds,
-                "calls": r.calls,
-                "rss_after": r.rss_after if r.rss else None,
-                "peak_after": r.peak_after if r.rss else None,
-            }
-            for r in self.rows.values()
-        ]
-
-
-def _instrument(phases: Phases) -> None:
-    """Wraps the stages of `auditor cluster` (module attributes, looked up at call time)."""
-    from auditor import cli, inventory
-    from auditor import scan as scan_mod
-    from auditor.reachability import cilium, netpol
-    from auditor.reachability.engine import PolicyEngine
-    from auditor.rules import model
-    from auditor.sources import cluster, kubeapi, prometheus
-
-    w = phases.wrap
-    cluster.read_cluster = w("read_cluster (list API, all resources)", cluster.read_cluster)
-    kubeapi.KubernetesTransport.get = w(  # type: ignore[method-assign]
-        "HTTP GET via kubernetes ApiClient (incl. fake server)", kubeapi.KubernetesTransport.get, 1
-    )
-    kubeapi.json = SimpleNamespace(loads=w("json.loads of the pages", json.loads, 1))  # type: ignore[assignment]
-    cluster.inventory_from_read = w("inventory_from_read", cluster.inventory_from_read)
-    inventory.detect_cni = w("detect_cni", inventory.detect_cni, 1)
-    inventory._storage = w("_storage (PV/PVC zones)", inventory._storage, 1)
-    inventory._live_state = w("_live_state (live pods, owner chains)", inventory._live_state, 1)
-    inventory.parse_node = w("parse_node", inventory.parse_node, 1, rss=False)
-    inventory.parse_service = w("parse_service", inventory.parse_service, 1, rss=False)
-    inventory.adapt = w("adapt (workload roles)", inventory.adapt, 1, rss=False)
-    netpol.compile_network_policy = w("compile_network_policy", netpol.compile_network_policy, 1, rss=False)
-    cilium.compile_cilium_policy = w("compile_cilium_policy", cilium.compile_cilium_policy, 1, rss=False)
-    cli.scan = w("scan", cli.scan)
-    scan_mod.build_model = w(("build_model (predicted)", "build_model (observed)"), scan_mod.build_model, 1)
-    model.place_roles = w("place_roles", model.place_roles, 2)
-    model.comm_edges = w(("comm_edges (predicted)", "comm_edges (observed)"), model.comm_edges, 2)
-    PolicyEngine.flow = w("PolicyEngine.flow", PolicyEngine.flow, 2, rss=False)  # type: ignore[method-assign]
-    scan_mod.run_rules = w(("run_rules (predicted)", "run_rules (observed)"), scan_mod.run_rules, 1)
-    scan_mod.observe = w("observe (pods → roles, zones)", scan_mod.observe, 1)
-    scan_mod.evaluate_custom_rules = w("evaluate_custom_rules (CEL)", scan_mod.evaluate_custom_rules, 1)
-    scan_mod.apply_pack = w("apply_pack", scan_mod.apply_pack, 1)
-    prometheus.enrich = w("prometheus.enrich", prometheus.enrich)
-    cli._emit = w("_emit (JSON report)", cli._emit)
-
-
-def child(config: str, report: str, result: str, profile_out: str | None) -> int:
-    t0 = time.perf_counter()
+def child(config: str, report: str, result: str, profile_out: str | None, steps: bool, spawned: float) -> int:
+    """The audit in this process. Default: `auditor cluster` exactly as users run it (cli.main).
+    With `steps`: the same sequence cmd_cluster runs, through the same public functions, each
+    timed (the phase breakdown); the parent checks that both give the same report."""
+    t0 = time.time()
     from auditor import cli
+    from auditor.clock import system_clock, utc_date
+    from auditor.model.source import NotAudited
+    from auditor.reports import json_report
+    from auditor.rules.packs import load_packs
+    from auditor.scan import scan
+    from auditor.sources import cluster, prometheus
+    from auditor.sources.kubeapi import ReadOptions
 
-    imported = time.perf_counter() - t0
-    timer = GcTimer()
-    phases = Phases(timer)
-    if profile_out is None:
-        _instrument(phases)
-    gc.callbacks.append(timer)
+    phases: list[dict[str, Any]] = [{"name": "process start + imports", "seconds": time.time() - spawned}]
     argv = ["cluster", "--kubeconfig", config, "--format", "json", "--output", report, "--fail-on", "none"]
+    code = 0
     t1 = time.perf_counter()
     if profile_out is not None:
         profiler = cProfile.Profile()
         code = profiler.runcall(cli.main, argv)
         profiler.dump_stats(profile_out)
-    else:
+    elif not steps:
         code = cli.main(argv, one_shot=True)
+    else:
+        gc.disable()  # as cmd_cluster does (gcpause.paused)
+
+        def step(name: str, fn: Callable[[], R]) -> R:
+            w0, c0 = time.perf_counter(), _cpu()
+            out = fn()
+            phases.append(
+                {
+                    "name": name,
+                    "seconds": time.perf_counter() - w0,
+                    "cpu_seconds": _cpu() - c0,
+                    "rss_after": _rss_mib(),
+                    "peak_after": _peak_mib(),
+                }
+            )
+            return out
+
+        settings, pack = step("settings and policy packs", lambda: (cli.load_settings(None), load_packs([])))
+        read = step(
+            "read_cluster (list API: all resources, concurrent)",
+            lambda: cluster.read_cluster(None, config, False, ReadOptions.from_settings(settings)),
+        )
+        inv = step(
+            "inventory_from_read (typed objects, policies)",
+            lambda: cluster.inventory_from_read(read, settings),
+        )
+        res = step(
+            "scan (placement, edges, verdicts, rules)", lambda: scan(inv, pack, utc_date(system_clock))
+        )
+        res.findings = step(
+            "prometheus.enrich",
+            lambda: prometheus.enrich(res.findings, inv, settings, os.environ, res.observation),
+        )
+        res.not_audited += [
+            NotAudited(f"cluster:{read.context}/{p.what}", f"{p.problem}: {p.message}")
+            for p in read.incomplete
+        ]
+        text = step("JSON report", lambda: json_report.render(res))
+        step("write report", lambda: Path(report).write_text(text, encoding="utf-8"))
     main_s = time.perf_counter() - t1
-    gc.callbacks.remove(timer)
     Path(result).write_text(
         json.dumps(
             {
                 "exit_code": code,
-                "import_s": imported,
+                "import_s": t1 - t0 + (t0 - spawned),
                 "main_s": main_s,
-                "phases": phases.to_json(),
-                "gc_seconds": dict(timer.seconds),
-                "gc_runs": dict(timer.runs),
+                "phases": phases,
                 "peak_mib": _peak_mib(),
+                "cpu_seconds": _cpu(),
+                "ended": time.time(),
             }
         )
     )
@@ -1941,25 +202,54 @@ def child(config: str, report: str, result: str, profile_out: str | None) -> int
 @dataclass
 class ChildRun:
     wall: float
-    peak_mib: float
+    cpu: float  # user + system of the child (os.wait4)
+    peak_mib: float  # the child's own VmHWM
     exit_code: int
     result: dict[str, Any]
     stderr: str
 
 
-def run_child(config: Path, work: Path, tag: str, profile_out: Path | None = None) -> ChildRun:
+def run_child(
+    config: Path,
+    work: Path,
+    tag: str,
+    profile_out: Path | None = None,
+    steps: bool = False,
+    product: str | None = None,
+) -> ChildRun:
+    """One audit in a child process; `product`: a checkout of the product to run instead (PYTHONPATH)."""
     report, result, err = work / f"{tag}.json", work / f"{tag}.result.json", work / f"{tag}.stderr"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(config), str(report), str(result)]
     if profile_out is not None:
         cmd += ["--profile-out", str(profile_out)]
+    if steps:
+        cmd.append("--steps")
     with err.open("wb") as errf:
+        spawned = time.time()
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf, cwd=ROOT)
+        env = dict(os.environ)
+        if product:
+            env["PYTHONPATH"] = product + os.pathsep + env.get("PYTHONPATH", "")
+        proc = subprocess.Popen(
+            [*cmd, "--spawned", repr(spawned)], stdout=subprocess.DEVNULL, stderr=errf, cwd=ROOT, env=env
+        )
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
+    ended = spawned + wall
     proc.returncode = os.waitstatus_to_exitcode(status)
     data = json.loads(result.read_text()) if result.exists() else {}
-    return ChildRun(wall, usage.ru_maxrss / 1024, proc.returncode, data, err.read_text(errors="replace"))
+    if data.get("phases") and "ended" in data:
+        data["phases"].append(
+            {"name": "interpreter exit (freeing the heap)", "seconds": ended - data["ended"]}
+        )
+    return ChildRun(
+        wall,
+        usage.ru_utime + usage.ru_stime,
+        float(data.get("peak_mib", 0.0)),
+        proc.returncode,
+        data,
+        err.read_text(errors="replace"),
+    )
 
 
 def _mb(n: float) -> str:
@@ -2015,31 +305,160 @@ def report_findings(path: Path) -> None:
         print(f"  error: {e}")
 
 
-def print_phases(run: ChildRun) -> None:
-    res = run.result
-    if not res:
-        return
-    main_s = res["main_s"]
+def print_phases(run: ChildRun) -> float:
+    """The step run's phases; returns the share of its wall time they account for."""
+    phases = run.result.get("phases") or []
     print(
-        f"  in the child: imports {res['import_s']:.1f}s, cli.main {main_s:.1f}s; "
-        f"GC {sum(res['gc_seconds'].values()):.1f}s in {sum(res['gc_runs'].values()):,} collections "
-        f"(gen2: {res['gc_seconds'].get('2', 0.0):.1f}s in {res['gc_runs'].get('2', 0)})"
+        f"  {'phase (the --steps run)':<52} {'seconds':>8} {'share':>6} {'cpu s':>7} "
+        f"{'RSS after':>10} {'peak':>8}"
     )
-    if not res["phases"]:
-        return
+    for p in phases:
+        memory = f"{p['rss_after']:8,.0f}Mi {p['peak_after']:6,.0f}Mi" if "rss_after" in p else ""
+        cpu = f"{p['cpu_seconds']:7.2f}" if "cpu_seconds" in p else " " * 7
+        print(f"  {p['name']:<52} {p['seconds']:8.2f} {p['seconds'] / run.wall:6.0%} {cpu} {memory}")
+    covered = sum(p["seconds"] for p in phases) / run.wall if run.wall else 0.0
+    print(f"  the phases account for {covered:.1%} of the step run's {run.wall:.1f}s wall (target ≥ 95%)")
+    return covered
+
+
+def findings_key(path: Path) -> tuple[Any, ...]:
+    doc = json.loads(path.read_text())
+    return (doc.get("summary"), doc.get("findings"), doc.get("errors"))
+
+
+def counts_by_rule(path: Path) -> dict[str, int]:
+    doc = json.loads(path.read_text())
+    by = Counter(f"{f['rule']}/{f['certainty']}" for f in doc.get("findings", []))
+    return dict(sorted(by.items()))
+
+
+# Findings by rule/certainty of the default world (seed 1, default sizes), from the reference run
+# of 2026-12-03 (before this change: the same counts). A different count is a wrong answer.
+EXPECTED_DEFAULT: dict[str, int] = {
+    "cross-zone-blocked/always": 21,
+    "cross-zone-blocked/observed": 168,
+    "cross-zone-traffic/likely": 119,
+    "cross-zone-traffic/observed": 33,
+    "role-unschedulable/observed": 28,
+    "traffic-blocked/observed": 2079,
+}
+
+
+def audit(
+    args: argparse.Namespace, nodes: int, pods: int, policies: int, *, breakdown: bool
+) -> tuple[int, float, float]:
+    """Generate, serve and audit one cluster; returns (status, audit wall seconds, its CPU seconds)."""
+    t0 = time.perf_counter()
+    objects, stats = generate(
+        nodes, pods, policies, args.cilium_share, args.jobs, args.deployments, args.seed
+    )
+    gen_s = time.perf_counter() - t0
+    kinds = Counter(o["kind"] for o in objects)
+    missing = {(o["apiVersion"], o["kind"]) for o in objects} - set(PLURALS)
+    if missing:
+        print(f"error: the fake API server does not serve {sorted(missing)}", file=sys.stderr)
+        return 2, 0.0, 0.0
+    gc.collect()
+    gc.freeze()  # the generated cluster is permanent: keep the collector off it while serving
     print(
-        f"  {'phase (nested: part of the one above)':<58} {'seconds':>8} {'share':>6} {'of it GC':>9} "
-        f"{'calls':>8} {'RSS after':>10} {'peak':>8}"
+        f"generation: {gen_s:.1f}s, {len(objects):,} objects "
+        f"({nodes:,} nodes, {pods:,} pods, {policies:,} policies)"
     )
-    for p in res["phases"]:
-        if not p["calls"]:
-            continue
-        name = "  " * p["level"] + p["name"]
-        memory = f"{p['rss_after']:8,.0f}Mi {p['peak_after']:6,.0f}Mi" if p["rss_after"] is not None else ""
+    if breakdown:
+        print("  " + ", ".join(f"{k} {n:,}" for k, n in kinds.most_common()))
         print(
-            f"  {name:<58} {p['seconds']:8.2f} {p['seconds'] / main_s:6.0%} {p['gc_seconds']:8.2f}s "
-            f"{p['calls']:8,} {memory}"
+            f"  pods: {stats.deployment_pods:,} of {stats.deployments:,} Deployments "
+            f"({stats.replicasets:,} ReplicaSets, {stats.rollouts} rollouts in progress), "
+            f"{stats.daemonset_pods:,} of {stats.daemonsets} DaemonSets, {stats.job_pods:,} of {stats.jobs} "
+            f"PyTorchJobs ({stats.split_jobs} split across zones, {stats.pending_jobs} with Pending pods, "
+            f"{stats.finished_jobs} finished, {stats.fenced_jobs} in zone-fenced namespaces of which "
+            f"{stats.stray_masters} with the master in another zone); {stats.pending_pods:,} Pending pods"
         )
+    status = 0
+    cluster = TimedCluster(objects, CRDS)
+    with tempfile.TemporaryDirectory() as tmp, serve(cluster) as url:
+        work = Path(args.keep) / f"p{pods}" if args.keep else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        config = kubeconfig(work / "kubeconfig", url)
+        before = run_child(config, work, "before", product=args.before) if args.before else None
+        run = run_child(config, work, "audit")
+        served_s, sent, pages = (
+            sum(cluster.seconds.values()),
+            sum(cluster.sent.values()),
+            sum(cluster.pages.values()),
+        )
+        met = run.wall <= TARGET_SECONDS and run.peak_mib <= TARGET_RSS_MIB
+        print(
+            f"audit (`auditor cluster --format json`, child process): wall {run.wall:.1f}s, "
+            f"cpu {run.cpu:.1f}s, "
+            f"peak RSS {run.peak_mib:,.0f} MiB, exit code {run.exit_code} (targets ≤ {TARGET_SECONDS:.0f} s, "
+            f"≤ {TARGET_RSS_MIB:,.0f} MiB: {'met' if met else 'OVER'})"
+        )
+        print(
+            f"  fake API server (this process): {pages:,} requests, {_mb(sent)} of JSON, "
+            f"{served_s:.1f}s answering"
+        )
+        if run.exit_code != 0 or run.result.get("exit_code") != 0:
+            status = 1
+            print("WRONG: the audit failed; child stderr (tail):", file=sys.stderr)
+            for line in run.stderr.strip().splitlines()[-15:]:
+                print(f"    {line}", file=sys.stderr)
+            return status, run.wall, run.cpu
+        if before is not None:
+            print(
+                f"  before ({args.before}, run just before in the same sitting): wall {before.wall:.1f}s, "
+                f"cpu {before.cpu:.1f}s, peak RSS {before.peak_mib:,.0f} MiB → after/before "
+                f"{run.wall / before.wall:.2f}× wall, {run.cpu / before.cpu:.2f}× cpu"
+            )
+            if not (work / "before.json").exists() or findings_key(work / "before.json") != findings_key(
+                work / "audit.json"
+            ):
+                print("WRONG: the findings differ from the before run's", file=sys.stderr)
+                status = 1
+        counts = counts_by_rule(work / "audit.json")
+        print(f"  findings by rule/certainty: {counts}")
+        default = (nodes, pods, policies, args.seed, args.cilium_share, args.jobs, args.deployments) == (
+            5_000,
+            150_000,
+            10_000,
+            1,
+            0.1,
+            None,
+            None,
+        )
+        if default and counts != EXPECTED_DEFAULT:
+            print(f"WRONG: findings differ from the reference run: {EXPECTED_DEFAULT}", file=sys.stderr)
+            status = 1
+        if breakdown:
+            steps = run_child(config, work, "steps", steps=True)
+            if steps.exit_code != 0 or not (work / "steps.json").exists():
+                print(f"WRONG: the step run failed:\n{steps.stderr[-2000:]}", file=sys.stderr)
+                return 1, run.wall, run.cpu
+            print(
+                f"step run (the same public functions cmd_cluster calls, each timed): "
+                f"wall {steps.wall:.1f}s, "
+                f"peak RSS {steps.peak_mib:,.0f} MiB"
+            )
+            covered = print_phases(steps)
+            if findings_key(work / "steps.json") != findings_key(work / "audit.json"):
+                print("WRONG: the step run's report differs from `auditor cluster`'s", file=sys.stderr)
+                status = 1
+            if covered < 0.95:
+                print(f"note: the breakdown covers only {covered:.0%} of the wall time", file=sys.stderr)
+            report_findings(work / "audit.json")
+        if args.profile and breakdown:
+            cluster.reset()
+            prof = work / "audit.prof"
+            prun = run_child(config, work, "profiled", prof)
+            print(
+                f"profiled run: wall {prun.wall:.1f}s, fake API server {sum(cluster.seconds.values()):.1f}s"
+            )
+            if prof.exists():
+                print_profile(prof)
+    gc.unfreeze()
+    del objects, cluster
+    gc.collect()
+    return status, run.wall, run.cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -2055,77 +474,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--profile", action="store_true", help="also run the audit once under cProfile")
     ap.add_argument("--keep", metavar="DIR", help="keep the reports and the profile in DIR")
+    ap.add_argument(
+        "--no-growth", action="store_true", help="skip the 1×/2×/4× runs (a quarter, half and the full size)"
+    )
+    ap.add_argument("--before", metavar="DIR", help="also audit with the product checked out in DIR")
     ap.add_argument("--child", nargs=3, metavar=("KUBECONFIG", "REPORT", "RESULT"), help=argparse.SUPPRESS)
     ap.add_argument("--profile-out", help=argparse.SUPPRESS)
+    ap.add_argument("--steps", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--spawned", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        return child(*args.child, args.profile_out)
-
-    t0 = time.perf_counter()
-    objects, stats = generate(
-        args.nodes, args.pods, args.policies, args.cilium_share, args.jobs, args.deployments, args.seed
-    )
-    gen_s = time.perf_counter() - t0
-    kinds = Counter(o["kind"] for o in objects)
-    missing = {(o["apiVersion"], o["kind"]) for o in objects} - set(PLURALS)
-    if missing:
-        print(f"error: fakeapi.PLURALS does not serve {sorted(missing)}", file=sys.stderr)
-        return 2
-    gc.collect()
-    gc.freeze()  # the generated cluster is permanent: keep the collector off it while serving
-    print(f"generation: {gen_s:.1f}s, {len(objects):,} objects")
-    print("  " + ", ".join(f"{k} {n:,}" for k, n in kinds.most_common()))
-    print(
-        f"  pods: {stats.deployment_pods:,} of {stats.deployments:,} Deployments "
-        f"({stats.replicasets:,} ReplicaSets, {stats.rollouts} rollouts in progress), "
-        f"{stats.daemonset_pods:,} of {stats.daemonsets} DaemonSets, {stats.job_pods:,} of {stats.jobs} "
-        f"PyTorchJobs ({stats.split_jobs} split across zones, {stats.pending_jobs} with Pending pods, "
-        f"{stats.finished_jobs} finished, {stats.fenced_jobs} in zone-fenced namespaces of which "
-        f"{stats.stray_masters} with the master in another zone); {stats.pending_pods:,} Pending pods; "
-        f"{stats.edges_named:,} Service names in app env"
-    )
-    gpu_nodes = sum(
-        1 for o in objects if o["kind"] == "Node" and "nvidia.com/gpu" in o["status"]["allocatable"]
-    )
-    print(f"  nodes: {kinds['Node']:,} in {len(ZONES)} zones, {gpu_nodes:,} GPU nodes (tainted)")
-
-    cluster = TimedCluster(objects, CRDS)
-    with tempfile.TemporaryDirectory() as tmp, serve(cluster) as url:
-        work = Path(args.keep) if args.keep else Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        config = kubeconfig(work / "kubeconfig", url)
-        run = run_child(config, work, "audit")
-        served_s, sent = sum(cluster.seconds.values()), sum(cluster.sent.values())
-        pages = sum(cluster.pages.values())
-        pod_s, pod_b = cluster.seconds.get("/api/v1/pods", 0.0), cluster.sent.get("/api/v1/pods", 0)
-        print(
-            f"audit (child process, `auditor cluster --format json`): wall {run.wall:.1f}s "
-            f"(target < {TARGET_SECONDS:.0f} s: {'met' if run.wall < TARGET_SECONDS else 'OVER'}), "
-            f"peak RSS {run.peak_mib:,.0f} MiB (target < {TARGET_RSS_MIB:,.0f} MiB: "
-            f"{'met' if run.peak_mib < TARGET_RSS_MIB else 'OVER'}), exit code {run.exit_code}"
-        )
-        print(
-            f"  fake API server (this process): {pages:,} requests, {_mb(sent)} of JSON, {served_s:.1f}s "
-            f"answering (pods: {_mb(pod_b)}, {pod_s:.1f}s); the child waits for it, so the audit's own "
-            f"wall time is about {run.wall - served_s:.1f}s"
-        )
-        print_phases(run)
-        if run.exit_code != 0 or run.result.get("exit_code") != 0:
-            print("  child stderr (tail):")
-            for line in run.stderr.strip().splitlines()[-15:]:
-                print(f"    {line}")
-        report_findings(work / "audit.json")
-        if args.profile:
-            cluster.reset()
-            prof = work / "audit.prof"
-            prun = run_child(config, work, "profiled", prof)
-            print(
-                f"profiled run: wall {prun.wall:.1f}s, peak RSS {prun.peak_mib:,.0f} MiB, "
-                f"fake API server {sum(cluster.seconds.values()):.1f}s"
+        return child(*args.child, args.profile_out, args.steps, args.spawned or time.time())
+    print(growth.machine_load())
+    status, wall, cpu = audit(args, args.nodes, args.pods, args.policies, breakdown=True)
+    if not args.no_growth and status == 0:
+        # The full size is the 4× point; a quarter and a half of every count are 1× and 2×.
+        sizes, times, cpus = [], [], []
+        for f in (1, 2):
+            st, w, c = audit(
+                args, args.nodes * f // 4, args.pods * f // 4, args.policies * f // 4, breakdown=False
             )
-            if prof.exists():
-                print_profile(prof)
-    return 0
+            status |= st
+            sizes.append(args.pods * f // 4)
+            times.append(w)
+            cpus.append(c)
+        sizes.append(args.pods)
+        times.append(wall)
+        cpus.append(cpu)
+        print(
+            "growth live audit: "
+            + ", ".join(f"{n:,} pods {t:.1f}s" for n, t in zip(sizes, times, strict=True))
+            + f" → exponent {growth.exponent(sizes, times):.2f} (wall), "
+            + f"{growth.exponent(sizes, cpus):.2f} (cpu: "
+            + ", ".join(f"{c:.1f}s" for c in cpus)
+            + ")"
+        )
+    return status
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from typing import Any, cast
 
 import uvicorn
 from sqlalchemy import Engine, text
+from world import growth
 
 from auditor.clock import system_clock
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
@@ -55,6 +56,11 @@ from auditor.store.database import make_engine, upgrade
 from auditor.store.repository import RunOutcome, RunSummary, Store, TargetSpec
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+TARGET_RUN_SECONDS = 10.0  # complete_run of the 50,000 findings (issue 17)
+TARGET_P95_MS = 100.0  # GET /api/v1/findings over 1,000,000 findings (issue 17)
+# Exit status bits: 1 = a wrong answer (lifecycle counts, pages vs SQL, requests sent), 2 = a
+# target missed (time); the machine's load is printed first, since a shared machine misses them.
+WRONG, MISSED = 1, 2
 SEED = 20260214
 
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
@@ -405,8 +411,33 @@ def row_counts(store: Store) -> dict[str, int]:
         }
 
 
-def part_complete_run(url: str, count: int) -> None:
+def part_complete_run(url: str, count: int, *, growth_runs: bool = True) -> int:
+    """Part 1 at `count` (checked, target < 10 s), then at a quarter, a half and all of it for the
+    growth exponent of the first run's complete_run."""
     print(f"\n== 1. complete_run: {count:,} findings in one run ==")
+    seconds, status = store_run(url, count, verbose=True)
+    if seconds >= TARGET_RUN_SECONDS:
+        print(f"MISSED: complete_run of {count:,} findings took {seconds:.2f} s ≥ {TARGET_RUN_SECONDS:.0f} s")
+        status |= MISSED
+    if growth_runs:
+        sizes = [count * f // 4 for f in growth.FACTORS]
+        times = []
+        for n in sizes[:-1]:
+            t, st = store_run(url, n, verbose=False)
+            times.append(t)
+            status |= st
+        times.append(seconds)
+        print(
+            "growth complete_run: "
+            + ", ".join(f"{n:,} findings {t:.2f}s" for n, t in zip(sizes, times, strict=True))
+            + f" → exponent {growth.exponent(sizes, times):.2f}"
+        )
+    return status
+
+
+def store_run(url: str, count: int, *, verbose: bool) -> tuple[float, int]:
+    """Run 1 (all new) and run 2 (90 % kept + 10 % new) of one target; the lifecycle counts are
+    checked against what the runs must give and against SQL. Returns (run 1 seconds, status)."""
     rng = random.Random(SEED)
     target = "ml-platform-prod"
     t0 = time.perf_counter()
@@ -417,14 +448,16 @@ def part_complete_run(url: str, count: int) -> None:
     second = keep + fresh
     rng.shuffle(second)
     build = time.perf_counter() - t0
-    by_rule = Counter(f.rule for f in first)
-    costed = sum(f.estimated_monthly_cost_usd is not None for f in first)
-    detail = statistics.mean(len(json.dumps(f.to_json())) for f in first[:2000])
-    print(
-        f"built {len(first) + len(fresh):,} Finding objects in {build:.1f} s "
-        f"({', '.join(f'{r} {n:,}' for r, n in sorted(by_rule.items(), key=lambda kv: -kv[1]))}; "
-        f"{costed:,} with a cost; detail JSON ~{detail:.0f} B)"
-    )
+    if verbose:
+        by_rule = Counter(f.rule for f in first)
+        costed = sum(f.estimated_monthly_cost_usd is not None for f in first)
+        detail = statistics.mean(len(json.dumps(f.to_json())) for f in first[:2000])
+        print(
+            f"built {len(first) + len(fresh):,} Finding objects in {build:.1f} s "
+            f"({', '.join(f'{r} {n:,}' for r, n in sorted(by_rule.items(), key=lambda kv: -kv[1]))}; "
+            f"{costed:,} with a cost; detail JSON ~{detail:.0f} B)"
+        )
+    status = 0
     with bench_schema(url, "run") as (store, schema):
         store.sync_targets(
             [
@@ -439,22 +472,52 @@ def part_complete_run(url: str, count: int) -> None:
                 )
             ]
         )
-        print(f"schema {schema}")
         seconds, summary = timed_run(store, target, first, "a" * 40)
-        print(
-            f"run 1 (all new)      {len(first):>9,} findings  {seconds:6.2f} s  "
-            f"{len(first) / seconds:>9,.0f} rows/s   target < 10 s   "
-            f"[new {summary.new:,}, resolved {summary.resolved:,}]"
-        )
         seconds2, summary2 = timed_run(store, target, second, "b" * 40)
-        print(
-            f"run 2 (90 % + new)   {len(second):>9,} findings  {seconds2:6.2f} s  "
-            f"{len(second) / seconds2:>9,.0f} rows/s   "
-            f"[open {len(second) - summary2.new:,}, new {summary2.new:,}, "
-            f"resolved {summary2.resolved:,}]"
-        )
+        if verbose:
+            print(f"schema {schema}")
+            print(
+                f"run 1 (all new)      {len(first):>9,} findings  {seconds:6.2f} s  "
+                f"{len(first) / seconds:>9,.0f} rows/s   target < {TARGET_RUN_SECONDS:.0f} s   "
+                f"[new {summary.new:,}, resolved {summary.resolved:,}]"
+            )
+            print(
+                f"run 2 (90 % + new)   {len(second):>9,} findings  {seconds2:6.2f} s  "
+                f"{len(second) / seconds2:>9,.0f} rows/s   "
+                f"[open {len(second) - summary2.new:,}, new {summary2.new:,}, "
+                f"resolved {summary2.resolved:,}]"
+            )
+        else:
+            print(f"  {count:,} findings: run 1 {seconds:.2f} s, run 2 {seconds2:.2f} s")
         counts = row_counts(store)
-        print(f"stored: {counts['findings']:,} findings, {counts['observations']:,} observations")
+        with store.engine.connect() as connection:
+            rows = connection.execute(text("SELECT status, count(*) FROM findings GROUP BY status")).all()
+            by_status = {str(r[0]): int(r[1]) for r in rows}
+        kept, new = len(keep), len(fresh)
+        want = {
+            "run 1 new": (summary.new, count),
+            "run 1 resolved": (summary.resolved, 0),
+            "run 2 findings": (summary2.findings, kept + new),
+            "run 2 new": (summary2.new, new),
+            "run 2 resolved": (summary2.resolved, count - kept),
+            "stored findings": (counts["findings"], count + new),
+            "observations": (counts["observations"], count + kept + new + (count - kept)),
+            "SQL status open": (by_status.get("open", 0), kept),
+            "SQL status new": (by_status.get("new", 0), new),
+            "SQL status resolved": (by_status.get("resolved", 0), count - kept),
+        }
+        bad = {k: v for k, v in want.items() if v[0] != v[1]}
+        if verbose or bad:
+            print(
+                f"stored: {counts['findings']:,} findings, {counts['observations']:,} observations; "
+                f"{by_status}"
+            )
+        if bad:
+            print(f"WRONG ({count:,} findings): (got, want) {bad}", file=sys.stderr)
+            status = 1
+        elif verbose:
+            print(f"answers checked: {len(want)} lifecycle counts as expected (summaries and SQL)")
+    return seconds, status
 
 
 # --- part 2: the API over 1,000,000 findings -------------------------------------------------------
@@ -677,6 +740,10 @@ class Sample:
     query: str
     ms: float
     items: int
+    params: tuple[tuple[str, str], ...] = ()  # the filters as sent (not the opaque cursor)
+    before: int | None = None  # a next_cursor page: the last id of the page before it
+    ids: tuple[int, ...] = ()  # the finding ids the page returned, in order
+    next_cursor: bool = False
 
 
 class _NoRunner:
@@ -736,8 +803,9 @@ class Client:
 
 
 def request_plan(rng: random.Random, fleet: Fleet, now: datetime) -> list[tuple[str, dict[str, str], int]]:
-    """(kind, filters, pages) — pages > 1 follows next_cursor. 300 requests when every chain of
-    pages runs to its end."""
+    """(kind, filters, pages) — pages > 1 follows next_cursor: 240 single pages and 12 chains of
+    5 pages, PLANNED_REQUESTS in all. Every chain's filter has more than 5 pages of results (checked
+    against SQL before the timed requests), so exactly that many requests are sent."""
     targets = fleet.active
     ns = namespaces()
     popular, tail = ns[:10], ns[-40:]
@@ -797,8 +865,8 @@ def request_plan(rng: random.Random, fleet: Fleet, now: datetime) -> list[tuple[
         {"status": "resolved"},
         {"status": "reopened", "target": targets[5]},
         {"status": "open", "since": (now - timedelta(days=1)).isoformat().replace("+00:00", "Z")},
-        # "What was resolved in the last hour": a poll that pages to the end of its results.
-        {"status": "resolved", "since": (now - timedelta(hours=1)).isoformat().replace("+00:00", "Z")},
+        # "What was resolved in the last week": a poll that pages through its results.
+        {"status": "resolved", "since": (now - timedelta(days=7)).isoformat().replace("+00:00", "Z")},
         {"namespace": tail[0]},
         {"rule": "traffic-blocked"},
     ]
@@ -808,23 +876,92 @@ def request_plan(rng: random.Random, fleet: Fleet, now: datetime) -> list[tuple[
     return plan
 
 
+PLANNED_REQUESTS = 300
+DEFAULT_LIMIT = 50  # the API's page size when a request gives none
+
+
+def expected_ids(connection: Any, params: Mapping[str, str], before: int | None = None) -> list[int]:
+    """The ids a findings page must return, by SQL written here (not the store's query): the
+    filters as the API documents them, newest first, below the cursor's id."""
+    where, values = [], {}
+    for key in ("rule", "severity", "status", "namespace"):
+        if key in params:
+            where.append(f"f.{key} = :{key}")
+            values[key] = params[key]
+    if "target" in params:
+        where.append("t.name = :target")
+        values["target"] = params["target"]
+    if "since" in params:
+        values["since"] = datetime.fromisoformat(params["since"].replace("Z", "+00:00"))
+        status = params.get("status")
+        if status == "resolved":
+            where.append("f.resolved_at >= :since")
+        elif status is not None:
+            where.append("f.last_seen_at >= :since")
+        else:
+            where.append("(f.last_seen_at >= :since OR f.resolved_at >= :since)")
+    if before is not None:  # a next_cursor page: the rows after the previous page's last one
+        values["before"] = before
+        where.append("f.id < :before")
+    sql = (
+        "SELECT f.id FROM findings f JOIN targets t ON t.id = f.target_id"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " ORDER BY f.id DESC LIMIT :limit"
+    )
+    values["limit"] = int(params.get("limit", DEFAULT_LIMIT))
+    return [int(i) for i in connection.execute(text(sql), values).scalars()]
+
+
+def filter_count(connection: Any, params: Mapping[str, str]) -> int:
+    return len(expected_ids(connection, {**params, "limit": str(10**9)}))
+
+
+def check_answers(store: Store, samples: Sequence[Sample]) -> list[str]:
+    """Every page against SQL: the same ids in the same order, and next_cursor exactly when more
+    rows follow. Returns the wrong ones."""
+    wrong = []
+    with store.engine.connect() as connection:
+        for s in samples:
+            params = dict(s.params)
+            limit = int(params.get("limit", DEFAULT_LIMIT))
+            want = expected_ids(connection, {**params, "limit": str(limit + 1)}, s.before)
+            if list(s.ids) != want[:limit] or s.next_cursor != (len(want) > limit):
+                wrong.append(
+                    f"{s.query}: {len(s.ids)} items (next_cursor {s.next_cursor}), "
+                    f"SQL {min(len(want), limit)}"
+                    f" (more: {len(want) > limit})"
+                )
+    return wrong
+
+
 def run_requests(client: Client, plan: Sequence[tuple[str, dict[str, str], int]]) -> list[Sample]:
     samples: list[Sample] = []
     for kind, params, pages in plan:
         query = dict(params)
+        previous: int | None = None
         for _ in range(pages):
             ms, body = client.get(query)
             shown = urllib.parse.urlencode({k: v for k, v in query.items() if k != "cursor"})
             samples.append(
-                Sample(kind, shown + (" +cursor" if "cursor" in query else ""), ms, len(body["items"]))
+                Sample(
+                    kind,
+                    shown + (" +cursor" if "cursor" in query else ""),
+                    ms,
+                    len(body["items"]),
+                    tuple(sorted((k, v) for k, v in query.items() if k != "cursor")),
+                    previous,
+                    tuple(int(i["id"]) for i in body["items"]),
+                    bool(body["next_cursor"]),
+                )
             )
             if not body["next_cursor"]:
                 break
             query = {**params, "cursor": body["next_cursor"]}
+            previous = int(body["items"][-1]["id"]) if body["items"] else previous
     return samples
 
 
-def report_latency(samples: Sequence[Sample]) -> None:
+def report_latency(samples: Sequence[Sample]) -> float:
     by_kind: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
         by_kind[s.kind].append(s)
@@ -845,9 +982,10 @@ def report_latency(samples: Sequence[Sample]) -> None:
     print("slowest requests:")
     for s in sorted(samples, key=lambda s: -s.ms)[:6]:
         print(f"  {s.ms:8.1f} ms  {s.items:>3} items  {s.query}")
+    return percentile(all_ms, 95)
 
 
-def part_api(url: str, total: int) -> None:
+def part_api(url: str, total: int) -> int:
     print(f"\n== 2. GET /api/v1/findings over {total:,} stored findings ==")
     now = datetime.now(UTC).replace(microsecond=0)
     with bench_schema(url, "api") as (store, schema):
@@ -871,6 +1009,19 @@ def part_api(url: str, total: int) -> None:
         )
         rng = random.Random(SEED)
         plan = request_plan(rng, fleet, now)
+        planned = sum(pages for _, _, pages in plan)
+        with store.engine.connect() as connection:
+            short = [
+                (p, n)
+                for _, p, pages in plan
+                if pages > 1 and (n := filter_count(connection, p)) <= pages * int(p["limit"])
+            ]
+        if planned != PLANNED_REQUESTS or short:
+            print(
+                f"WRONG: the plan has {planned} requests; chains with too few results: {short}",
+                file=sys.stderr,
+            )
+            return 1
         with serve(store) as base:
             client = Client(base)
             warm = [("warm-up", p, 1) for _, p, _ in request_plan(random.Random(SEED + 1), fleet, now)[:10]]
@@ -879,7 +1030,20 @@ def part_api(url: str, total: int) -> None:
             samples = run_requests(client, plan)
             wall = time.perf_counter() - t1
         print(f"{len(samples)} requests in {wall:.1f} s (one at a time, after {len(warm)} warm-up requests)")
-        report_latency(samples)
+        p95 = report_latency(samples)
+        status = 0
+        if len(samples) != PLANNED_REQUESTS:
+            print(f"WRONG: sent {len(samples)} requests, documented {PLANNED_REQUESTS}", file=sys.stderr)
+            status = 1
+        wrong = check_answers(store, samples)
+        print(f"answers checked against SQL: {len(samples) - len(wrong)} of {len(samples)} pages right")
+        if wrong:
+            print(f"WRONG: {len(wrong)} pages differ from SQL, e.g. {wrong[:3]}", file=sys.stderr)
+            status = 1
+        if p95 >= TARGET_P95_MS:
+            print(f"MISSED: p95 {p95:.1f} ms ≥ {TARGET_P95_MS:.0f} ms", file=sys.stderr)
+            status |= MISSED
+        return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -890,11 +1054,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--findings", type=int, default=50_000, help="findings in one run (part 1)")
     parser.add_argument("--stored", type=int, default=1_000_000, help="findings stored for the API (part 2)")
     parser.add_argument("--skip-million", action="store_true", help="part 1 only")
+    parser.add_argument("--no-growth", action="store_true", help="skip part 1 at 1×, 2×, 4× of a quarter")
     args = parser.parse_args(argv)
-    part_complete_run(args.url, args.findings)
+    print(growth.machine_load())
+    status = part_complete_run(args.url, args.findings, growth_runs=not args.no_growth)
     if not args.skip_million:
-        part_api(args.url, args.stored)
-    return 0
+        status |= part_api(args.url, args.stored)
+    return status
 
 
 if __name__ == "__main__":

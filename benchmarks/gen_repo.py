@@ -30,22 +30,23 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from world.vocabulary import (
+    BLOCK_KEY,
+    EXCLUSIVE,
+    GPU_TAINT,
+    GRADIENT,
+    HOST_KEY,
+    KUEUE_GROUP,
+    KUEUE_REQUIRED,
+    RACK_KEY,
+    REGION,
+    STEPS,
+    ZONE_KEY,
+    ZONES,
+    Pool,
+)
 
 Obj = dict[str, Any]
-
-REGION = "us-east-1"
-ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
-ZONE_KEY = "topology.kubernetes.io/zone"
-HOST_KEY = "kubernetes.io/hostname"
-RACK_KEY = "cloud.provider.com/topology-rack"
-BLOCK_KEY = "cloud.provider.com/topology-block"
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
-KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
-KUEUE_GROUP = "kueue.x-k8s.io/podset-group-name"
-GRADIENT = "placement-auditor.io/gradient-bytes"
-STEPS = "placement-auditor.io/steps-per-second"
-EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 
 TEAMS = (
     "vision",
@@ -84,19 +85,6 @@ KINDS = (
     ("LeaderWorkerSet", 8),
     ("Pair", 14),  # coordinator Deployment + Service + worker Job
 )
-
-
-@dataclass(frozen=True)
-class Pool:
-    name: str
-    instance_type: str
-    share: float
-    zones: tuple[str, ...]
-    cpu: str
-    memory: str
-    gpus: int = 0
-    product: str = ""
-    system: bool = False
 
 
 POOLS = (

@@ -339,50 +339,152 @@ class ClassMatrix:
         return round(total)
 
 
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Every ordered pair of identities in `sources` × `destinations` is allowed exactly `conns`."""
+
+    sources: int  # identities, as a bitset
+    destinations: int
+    conns: ConnSet
+
+
 class ConnectivityMap:
-    """Allowed connections for every ordered pair of identities: a pattern id per pair and the
-    connection set of each pattern; pod-pair counts per connection set."""
+    """Allowed connections for every ordered pair of identities, as disjoint blocks of pairs with
+    the same non-empty connection set (pairs in no block are allowed nothing); pod-pair counts per
+    connection set.
+
+    Never visits identity pairs one by one. A row (one direction of one subject situation) splits
+    its peers into *parts*, the peers it allows the same connections; identities sharing an egress
+    row form a source group, those sharing an ingress row a destination group. For a source group
+    S with egress row e and a part (c, D) of e, only the destination groups that meet D matter
+    (found through D's members), and within such a group i only the parts (c', S') of i that meet
+    S: the block (S ∩ S') × (D ∩ Di) is allowed c ∩ c'. The work grows with the blocks produced
+    (groups × parts met), so with sparse policies (default deny, namespace-local allows) it is near
+    linear in identities, and an allow-all cluster is one block.
+    """
 
     def __init__(self, matrix: ClassMatrix) -> None:
         nd = _numpy()
         n = len(matrix.identities)
-        egress_rows, ingress_rows = matrix.row_of[Direction.EGRESS], matrix.row_of[Direction.INGRESS]
-        self.segments = _segments([*egress_rows, *ingress_rows])
-        columns = []
-        for proto, lo, _ in self.segments:
-            allowed = _bits_matrix(egress_rows, proto, lo, n) & _bits_matrix(ingress_rows, proto, lo, n).T
-            columns.append(allowed.reshape(-1))
-        patterns = nd.packbits(nd.stack(columns, axis=1), axis=1)  # one row of bits per (src, dst)
-        unique, self.pattern_of = nd.unique(patterns, axis=0, return_inverse=True)
-        self.pattern_of = self.pattern_of.reshape(n, n)
-        self.conns = [self._conns(nd.unpackbits(u)[: len(self.segments)]) for u in unique]
-        weights = nd.array(matrix.weights, dtype=nd.float64)
-        pairs = nd.outer(weights, weights)
-        nd.fill_diagonal(pairs, pairs.diagonal() - weights)  # a pod with itself is not a pair
-        counts = nd.bincount(self.pattern_of.reshape(-1), weights=pairs.reshape(-1), minlength=len(unique))
-        self.pod_pairs: dict[ConnSet, int] = {}
-        for conns, count in zip(self.conns, counts, strict=True):
-            if count:
-                self.pod_pairs[conns] = self.pod_pairs.get(conns, 0) + round(float(count))
+        self._n = n
+        self._weights = nd.array(matrix.weights, dtype=nd.float64)
+        universe = matrix.all
+        self._egress = _groups(matrix.row_of[Direction.EGRESS])
+        self._ingress = _groups(matrix.row_of[Direction.INGRESS])
+        parts: dict[int, tuple[tuple[ConnSet, int], ...]] = {}  # id(row) → its parts
+        for row, _ in (*self._egress, *self._ingress):
+            if id(row) not in parts:
+                parts[id(row)] = _row_parts(row, universe)
+        self._parts = parts
+        self._egress_group_of = _group_index(self._egress, n)
+        self._ingress_group_of = _group_index(self._ingress, n)
+        ingress_index = nd.array(self._ingress_group_of, dtype=nd.int64)
+        both: dict[tuple[ConnSet, ConnSet], ConnSet] = {}
+        blocks: list[Block] = []
+        for e_row, sources in self._egress:
+            for conns, dst_bits in parts[id(e_row)]:
+                for g in nd.unique(ingress_index[_indexes(dst_bits, n)]).tolist():
+                    i_row, dst_group = self._ingress[g]
+                    dsts = dst_bits & dst_group
+                    for conns_in, src_bits in parts[id(i_row)]:
+                        srcs = src_bits & sources
+                        if not srcs:
+                            continue
+                        key = (conns, conns_in)
+                        allowed = both.get(key)
+                        if allowed is None:
+                            allowed = both[key] = conns & conns_in
+                        if allowed:
+                            blocks.append(Block(srcs, dsts, allowed))
+        self.blocks: tuple[Block, ...] = tuple(blocks)
+        pods = float(self._weights.sum())
+        counts: dict[ConnSet, float] = {}
+        weight_cache: dict[int, float] = {}
+        for b in blocks:
+            pairs = self._weight(b.sources, weight_cache) * self._weight(b.destinations, weight_cache)
+            pairs -= self._weight(b.sources & b.destinations, weight_cache)  # a pod with itself
+            counts[b.conns] = counts.get(b.conns, 0.0) + pairs
+        empty = pods * (pods - 1) - sum(counts.values())
+        if empty:
+            counts[ConnSet.none()] = empty
+        self.pod_pairs: dict[ConnSet, int] = {c: round(v) for c, v in counts.items() if round(v)}
 
-    def _conns(self, bits: np.ndarray) -> ConnSet:
-        out = ConnSet.none()
-        for (proto, lo, hi), on in zip(self.segments, bits, strict=True):
-            if on:
-                out = out | ConnSet.of(proto, PortSet.of((lo, hi)))
-        return out
+    def _weight(self, bits: int, cache: dict[int, float]) -> float:
+        """Pods in these identities."""
+        found = cache.get(bits)
+        if found is None:
+            found = cache[bits] = float(self._weights[_indexes(bits, self._n)].sum()) if bits else 0.0
+        return found
 
     def between(self, src_identity: int, dst_identity: int) -> ConnSet:
-        return self.conns[int(self.pattern_of[src_identity, dst_identity])]
+        e_row = self._egress[self._egress_group_of[src_identity]][0]
+        i_row = self._ingress[self._ingress_group_of[dst_identity]][0]
+        out = _part_of(self._parts[id(e_row)], dst_identity)
+        return out & _part_of(self._parts[id(i_row)], src_identity) if out else out
 
 
-def _segments(rows: Sequence[Row]) -> list[tuple[str, int, int]]:
-    """(protocol, first port, last port) pieces on which every row is constant."""
-    out: list[tuple[str, int, int]] = []
-    for proto in PROTOCOLS:
-        starts = sorted({st for r in rows for p, ss, _ in r.pieces if p == proto for st in ss} | {1})
-        out.extend((proto, lo, hi - 1) for lo, hi in zip(starts, [*starts[1:], MAX_PORT + 1], strict=True))
+def _groups(rows: Sequence[Row]) -> list[tuple[Row, int]]:
+    """Distinct rows with the identities that have each, as a bitset. Rows are shared objects
+    (ClassMatrix computes one per situation), so identity groups them without hashing big ints."""
+    members: dict[int, tuple[Row, int]] = {}
+    for i, row in enumerate(rows):
+        found = members.get(id(row))
+        members[id(row)] = (row, (found[1] if found else 0) | (1 << i))
+    return list(members.values())
+
+
+def _group_index(groups: list[tuple[Row, int]], n: int) -> list[int]:
+    out = [0] * n
+    for g, (_, bits) in enumerate(groups):
+        for i in _bit_indexes(bits):
+            out[i] = g
     return out
+
+
+def _row_parts(row: Row, universe: int) -> tuple[tuple[ConnSet, int], ...]:
+    """The row's peers grouped by the connections it allows them (non-empty ones only): each
+    piece of the row splits every part into the peers it allows and the others."""
+    segments: list[tuple[str, int, int]] = []
+    parts: dict[tuple[int, ...], int] = {(): universe}
+    for proto, starts, bitsets in row.pieces:
+        ends = [*starts[1:], MAX_PORT + 1]
+        for start, end, allowed in zip(starts, ends, bitsets, strict=True):
+            segment = len(segments)
+            segments.append((proto, start, end - 1))
+            if not allowed:
+                continue
+            split: dict[tuple[int, ...], int] = {}
+            for signature, bits in parts.items():
+                inside, outside = bits & allowed, bits & ~allowed
+                if inside:
+                    split[(*signature, segment)] = inside
+                if outside:
+                    split[signature] = outside
+            parts = split
+    out = []
+    for signature, bits in parts.items():
+        if signature:
+            by_proto: dict[str, list[tuple[int, int]]] = {}
+            for s in signature:
+                proto, lo, hi = segments[s]
+                by_proto.setdefault(proto, []).append((lo, hi))
+            out.append((ConnSet.from_mapping({p: PortSet.of(*iv) for p, iv in by_proto.items()}), bits))
+    return tuple(out)
+
+
+def _part_of(parts: tuple[tuple[ConnSet, int], ...], peer: int) -> ConnSet:
+    for conns, bits in parts:
+        if bits >> peer & 1:
+            return conns
+    return ConnSet.none()
+
+
+def _indexes(bits: int, n: int) -> np.ndarray:
+    """The set bits of `bits` (< n) as an index array."""
+    nd = _numpy()
+    packed = nd.frombuffer(bits.to_bytes((n + 7) // 8, "little"), dtype=nd.uint8)
+    found: np.ndarray = nd.flatnonzero(nd.unpackbits(packed, bitorder="little")[:n])
+    return found
 
 
 def _bits_matrix(rows: Sequence[Row], protocol: str, port: int, n: int) -> np.ndarray:

@@ -11,8 +11,12 @@ official `kubernetes` client (kubeconfig context or in-cluster service account).
 - An API that is not served (404: the CRD is not installed) is skipped and reported; a missing
   permission (403) is reported with the exact RBAC rule that would grant it.
 - Secrets are never read; of the ConfigMaps only `cilium-config` (one GET in its namespace).
-- Responses are read raw and parsed with `json` (the client's model classes are far too slow for
-  150,000 pods); `metadata.managedFields` is dropped on arrival.
+- Responses are read raw (never through the client's model classes, far too slow for 150,000
+  pods) and parsed once: list pages with orjson, pod pages with msgspec against the few fields an
+  owned pod keeps (`slim_pod`), so the ~7 KB of spec, status and managedFields of each of them never
+  become Python objects; `metadata.managedFields` is dropped on arrival.
+- The lists run concurrently across resources (`ReadOptions.concurrency` threads; each list is
+  still one paginated sequence), and the result keeps the order of `RESOURCES`.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+
+import msgspec
 
 if TYPE_CHECKING:
     from auditor.config import Settings
@@ -139,6 +146,100 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class _SlimMeta(TypedDict, total=False):
+    name: Any
+    namespace: Any
+    uid: Any
+    labels: Any
+    ownerReferences: Any
+
+
+class _SlimSpec(TypedDict, total=False):
+    nodeName: Any
+    hostNetwork: Any
+
+
+class _SlimStatus(TypedDict, total=False):
+    phase: Any
+    podIP: Any
+    podIPs: Any
+    conditions: Any
+
+
+class _SlimPod(TypedDict, total=False):
+    """What `slim_pod` reads of a pod; msgspec skips every other field without building it."""
+
+    apiVersion: Any
+    kind: Any
+    metadata: _SlimMeta
+    spec: _SlimSpec
+    status: _SlimStatus
+
+
+class _Page(msgspec.Struct):
+    items: list[msgspec.Raw] | None = None
+    metadata: Any = None
+
+
+_PAGE = msgspec.json.Decoder(_Page)
+_SLIM_POD = msgspec.json.Decoder(_SlimPod)
+
+
+def _owned(pod: Any) -> bool:
+    """Whether `slim_pod` would reduce this pod (its controller is a kind this reader lists)."""
+    owners = pod.get("metadata", {}).get("ownerReferences") if isinstance(pod, dict) else None
+    if not isinstance(owners, list):
+        return False
+    controller = next((o for o in owners if isinstance(o, dict) and o.get("controller")), None)
+    return controller is not None and controller.get("kind") in _OWNER_KINDS
+
+
+def _prepare(item: dict[str, Any], resource: Resource) -> dict[str, Any]:
+    item.setdefault("apiVersion", resource.api_version)
+    item.setdefault("kind", resource.kind)
+    meta = item.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return item
+
+
+def _pod_items(raw_items: Sequence[msgspec.Raw], resource: Resource) -> list[dict[str, Any]]:
+    """The pods of a page: an owned pod decoded only as far as `slim_pod` reads it (the same result
+    as slimming the whole pod), any other pod (bare, or of an unexpected shape) decoded whole."""
+    out = []
+    for raw in raw_items:
+        try:
+            partial: Any = _SLIM_POD.decode(raw)
+        except msgspec.ValidationError:
+            partial = None
+        if _owned(partial):
+            out.append(slim_pod(_prepare(partial, resource)))
+            continue
+        item = _parse(memoryview(raw))
+        if isinstance(item, dict):
+            out.append(slim_pod(_prepare(item, resource)))
+    return out
+
+
+def _page_items(body: bytes, resource: Resource) -> tuple[list[dict[str, Any]], str]:
+    """(items, continue token) of one list page."""
+    if resource.kind == "Pod" and not resource.group:
+        try:
+            page = _PAGE.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise _Failed(0, f"the API server sent an invalid list page: {exc}") from None
+        items = _pod_items(page.items or [], resource)
+        meta = page.metadata
+    else:
+        data = _parse(body)
+        if not isinstance(data, dict):
+            raise _Failed(0, "the API server sent a list page that is not a JSON object")
+        items = [_prepare(i, resource) for i in data.get("items") or [] if isinstance(i, dict)]
+        meta = data.get("metadata")
+    token = str((meta.get("continue") if isinstance(meta, dict) else "") or "")
+    return items, token
+
+
 class Transport(Protocol):
     """One GET against the API server: (status, headers, body). Raises OSError-like errors for
     connection problems and timeouts."""
@@ -190,6 +291,7 @@ class ReadOptions:
     attempts: int = 5  # per request, for timeouts, connection errors, 429 and 5xx
     backoff_seconds: float = 0.5  # doubled after each failed attempt (capped at 30 s)
     relists: int = 3  # restarts of one list after 410 Gone
+    concurrency: int = 6  # resources listed at the same time (threads; the HTTP waits overlap)
     cilium_config_namespaces: tuple[str, ...] = ("kube-system", "cilium")
     deadline_seconds: float | None = None  # the whole read (cluster.read_deadline_seconds); None: none
 
@@ -209,12 +311,12 @@ class _DeadlinePassed(_Failed):
     """The read's overall deadline passed: stop reading, keep what was read."""
 
 
-def _parse(body: bytes) -> Any:
+def _parse(body: bytes | memoryview) -> Any:
     """A list page: orjson (4x faster than json on 150,000 pods, 1 GB) when installed."""
     try:
         import orjson
     except ImportError:
-        return json.loads(body)
+        return json.loads(bytes(body))
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -307,18 +409,8 @@ class Reader:
                     break
                 if status in (403, 404):
                     raise _Failed(status, _message(body))
-                page = _parse(body)
-                slim = resource.kind == "Pod" and not resource.group
-                for item in page.get("items") or []:
-                    if not isinstance(item, dict):
-                        continue
-                    item.setdefault("apiVersion", resource.api_version)
-                    item.setdefault("kind", resource.kind)
-                    meta = item.get("metadata")
-                    if isinstance(meta, dict):
-                        meta.pop("managedFields", None)
-                    items.append(slim_pod(item) if slim else item)
-                token = str((page.get("metadata") or {}).get("continue") or "")
+                page_items, token = _page_items(body, resource)
+                items.extend(page_items)
                 if not token:
                     yield from items
                     return
@@ -347,18 +439,30 @@ class Reader:
             raise
         except _Failed as exc:
             out.problems.append(ReadProblem("server version (/version)", "failed", exc.message))
-        for i, resource in enumerate(resources):
-            what = f"{resource.kind} ({resource.api_version})"
+        # Each list in its own thread; results are taken in `resources` order, so the objects and
+        # problems come out as a sequential read would give them.
+        with ThreadPoolExecutor(max(1, self.options.concurrency), thread_name_prefix="list") as pool:
+            futures: list[Future[list[dict[str, Any]]]] = [
+                pool.submit(lambda r: list(self._list(r)), r) for r in resources
+            ]
             try:
-                items = list(self._list(resource))
-            except _DeadlinePassed as exc:
-                unread = ", ".join(r.kind for r in resources[i:])
-                raise _DeadlinePassed(0, f"{exc.message}; not read: {unread}") from None
-            except _Failed as exc:
-                out.problems.append(self._problem(resource, what, exc))
-                continue
-            out.objects.extend(items)
-            out.counts[what] = len(items)
+                for i, (resource, future) in enumerate(zip(resources, futures, strict=True)):
+                    what = f"{resource.kind} ({resource.api_version})"
+                    try:
+                        items = future.result()
+                    except _DeadlinePassed as exc:
+                        unread = ", ".join(
+                            r.kind for r, f in zip(resources[i:], futures[i:], strict=True) if not _read_ok(f)
+                        )
+                        raise _DeadlinePassed(0, f"{exc.message}; not read: {unread}") from None
+                    except _Failed as exc:
+                        out.problems.append(self._problem(resource, what, exc))
+                        continue
+                    out.objects.extend(items)
+                    out.counts[what] = len(items)
+            finally:
+                for f in futures:
+                    f.cancel()
         self._cilium_config(out)
 
     def _problem(self, resource: Resource, what: str, exc: _Failed, verb: str = "list") -> ReadProblem:
@@ -406,6 +510,11 @@ class Reader:
                     meta.pop("managedFields", None)
                 out.objects.append(item)
                 return
+
+
+def _read_ok(future: Future[list[dict[str, Any]]]) -> bool:
+    """Whether this list finished with its items (not failed, cut by the deadline, or pending)."""
+    return future.done() and not future.cancelled() and future.exception() is None
 
 
 class KubernetesTransport:

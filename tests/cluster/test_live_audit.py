@@ -97,7 +97,9 @@ def test_absent_crds_are_skipped_and_reported_not_errors(
     assert report["errors"] == []
 
 
-def test_nothing_readable_is_a_failed_audit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_nothing_readable_is_a_failed_audit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import socket
 
     with socket.socket() as s:
@@ -106,12 +108,11 @@ def test_nothing_readable_is_a_failed_audit(tmp_path: Path, capsys: pytest.Captu
     config = kubeconfig(tmp_path / "k", f"http://127.0.0.1:{port}")
     from auditor.sources import kubeapi
 
-    original = kubeapi.ReadOptions.__init__.__defaults__
-    kubeapi.ReadOptions.__init__.__defaults__ = (500, 1, 0.0, 0, ("kube-system",), None)  # type: ignore[attr-defined]
-    try:
-        assert cli.main(["cluster", "--kubeconfig", str(config)]) == 3
-    finally:
-        kubeapi.ReadOptions.__init__.__defaults__ = original  # type: ignore[attr-defined]
+    quick = kubeapi.ReadOptions(
+        attempts=1, backoff_seconds=0.0, relists=0, cilium_config_namespaces=("kube-system",)
+    )
+    monkeypatch.setattr(kubeapi.ReadOptions, "from_settings", classmethod(lambda cls, settings: quick))
+    assert cli.main(["cluster", "--kubeconfig", str(config)]) == 3
     assert "nothing could be read" in capsys.readouterr().err
 
 

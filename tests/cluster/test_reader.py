@@ -159,3 +159,100 @@ def test_the_fake_servers_cached_pages_are_the_same_pages(cluster: tuple[FakeClu
     fake.preserialize()
     again = _reader(api, []).read("lab")
     assert json.dumps(first.objects, sort_keys=True) == json.dumps(again.objects, sort_keys=True)
+
+
+def _owned_pod(name: str, **extra: object) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "web",
+            "uid": f"uid-{name}",
+            "labels": {"app": "web", "pod-template-hash": "5d8f7"},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "web-5d8f7",
+                    "uid": "rs",
+                    "controller": True,
+                }
+            ],
+            "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {}}}],
+        },
+        "spec": {
+            "nodeName": "lab-worker3",
+            "hostNetwork": False,
+            "containers": [{"name": "main", "image": "web:1", "env": [{"name": "A", "value": "b" * 500}]}],
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.7",
+            "podIPs": [{"ip": "10.0.0.7"}],
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ],
+            "containerStatuses": [{"name": "main", "ready": True}],
+        },
+        **extra,
+    }
+
+
+def test_pod_pages_decode_partially_to_the_same_objects_as_a_whole_decode(tmp_path: Path) -> None:
+    """Owned pods are decoded only as far as slim_pod reads them; the result must be what slimming
+    the whole pod gives. Pods of other shapes (bare, owned by an unknown kind, odd metadata) are
+    decoded whole and come out as before."""
+    import copy
+
+    from auditor.sources.kubeapi import slim_pod
+
+    foreign = _owned_pod("foreign")
+    foreign["metadata"]["ownerReferences"][0]["kind"] = "SomethingElse"
+    odd = _owned_pod("odd")
+    odd["spec"] = ["not", "an", "object"]  # falls back to the whole decode, slimmed as before
+    pods = [_owned_pod(f"owned-{i}") for i in range(5)] + [foreign, odd, *_extra_pods(2)]
+    fake = FakeCluster(copy.deepcopy(pods))
+    with serve(fake) as url:
+        api = config.new_client_from_config(config_file=str(kubeconfig(tmp_path / "k", url)))
+        try:
+            read = _reader(api, [], page_size=3).read("lab")
+        finally:
+            api.close()
+    got = {o["metadata"]["name"]: o for o in read.objects if o["kind"] == "Pod"}
+    for pod in pods:
+        whole = copy.deepcopy(pod)
+        whole["metadata"].pop("managedFields", None)
+        assert got[pod["metadata"]["name"]] == slim_pod(whole), pod["metadata"]["name"]
+    assert set(got["owned-0"]["spec"]) == {"nodeName", "hostNetwork"}
+    assert got["owned-0"]["status"]["conditions"] == [pods[0]["status"]["conditions"][1]]
+    assert "containers" in got["foreign"]["spec"] and got["odd"]["spec"] == {}  # slimmed as before
+
+
+def test_lists_run_concurrently_across_resources(cluster: tuple[FakeCluster, object]) -> None:
+    """Five slow lists take about one delay, not five, and the objects keep the resource order."""
+    import time
+
+    fake, api = cluster
+    slow = [
+        "/api/v1/nodes",
+        "/api/v1/pods",
+        "/api/v1/services",
+        "/apis/apps/v1/deployments",
+        "/apis/batch/v1/jobs",
+    ]
+    for path in slow:
+        fake.faults.slow[path] = 0.6
+    start = time.perf_counter()
+    read = _reader(api, [], page_size=500, concurrency=8).read("lab")
+    assert time.perf_counter() - start < 0.6 * 3
+    assert read.incomplete == []
+    sequential = _reader(api, [], page_size=500, concurrency=1)
+    for path in slow:
+        fake.faults.slow[path] = 0.0
+    again = sequential.read("lab")
+    assert [(o["kind"], o["metadata"]["name"]) for o in read.objects] == [
+        (o["kind"], o["metadata"]["name"]) for o in again.objects
+    ]

@@ -1,0 +1,9 @@
+"""The benchmarks' one synthetic world: deterministic generators of what a platform team runs
+(nodes over zones and GPU pools, training jobs, Deployments, Services, NetworkPolicies and Cilium
+policies), shared by gen_repo.py (a Git repository), bench_cluster.py (a live API server),
+bench_reachability.py and nca_baseline.py (namespaces, pods and policies), plus `growth` for the
+1×/2×/4× exponent every benchmark prints.
+
+Benchmarks import it as `world` (they run as scripts from benchmarks/, which puts this directory on
+sys.path); it imports nothing from tests/ and no private name of the product.
+"""
