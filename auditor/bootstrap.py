@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 
 from auditor.clock import Clock, system_clock
-from auditor.config import Settings
 from auditor.service.api import create_app
 from auditor.service.hooks import GitHubHook
 from auditor.service.leader import FleetScheduler, Leadership
@@ -24,6 +23,7 @@ from auditor.service.tasks import (
     celery_app,
     set_context_factory,
 )
+from auditor.settings.config import Settings
 from auditor.sources.manifests import Tools
 from auditor.store import database
 from auditor.store.fleet import FleetStore

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from auditor import TOOL_NAME, __version__, gcpause, progress
+from auditor.audit.explain import ExplainError, explain, to_json, to_text
+from auditor.audit.scan import ScanResult, apply_baseline, scan
 from auditor.clock import system_clock, utc_date
-from auditor.config import CONFIG_ENV, CONFIG_FILE_NAME, Settings, discover_config
-from auditor.config import load_settings as _load_settings
 from auditor.errors import (
     EXIT_FAILED,
     EXIT_FINDINGS,
@@ -35,12 +35,12 @@ from auditor.errors import (
     ConfigError,
     for_http_status,
 )
-from auditor.explain import ExplainError, explain, to_json, to_text
 from auditor.model.source import NotAudited
 from auditor.reports import csv_report, json_report, junit, markdown, sarif, table
 from auditor.resources import examples_dir
 from auditor.rules.packs import load_packs
-from auditor.scan import ScanResult, apply_baseline, scan
+from auditor.settings.config import CONFIG_ENV, CONFIG_FILE_NAME, Settings, discover_config
+from auditor.settings.config import load_settings as _load_settings
 from auditor.sources.kubeapi import ClusterRead, ReadOptions
 from auditor.sources.manifests import Tools, load_inventory, repository_root
 
@@ -204,7 +204,7 @@ def _scan_exit(result: ScanResult, fail_on: str) -> int:
 
 def _diff_scan(args: argparse.Namespace, settings: Settings, paths: list[Path]) -> int:
     """--diff-base REF: what the working tree introduces and resolves against the merge base."""
-    from auditor import diffscan
+    from auditor.audit import diffscan
 
     if STDIN in args.paths or args.example or args.baseline:
         raise ConfigError(
@@ -289,7 +289,7 @@ def _port_range(text: str) -> tuple[int, int]:
 
 
 def cmd_connectivity(args: argparse.Namespace) -> int:
-    from auditor.connectivity import connectivity
+    from auditor.audit.connectivity import connectivity
     from auditor.reports import connectivity_report
 
     settings = _settings(args)

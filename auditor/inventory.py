@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from auditor.config import AuditSettings
 from auditor.model.objects import LivePod, Node, Role, Service, Workload, WorkloadRef, freeze_labels
 from auditor.model.source import LoadError, NotAudited
 from auditor.placement.pods import pod_endpoint
@@ -16,6 +15,7 @@ from auditor.reachability import cni
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import PolicyEngine, standard_tiers
 from auditor.reachability.policy import CompiledPolicy
+from auditor.settings.config import AuditSettings
 
 
 @dataclass

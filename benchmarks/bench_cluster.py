@@ -122,11 +122,11 @@ def child(config: str, report: str, result: str, profile_out: str | None, steps:
     timed (the phase breakdown); the parent checks that both give the same report."""
     t0 = time.time()
     from auditor import cli
+    from auditor.audit.scan import scan
     from auditor.clock import system_clock, utc_date
     from auditor.model.source import NotAudited
     from auditor.reports import json_report
     from auditor.rules.packs import load_packs
-    from auditor.scan import scan
     from auditor.sources import cluster, prometheus
     from auditor.sources.kubeapi import ReadOptions
 

@@ -47,7 +47,7 @@ from sqlalchemy import func, select, text  # noqa: E402
 from workersupport import start_worker, stop  # noqa: E402
 
 from auditor.bootstrap import build_service  # noqa: E402
-from auditor.config import load_settings  # noqa: E402
+from auditor.settings.config import load_settings  # noqa: E402
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "bench",

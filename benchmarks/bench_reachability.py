@@ -41,12 +41,12 @@ import nca_baseline
 from world import growth, netpol
 
 from auditor import yamlio
-from auditor.config import Settings
-from auditor.explain import endpoint_for
+from auditor.audit.explain import endpoint_for
 from auditor.inventory import Inventory, policy_engine
 from auditor.model.source import SourceRef
 from auditor.reachability.matrix import ClassMatrix, ConnectivityMap
 from auditor.reachability.ports import ConnSet
+from auditor.settings.config import Settings
 from auditor.sources.objects import build_inventory
 
 # NCA 2.1.0's recorded run (nca_baseline.py 5000 --record; the reference file keeps the same figures

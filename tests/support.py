@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from auditor import yamlio
-from auditor.config import NetworkConfig, Settings
-from auditor.explain import endpoint_for
+from auditor.audit.explain import endpoint_for
 from auditor.inventory import Inventory
 from auditor.model.source import SourceRef
 from auditor.reachability.endpoints import PodEndpoint
+from auditor.settings.config import NetworkConfig, Settings
 from auditor.sources.objects import build_inventory
 
 DATA = Path(__file__).parent / "data"
@@ -51,7 +51,7 @@ def pod_endpoints(inv: Inventory) -> dict[str, PodEndpoint]:
 
 def findings(text: str, cni: str = "auto", settings: Settings | None = None) -> list[tuple[str, str, str]]:
     """(rule, certainty, workload name) of a scan over manifests given as text."""
-    from auditor.scan import scan
+    from auditor.audit.scan import scan
 
     inv = inventory(text=text, cni=cni, settings=settings)
     assert not inv.errors, inv.errors

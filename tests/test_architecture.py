@@ -30,12 +30,11 @@ CORE = (
     "auditor.reachability",
     "auditor.rules",
     "auditor.inventory",
-    "auditor.scan",
-    "auditor.explain",
-    "auditor.connectivity",
-    "auditor.cost",
+    "auditor.audit.scan",
+    "auditor.audit.explain",
+    "auditor.audit.connectivity",
 )
-CONFIG_LOADER = ("auditor.config",)
+CONFIG_LOADER = ("auditor.settings.config",)
 
 
 def _module(path: Path) -> str:
@@ -72,7 +71,7 @@ def _violations(sources: tuple[str, ...], forbidden: tuple[str, ...]) -> list[st
 
 
 def test_the_graph_is_read() -> None:
-    assert len(GRAPH) > 80 and "auditor.rules.model" in GRAPH["auditor.scan"]
+    assert len(GRAPH) > 80 and "auditor.rules.model" in GRAPH["auditor.audit.scan"]
 
 
 def test_model_imports_nothing_above_it() -> None:
@@ -97,7 +96,7 @@ def test_rules_and_reports_import_no_store_or_config_loader() -> None:
 @pytest.mark.parametrize("forbidden", [("auditor.model",), ("auditor.sources",)], ids=["model", "sources"])
 def test_the_checker_sees_a_violation(forbidden: tuple[str, ...]) -> None:
     # The rules above would be vacuous if the graph missed imports: these ones are known to exist.
-    assert _violations(("auditor.scan", "auditor.cli"), forbidden)
+    assert _violations(("auditor.audit.scan", "auditor.cli"), forbidden)
 
 
 def test_scan_with_a_config_imports_no_database_or_service_library(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 from support import DATA
 
 from auditor.cli import main
-from auditor.config import Settings
+from auditor.settings.config import Settings
 from auditor.sources.manifests import load_inventory
 
 VALID_POLICY = """\

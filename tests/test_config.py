@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from auditor.config import ConfigError, load_settings
+from auditor.settings.config import ConfigError, load_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:

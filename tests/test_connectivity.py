@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from support import DATA, inventory
 
+from auditor.audit.connectivity import UNKNOWN_ZONE, Cell, connectivity
 from auditor.cli import main
-from auditor.connectivity import UNKNOWN_ZONE, Cell, connectivity
 from auditor.inventory import policy_engine, role_endpoint
 from auditor.reachability.matrix import ClassMatrix
 from auditor.reachability.ports import PortSet
@@ -93,7 +93,7 @@ def test_numpy_is_only_needed_for_the_bulk_pair_counts(monkeypatch: pytest.Monke
         [
             sys.executable,
             "-c",
-            "import sys, auditor.cli, auditor.connectivity, auditor.scan; print('numpy' in sys.modules)",
+            "import sys, auditor.cli, auditor.audit.connectivity, auditor.audit.scan; print('numpy' in sys.modules)",
         ],
         check=True,
         capture_output=True,

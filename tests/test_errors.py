@@ -118,9 +118,9 @@ def test_an_unexpected_error_in_a_real_process(tmp_path: Path) -> None:
     # An unreadable manifest is an error entry, not an exception; an unexpected exception in a
     # real process: a config the parser never expected (a sitecustomize injects the bug).
     (tmp_path / "sitecustomize.py").write_text(
-        "import auditor.scan\n"
+        "import auditor.audit.scan\n"
         "def scan(*a, **k):\n    raise KeyError('injected')\n"
-        "auditor.scan.scan = scan\nimport auditor.cli\nauditor.cli.scan = scan\n",
+        "auditor.audit.scan.scan = scan\nimport auditor.cli\nauditor.cli.scan = scan\n",
         encoding="utf-8",
     )
     env = _env()
@@ -171,7 +171,7 @@ def test_a_failed_store_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_the_error_types_carry_their_exit_codes() -> None:
     assert ConfigError("f", 3, "k", "bad").exit_code == UsageError("x").exit_code == EXIT_USAGE
-    assert isinstance(ConfigError("f", 0, "k", "bad"), ValueError)  # as auditor.config's used to be
+    assert isinstance(ConfigError("f", 0, "k", "bad"), ValueError)  # as auditor.settings.config's used to be
     assert AuditFailed("x").exit_code == EXIT_FAILED
     temporary = for_http_status("GitHub: 502", 502)
     assert isinstance(temporary, TemporaryRemoteError) and temporary.retry_after == 60.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from auditor.audit.scan import scan
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
-from auditor.scan import scan
 from tests.support import DATA, inventory
 
 SEED = DATA / "seed-lab"

@@ -296,10 +296,10 @@ spec:
   - metadata: {name: data}
     spec: {storageClassName: zb-only, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
 """)
-    from auditor.config import Settings
-    from auditor.explain import find_role
+    from auditor.audit.explain import find_role
     from auditor.inventory import role_claim_zones
     from auditor.placement.coupling import place_role
+    from auditor.settings.config import Settings
     from auditor.sources.manifests import load_inventory
 
     inv = load_inventory([tmp_path], Settings())

@@ -10,7 +10,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from auditor import yamlio
-from auditor.config import ConfigError, config_json_schema, load_settings
+from auditor.settings.config import ConfigError, config_json_schema, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "docs" / "schemas"
@@ -26,7 +26,7 @@ def _schema() -> dict[str, Any]:
 
 def test_published_config_schema_is_current() -> None:
     assert (SCHEMAS / "config.schema.json").read_text(encoding="utf-8") == config_json_schema(), (
-        "regenerate: python -c 'from auditor.config import config_json_schema; "
+        "regenerate: python -c 'from auditor.settings.config import config_json_schema; "
         'open("docs/schemas/config.schema.json","w").write(config_json_schema())\''
     )
     Draft202012Validator.check_schema(_schema())
@@ -79,10 +79,10 @@ def test_schema_and_reader_reject_the_same_mistakes(tmp_path: Path, text: str) -
 
 
 def test_config_reference_is_current() -> None:
-    from auditor.config import config_reference
+    from auditor.settings.config import config_reference
 
     assert (ROOT / "docs" / "config-reference.md").read_text(encoding="utf-8") == config_reference(), (
-        "regenerate: python -c 'from auditor.config import config_reference; "
+        "regenerate: python -c 'from auditor.settings.config import config_reference; "
         'open("docs/config-reference.md","w").write(config_reference())\''
     )
 
@@ -148,8 +148,8 @@ def test_published_findings_schema_is_current() -> None:
 
 
 def test_every_report_the_corpus_produces_satisfies_the_findings_schema(tmp_path: Path) -> None:
+    from auditor.audit.scan import scan
     from auditor.reports import json_report
-    from auditor.scan import scan
     from tests.support import inventory
     from tests.test_findings_json import TWO_ZONES
 

@@ -42,13 +42,13 @@ from typing import Any
 from markupsafe import Markup
 
 from auditor import templating
-from auditor.config import Settings
 from auditor.gitops import git
 from auditor.model.findings import ObjectRef
 from auditor.remediation.fix import Proposal, propose
 from auditor.rules.model import object_ref
 from auditor.rules.packs import load_packs
-from auditor.service_config import GitHubSettings, TargetSettings
+from auditor.settings.config import Settings
+from auditor.settings.service import GitHubSettings, TargetSettings
 from auditor.sources.manifests import Tools
 from auditor.store.repository import Store
 

@@ -2,7 +2,7 @@
 
 The pod template of a role is found by kind (`spec.template` of a Deployment, `spec.<kind>ReplicaSpecs.
 <Role>.template` of a Kubeflow job, a JobSet's replicated job, ...). Each change is a splice
-(auditor/yamledit.py); after the edits the document is parsed again and must hold exactly the
+(auditor/remediation/yamledit.py); after the edits the document is parsed again and must hold exactly the
 intended values.
 """
 
@@ -15,9 +15,8 @@ from typing import Any
 
 import yaml
 
-from auditor import yamledit
 from auditor.model.objects import Role
-from auditor.remediation import render
+from auditor.remediation import render, yamledit
 from auditor.remediation.plan import FixPlan, RolePatch
 from auditor.workloads.adapters import KUBEFLOW_REPLICA_SPECS
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
-from auditor.config import Settings
+from auditor.audit.scan import ScanResult, scan
 from auditor.inventory import Inventory, role_claim_zones
 from auditor.model.findings import Finding
 from auditor.remediation import apply as applier
 from auditor.remediation.plan import STRATEGIES, FixPlan, NoFix, plan
 from auditor.rules.packs import PolicyPack
-from auditor.scan import ScanResult, scan
+from auditor.settings.config import Settings
 from auditor.sources.manifests import Tools, load_inventory
 
 FIXABLE = ("cross-zone-blocked", "cross-zone-traffic", "zone-label-mismatch")

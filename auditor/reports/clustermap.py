@@ -2,7 +2,7 @@
 which zone-to-zone doors the policies leave open for training traffic, with the groups that
 straddle them.
 
-The input is the connectivity engine's `ConnectivityMap` (auditor/connectivity.py: for each ordered
+The input is the connectivity engine's `ConnectivityMap` (auditor/audit/connectivity.py: for each ordered
 pair of (namespace, zone) cells, how many policy classes may talk on the probe, both directions) and
 the groups of a scan (rules/groups.py) that can be split across zones. Drawn as one SVG:
 
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-from auditor.connectivity import ConnectivityMap
+from auditor.audit.connectivity import ConnectivityMap
 from auditor.rules.groups import Groups
 
 CELL_W, CELL_H, LABEL_W, SQ, GAP = 92, 30, 190, 14, 18

@@ -20,7 +20,7 @@ from markupsafe import Markup
 from auditor import TOOL_NAME, __version__, templating
 from auditor.reports import StoredResult, junit, policyreport, sarif, zonemap
 from auditor.rules import RULES
-from auditor.service_config import ReportSettings
+from auditor.settings.service import ReportSettings
 
 FORMATS = ("csv", "json", "html", "pdf", "sarif", "junit", "policyreport", "openreports")
 SCHEMA = "placement-auditor/compliance/v1"

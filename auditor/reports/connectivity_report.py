@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from auditor import TOOL_NAME, __version__
-from auditor.connectivity import Cell, ConnectivityMap
+from auditor.audit.connectivity import Cell, ConnectivityMap
 from auditor.model.source import LoadError
 from auditor.reports.csv_report import _safe
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from auditor import templating
 from auditor.reports import overview
-from auditor.service_config import DigestSettings, Team
+from auditor.settings.service import DigestSettings, Team
 
 BLOCKED = ("cross-zone-blocked", "traffic-blocked")
 LIST_LIMIT = 10  # groups, blocked groups and each kind of change listed; the rest is "and N more"

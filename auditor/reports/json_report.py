@@ -7,9 +7,9 @@ from collections import Counter
 from typing import Any
 
 from auditor import TOOL_NAME, __version__
+from auditor.audit.scan import ScanResult
 from auditor.model.findings import ObjectRef
 from auditor.rules.groups import Group, GroupEdge
-from auditor.scan import ScanResult
 
 SCHEMA = "placement-auditor/findings/v1"
 

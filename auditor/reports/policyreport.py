@@ -25,9 +25,9 @@ from typing import Any, cast
 import yaml
 
 from auditor import TOOL_NAME
+from auditor.audit.scan import ScanResult
 from auditor.model.findings import Finding
 from auditor.rules import RULES
-from auditor.scan import ScanResult
 
 REPORT_NAME = TOOL_NAME
 FIELD_MANAGER = TOOL_NAME

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 import textwrap
 
+from auditor.audit.scan import ScanResult
 from auditor.rules.groups import Groups
-from auditor.scan import ScanResult
 
 _COLOURS = {"critical": "\033[1;31m", "high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
 _RESET = "\033[0m"

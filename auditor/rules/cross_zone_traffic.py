@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from auditor import cost
+from auditor.model import cost
 from auditor.model.findings import EdgeRef, Finding
 from auditor.rules.base import RuleMeta
 from auditor.rules.model import AuditModel, EdgeAnalysis, annotation, object_ref

@@ -115,7 +115,7 @@ from auditor.rules.cel_rules import (
     compile_expression,
 )
 from auditor.rules.model import AuditModel
-from auditor.schema import Invalid, Where, json_schema, kind_of, read, setting
+from auditor.settings.schema import Invalid, Where, json_schema, kind_of, read, setting
 
 API_VERSION = "placement-auditor.io/v1"
 PACK_KIND = "PolicyPack"
@@ -286,7 +286,7 @@ class PolicyPack:
 
 
 # --------------------------------------------------------------------------------------------
-# Reading documents: declared with the one settings schema (auditor/schema.py), so every error
+# Reading documents: declared with the one settings schema (auditor/settings/schema.py), so every error
 # names this file, a line and a key path, and docs/schemas/policy-pack.schema.json comes from it.
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-from auditor.config import Settings
 from auditor.reports import digest as digests
 from auditor.service import mailer
+from auditor.settings.config import Settings
 from auditor.store.repository import Store
 
 

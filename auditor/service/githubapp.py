@@ -34,13 +34,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from auditor.config import Settings
+from auditor.audit.scan import ScanResult
 from auditor.gitops import git
 from auditor.model.findings import SEVERITY_RANK, Finding
 from auditor.rules.groups import Group
-from auditor.scan import ScanResult
 from auditor.service.webhooks import PullRequestEvent
-from auditor.service_config import GitHubAppSettings, GitHubSettings, GitSource, TargetSettings
+from auditor.settings.config import Settings
+from auditor.settings.service import GitHubAppSettings, GitHubSettings, GitSource, TargetSettings
 from auditor.store.fleet import FleetStore
 
 log = logging.getLogger("auditor.githubapp")

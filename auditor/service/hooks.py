@@ -15,7 +15,7 @@ from typing import Any
 from auditor.clock import Clock
 from auditor.service import webhooks
 from auditor.service.tasks import Dispatch, pr_task_key, push_task_key
-from auditor.service_config import GitHubAppSettings
+from auditor.settings.service import GitHubAppSettings
 from auditor.store.fleet import FleetStore
 
 log = logging.getLogger("auditor.hooks")

@@ -28,9 +28,9 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor.clock import Clock
-from auditor.config import Settings
 from auditor.service.runner import AuditRunner
 from auditor.service.scheduler import Scheduler, slot_of, slot_text
+from auditor.settings.config import Settings
 
 log = logging.getLogger("auditor.leader")
 

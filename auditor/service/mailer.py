@@ -24,7 +24,7 @@ from email import policy
 from email.message import EmailMessage
 from email.utils import format_datetime
 
-from auditor.service_config import SmtpSettings, address_problem, team_name_problem
+from auditor.settings.service import SmtpSettings, address_problem, team_name_problem
 from auditor.store.repository import Store
 
 _POLICY = policy.default.clone(max_line_length=998)

@@ -24,12 +24,12 @@ from pathlib import Path
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor import gcpause
-from auditor.config import Settings
+from auditor.audit.scan import ScanResult, scan
 from auditor.gitops import git
 from auditor.inventory import Inventory
 from auditor.rules.packs import PolicyPack, load_packs
-from auditor.scan import ScanResult, scan
-from auditor.service_config import TargetSettings
+from auditor.settings.config import Settings
+from auditor.settings.service import TargetSettings
 from auditor.sources.kubeapi import ReadOptions
 from auditor.sources.manifests import Tools, load_inventory
 from auditor.store.repository import RunOutcome, RunSummary, SlotTaken, Store, WaiverSeen

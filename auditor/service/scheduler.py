@@ -24,8 +24,8 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from auditor.clock import Clock
-from auditor.config import Settings
 from auditor.service.runner import AuditRunner, TargetBusy
+from auditor.settings.config import Settings
 
 log = logging.getLogger("auditor.scheduler")
 

@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from auditor.config import Settings
 from auditor.service.runner import AuditRunner, process_owner
 from auditor.service.webhooks import InstallationEvent, PullRequestEvent, PushEvent
+from auditor.settings.config import Settings
 from auditor.store.fleet import FleetStore
 
 log = logging.getLogger("auditor.tasks")

@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup
 
 from auditor import templating
-from auditor.connectivity import connectivity
+from auditor.audit.connectivity import connectivity
 from auditor.gitops.git import GitError
 from auditor.remediation.fix import FIXABLE
 from auditor.reports import clustermap, links, overview, zonemap

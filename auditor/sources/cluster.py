@@ -29,9 +29,9 @@ from typing import Any
 import yaml
 
 from auditor import yamlio
-from auditor.config import Settings
 from auditor.inventory import Inventory
 from auditor.model.source import LoadError, SourceRef
+from auditor.settings.config import Settings
 from auditor.sources.kubeapi import ClusterRead, Reader, ReadOptions
 from auditor.sources.objects import SNAPSHOT_KIND, build_inventory
 from auditor.workloads import dataports

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 import msgspec
 
 if TYPE_CHECKING:
-    from auditor.config import Settings
+    from auditor.settings.config import Settings
 
 log = logging.getLogger("auditor.cluster")
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from auditor import yamlio
-from auditor.config import Settings, SourcesSettings
 from auditor.inventory import Inventory
 from auditor.model.source import LoadError, NotAudited, SourceRef
 from auditor.progress import Progress, silent
+from auditor.settings.config import Settings, SourcesSettings
 from auditor.sources import kustomize, sandbox
 from auditor.sources.kustomize import KUSTOMIZATION_FILES
 from auditor.sources.objects import build_inventory

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from auditor import yamlio
-from auditor.config import AuditSettings, AuditView
 from auditor.inventory import Inventory
 from auditor.model.labels import SelectorError
 from auditor.model.objects import (
@@ -28,6 +27,7 @@ from auditor.model.objects import (
 from auditor.model.source import LoadError, SourceRef
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.engine import NAMESPACE_TIER
+from auditor.settings.config import AuditSettings, AuditView
 from auditor.workloads import replicas
 from auditor.workloads.adapters import ADAPTERS, CONTEXT_KINDS, adapt
 

@@ -25,12 +25,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from auditor.config import PrometheusSettings, Settings
-from auditor.cost import SECONDS_PER_MONTH
 from auditor.inventory import Inventory
+from auditor.model.cost import SECONDS_PER_MONTH
 from auditor.model.findings import Finding
 from auditor.model.objects import LivePod
 from auditor.placement.observed import Observation, observe
+from auditor.settings.config import PrometheusSettings, Settings
 
 log = logging.getLogger("auditor.prometheus")
 

@@ -12,8 +12,8 @@ from seedcluster import objects
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from dbsupport import Clock, engine_for
 
-from auditor.config import load_settings
 from auditor.service.runner import AuditRunner
+from auditor.settings.config import load_settings
 from auditor.sources.kubeapi import ReadOptions
 from auditor.sources.manifests import Tools
 from auditor.store.repository import FindingFilter, Store, TargetSpec

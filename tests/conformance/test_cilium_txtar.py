@@ -16,11 +16,11 @@ import pytest
 import yaml
 from support import NETPOL, inventory
 
-from auditor.config import NetworkConfig, Settings
 from auditor.inventory import policy_engine
 from auditor.model.objects import freeze_labels
 from auditor.reachability.endpoints import Endpoint, EntityEndpoint, ExternalEndpoint, PodEndpoint, parse_ip
 from auditor.reachability.policy import Direction
+from auditor.settings.config import NetworkConfig, Settings
 
 CILIUM = NETPOL / "cilium"
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from support import NETPOL, inventory, pod_endpoints
 
-from auditor.config import NetworkConfig, Settings
 from auditor.inventory import policy_engine
+from auditor.settings.config import NetworkConfig, Settings
 
 E2E = NETPOL / "k8s-e2e-derived"
 CASES: list[dict[str, Any]] = yaml.safe_load((E2E / "cases.yaml").read_text())["cases"]

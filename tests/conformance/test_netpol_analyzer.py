@@ -29,13 +29,13 @@ from typing import Any
 import pytest
 
 from auditor import yamlio
-from auditor.config import NetworkConfig, Settings
-from auditor.explain import endpoint_for
+from auditor.audit.explain import endpoint_for
 from auditor.inventory import Inventory, policy_engine
 from auditor.reachability.endpoints import Endpoint, ExternalEndpoint, PodEndpoint, parse_ip
 from auditor.reachability.engine import FlowVerdict, PolicyEngine
 from auditor.reachability.policy import DirectionalVerdict
 from auditor.reachability.ports import PROTOCOLS, ConnSet, PortSet
+from auditor.settings.config import NetworkConfig, Settings
 from auditor.sources.objects import build_inventory, iter_objects
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "netpol" / "netpol-analyzer"

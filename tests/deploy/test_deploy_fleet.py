@@ -13,7 +13,7 @@ import pytest
 from deploysupport import find, kubectl, one, render_variant
 from test_deploy_schemas import validate_builtin, validate_crd
 
-from auditor.config import load_settings
+from auditor.settings.config import load_settings
 
 pytestmark = pytest.mark.skipif(kubectl() is None, reason="kubectl is installed by .ci/run")
 

@@ -26,7 +26,7 @@ from deploysupport import (
     render_variant,
 )
 
-from auditor.config import load_settings
+from auditor.settings.config import load_settings
 
 pytestmark = pytest.mark.skipif(kubectl() is None, reason="kubectl is installed by .ci/run")
 CONFIG_PATH = "/etc/auditor/auditor.yaml"

@@ -18,7 +18,7 @@ from sqlalchemy import delete
 
 from auditor.service import githubapp
 from auditor.service.githubapp import CheckOutput, CheckRuns
-from auditor.service_config import GitHubAppSettings
+from auditor.settings.service import GitHubAppSettings
 from auditor.store.fleet import FleetStore
 from auditor.store.schema import CheckRunRow
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from auditor.config import load_settings
 from auditor.errors import ConfigError
+from auditor.settings.config import load_settings
 
 
 def _load(tmp_path: Path, service: str) -> object:

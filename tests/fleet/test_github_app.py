@@ -30,7 +30,7 @@ from seedrepo import SEED
 from sqlalchemy import func, select
 
 from auditor.bootstrap import build_service
-from auditor.config import load_settings
+from auditor.settings.config import load_settings
 from auditor.store.fleet import FleetStore
 from auditor.store.schema import CheckRunRow, WebhookDelivery
 

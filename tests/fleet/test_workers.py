@@ -17,10 +17,10 @@ from sqlalchemy import func, select
 from workersupport import barrier_git, kill9, start_worker, stop, wait_for
 
 from auditor.bootstrap import build_store
-from auditor.config import load_settings
 from auditor.service.leader import FleetScheduler, Leadership
 from auditor.service.runner import AuditRunner
 from auditor.service.tasks import ToBroker, celery_app
+from auditor.settings.config import load_settings
 from auditor.sources.manifests import Tools
 from auditor.store.schema import Finding, Observation, Run
 

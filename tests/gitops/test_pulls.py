@@ -17,9 +17,9 @@ from github import GithubException
 from gitsupport import ENV, Origin, git
 from seedrepo import seed_files
 
-from auditor.config import Settings, load_settings
 from auditor.gitops.pulls import MARKER, sync_pull_requests
 from auditor.resources import examples_dir
+from auditor.settings.config import Settings, load_settings
 from auditor.store.repository import Store, TargetSpec
 
 SEED = examples_dir() / "seed-lab"

@@ -12,9 +12,9 @@ from fakegithub import TOKEN, FakeGitHub, serve
 from gitsupport import Origin
 from seedrepo import seed_files
 
-from auditor.config import load_settings
 from auditor.gitops.pulls import PullRequestsDeferred, sync_pull_requests
 from auditor.service.runner import AuditRunner
+from auditor.settings.config import load_settings
 from auditor.sources.manifests import Tools
 from auditor.store.repository import Store, TargetSpec
 

@@ -14,10 +14,10 @@ from dataclasses import replace
 import pytest
 from support import findings, inventory
 
-from auditor.config import KubernetesSettings, Settings
 from auditor.inventory import role_claim_zones
 from auditor.placement.coupling import PairContext, RolePlacement, pair_placement, place_roles
 from auditor.rules.model import placement_options
+from auditor.settings.config import KubernetesSettings, Settings
 
 # Three zones of two nodes; racks nest inside zones; node pool `p-ab` spans zones za and zb.
 NODES = """\
@@ -336,7 +336,7 @@ def test_extended_resource_toleration_is_a_setting_and_named_when_it_would_matte
     p, _ = placed(text)
     assert p[W].unschedulable and any("ExtendedResourceToleration" in n for n in p[W].notes)
     inv = inventory(text=text)
-    from auditor.scan import scan
+    from auditor.audit.scan import scan
 
     messages = [f.message for f in scan(inv).findings if f.rule == "role-unschedulable"]
     assert messages and all("ExtendedResourceToleration" in m for m in messages)

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from support import NETPOL, inventory, pod_endpoints
 
-from auditor.config import NetworkConfig, Settings
 from auditor.inventory import policy_engine
 from auditor.reachability.matrix import ClassMatrix, ConnectivityMap
+from auditor.settings.config import NetworkConfig, Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import synth

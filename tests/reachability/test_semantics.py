@@ -7,8 +7,7 @@ import dataclasses
 import pytest
 from support import inventory
 
-from auditor.config import KubernetesSettings, NetworkConfig, Settings
-from auditor.explain import endpoint_for, find_role
+from auditor.audit.explain import endpoint_for, find_role
 from auditor.inventory import Inventory, policy_engine
 from auditor.reachability.endpoints import (
     EntityEndpoint,
@@ -18,6 +17,7 @@ from auditor.reachability.endpoints import (
     parse_ip,
 )
 from auditor.reachability.policy import Direction
+from auditor.settings.config import KubernetesSettings, NetworkConfig, Settings
 
 PODS = """\
 apiVersion: v1

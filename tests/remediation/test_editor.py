@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from auditor import yamledit
 from auditor.model.objects import Taint
-from auditor.remediation import render
+from auditor.remediation import render, yamledit
 
 DOC = "# keep me\nkind: Pod\nmetadata:\n  labels: {app: x, zone: zone-b}   # trailing\nspec:\n  containers: []\n"
 HOSTILE = "zone-a\nprivileged: true"

@@ -9,10 +9,10 @@ from pathlib import Path
 from dbsupport import Clock
 from factory import finding
 
-from auditor.config import load_settings
 from auditor.model.findings import EdgeRef, PolicyMention
 from auditor.resources import examples_dir
 from auditor.service.runner import AuditRunner
+from auditor.settings.config import load_settings
 from auditor.sources.manifests import Tools
 from auditor.store.repository import RunOutcome, Store, TargetSpec, WaiverSeen
 

@@ -22,8 +22,8 @@ from aiosmtpd.smtp import AuthResult, Envelope, Session
 from dbsupport import engine_for
 from storedata import seeded_store
 
-from auditor.config import ConfigError, load_settings
 from auditor.service import digests
+from auditor.settings.config import ConfigError, load_settings
 from auditor.store.repository import FindingFilter
 
 

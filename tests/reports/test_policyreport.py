@@ -18,10 +18,10 @@ from schemas import crd_schema, policyreport_problems
 from sqlalchemy import Engine
 from storedata import seeded_store
 
-from auditor.config import load_settings
 from auditor.reports import compliance, policyreport
 from auditor.resources import examples_dir
 from auditor.service.runner import AuditRunner
+from auditor.settings.config import load_settings
 from auditor.sources.manifests import Tools
 from auditor.store.repository import Store, TargetSpec
 

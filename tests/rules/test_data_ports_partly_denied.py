@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from support import inventory
 
+from auditor.audit.explain import explain
+from auditor.audit.scan import scan
 from auditor.cli import main
-from auditor.config import NetworkConfig, Settings
-from auditor.explain import explain
 from auditor.model.findings import Finding
-from auditor.scan import scan
+from auditor.settings.config import NetworkConfig, Settings
 
 ONE_ZONE_NODES = """
 apiVersion: v1

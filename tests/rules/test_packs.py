@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from support import DATA
 
-from auditor.config import ConfigError, Settings
 from auditor.model.findings import Finding
 from auditor.rules import RULES, run_rules
 from auditor.rules.cel_rules import ITERATION_BUDGET, MAX_EXPRESSION_CHARS, CelError, compile_expression
@@ -23,6 +22,7 @@ from auditor.rules.packs import (
     evaluate_custom_rules,
     load_packs,
 )
+from auditor.settings.config import ConfigError, Settings
 from auditor.sources.manifests import load_inventory
 
 LAB = DATA / "seed-lab"

@@ -13,10 +13,10 @@ from httpsupport import call, serving
 from seedrepo import seed_files
 from sqlalchemy import Engine
 
-from auditor.config import load_settings
 from auditor.service.api import create_app
 from auditor.service.runner import AuditRunner
 from auditor.service.scheduler import Scheduler
+from auditor.settings.config import load_settings
 from auditor.sources.manifests import Tools
 from auditor.store.repository import Store, TargetSpec
 

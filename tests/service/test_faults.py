@@ -17,9 +17,9 @@ from proxy import TcpProxy
 from seedrepo import seed_files
 from sqlalchemy import create_engine, text
 
-from auditor.config import load_settings
 from auditor.service.runner import AuditRunner
 from auditor.service.scheduler import Scheduler
+from auditor.settings.config import load_settings
 from auditor.sources.manifests import Tools
 from auditor.store import database
 from auditor.store.repository import FindingFilter, Store, TargetSpec

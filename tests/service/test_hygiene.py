@@ -16,8 +16,8 @@ from httpsupport import serving
 from seedrepo import seed_files
 
 from auditor import bootstrap, cli
-from auditor.config import load_settings
 from auditor.gitops import git
+from auditor.settings.config import load_settings
 
 TOKEN = "read-t0ken"
 

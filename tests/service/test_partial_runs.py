@@ -13,8 +13,8 @@ from gitsupport import Origin
 from seedrepo import SEED, seed_files
 from sqlalchemy import Engine
 
-from auditor.config import Settings, load_settings
 from auditor.service.runner import AuditRunner
+from auditor.settings.config import Settings, load_settings
 from auditor.sources.manifests import Tools
 from auditor.store.repository import FindingFilter, Store, TargetSpec
 

@@ -13,10 +13,10 @@ import pytest
 from dbsupport import Clock
 from httpsupport import call, serving
 
-from auditor.config import load_settings
 from auditor.service.api import create_app
 from auditor.service.runner import AuditRunner
 from auditor.service.scheduler import Scheduler
+from auditor.settings.config import load_settings
 from auditor.sources.manifests import Tools
 from auditor.store import database
 from auditor.store.repository import Store

@@ -13,9 +13,9 @@ from dbsupport import Clock, engine_for
 from seedrepo import seed_files
 from sqlalchemy import create_engine
 
-from auditor.config import load_settings
 from auditor.service.runner import AuditRunner
 from auditor.service.scheduler import Scheduler, slot_of, slot_text
+from auditor.settings.config import load_settings
 from auditor.sources.manifests import Tools
 from auditor.store.repository import Store, TargetSpec
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from dbsupport import Clock
 
-from auditor.config import load_settings
 from auditor.service.runner import AuditRunner
+from auditor.settings.config import load_settings
 from auditor.sources.manifests import Tools
 from auditor.store import database
 from auditor.store.repository import Store, TargetSpec

@@ -19,7 +19,7 @@ import pytest
 from seedrepo import seed_files
 
 from auditor.cli import main
-from auditor.config import Settings, SourcesSettings
+from auditor.settings.config import Settings, SourcesSettings
 from auditor.sources import kustomize, sandbox
 from auditor.sources.manifests import Tools, collect, load_inventory
 

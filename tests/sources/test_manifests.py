@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support import DATA
 
-from auditor.config import Settings
+from auditor.settings.config import Settings
 from auditor.sources.manifests import Tools, collect, load_inventory
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is installed by .ci/run")

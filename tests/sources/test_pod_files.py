@@ -12,8 +12,8 @@ import pytest
 from support import DATA
 
 from auditor import cli
-from auditor.config import NetworkConfig, Settings
-from auditor.scan import scan
+from auditor.audit.scan import scan
+from auditor.settings.config import NetworkConfig, Settings
 from auditor.sources.manifests import Tools, load_inventory
 
 LAB = DATA / "seed-lab"

@@ -81,7 +81,7 @@ def test_statefulset_ordinals_start_offsets_pod_names() -> None:
 
 
 def test_pod_index_label_needs_kubernetes_1_28() -> None:
-    from auditor.config import KubernetesSettings, NetworkConfig, Settings
+    from auditor.settings.config import KubernetesSettings, NetworkConfig, Settings
 
     text = STATEFULSET.replace(
         "statefulset.kubernetes.io/pod-name: trainer-0", 'apps.kubernetes.io/pod-index: "0"'
@@ -200,7 +200,7 @@ def test_pytorchjob_policy_allowing_only_worker_0() -> None:
 
 
 def test_findings_name_the_replicas() -> None:
-    from auditor.scan import scan
+    from auditor.audit.scan import scan
 
     result = scan(inventory(text=PYTORCHJOB + "---" + NODES))
     blocked = [f for f in result.findings if f.rule == "traffic-blocked"]
@@ -471,7 +471,7 @@ def test_scan_json_byte_identical_without_per_replica_selectors(
 
 
 def test_explain_names_a_part() -> None:
-    from auditor.explain import find_role
+    from auditor.audit.explain import find_role
 
     inv = inventory(text=PYTORCHJOB + "---" + NODES)
     assert find_role(inv, "ml/bert/Worker[1-3]").replicas == 3

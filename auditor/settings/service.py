@@ -51,7 +51,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from auditor import yamlio
-from auditor.schema import Invalid, Where, setting
+from auditor.settings.schema import Invalid, Where, setting
 from auditor.store.url import DatabaseURLError, check_url
 
 DEFAULT_SCHEDULE = "0 6 * * *"

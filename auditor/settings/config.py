@@ -43,12 +43,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from auditor import yamlio
-from auditor.cost import DEFAULT_PRICES, NetworkModel, Price
 from auditor.errors import ConfigError
+from auditor.model.cost import DEFAULT_PRICES, NetworkModel, Price
 from auditor.model.objects import REGION_KEY, ZONE_KEY
 from auditor.reachability import cni as cni_settings
-from auditor.schema import Invalid, Where, field_docs, json_schema, read, setting
-from auditor.service_config import (
+from auditor.settings.schema import Invalid, Where, field_docs, json_schema, read, setting
+from auditor.settings.service import (
     DatabaseSettings,
     DigestSettings,
     ReportSettings,
@@ -521,9 +521,9 @@ def config_reference() -> str:
     """docs/config-reference.md: every key with its default and description (a test keeps it current)."""
     lines = [
         "# Config file reference\n",
-        "Generated from the settings declarations (`auditor/config.py`, `auditor/service_config.py`), "
-        "like [schemas/config.schema.json](schemas/config.schema.json). See [config.md](config.md) for "
-        "examples.\n",
+        "Generated from the settings declarations (`auditor/settings/config.py`, "
+        "`auditor/settings/service.py`), like [schemas/config.schema.json](schemas/config.schema.json). "
+        "See [config.md](config.md) for examples.\n",
         "| key | default | what, unit and why |",
         "|---|---|---|",
     ]

@@ -23,10 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from auditor.audit.scan import ScanResult
 from auditor.errors import AuditFailed, ConfigError
 from auditor.model.findings import Finding, ObjectRef
 from auditor.model.source import NotAudited
-from auditor.scan import ScanResult
 
 GIT_TIMEOUT_SECONDS = 120.0
 # An archive bigger than this is refused (a repository of manifests is far smaller).
