@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.composer import Composer
@@ -48,6 +48,9 @@ from yaml.scanner import Scanner
 from auditor import parallel
 from auditor.model.source import LoadError, SourceRef
 
+if TYPE_CHECKING:
+    from auditor.cache import DocumentCache
+
 __all__ = [
     "Document",
     "YamlLimits",
@@ -60,6 +63,11 @@ __all__ = [
     "load_paths",
     "load_text",
 ]
+
+
+LOADER_VERSION = "1"
+"""Bump whenever what the loader returns for the same bytes changes (values, containers, lines,
+error messages): cached results (auditor.cache) of another version are never used."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -837,11 +845,13 @@ def load_text(
 
 
 def load_file(
-    path: Path, display_name: str, limits: YamlLimits = YamlLimits()
+    path: Path, display_name: str, limits: YamlLimits = YamlLimits(), cache: DocumentCache | None = None
 ) -> tuple[list[Document], list[LoadError]]:
     """Read and load one file. Errors and sources name it ``display_name``.
 
     The size is checked before reading; binary and non-UTF-8 files are skipped with an error.
+    With a `cache`, a file whose bytes were loaded before (under the same loader version and
+    limits) is taken from it instead of parsed.
     """
     try:
         st = path.stat()
@@ -860,11 +870,37 @@ def load_file(
         return [], [LoadError(display_name, 0, msg)]
     if b"\x00" in raw:
         return [], [LoadError(display_name, 0, "binary or non-UTF-8 file, skipped")]
+    key = ""
+    if cache is not None:
+        key = cache.key(raw, _cache_context(limits))
+        entry = cache.get(key)
+        if entry is not None:
+            docs, errs = entry
+            return (
+                [Document(data, SourceRef(display_name, line, index)) for data, line, index in docs],
+                [LoadError(display_name, line, message) for line, message in errs],
+            )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return [], [LoadError(display_name, 0, "binary or non-UTF-8 file, skipped")]
-    return load_text(text, display_name, limits)
+    documents, errors = load_text(text, display_name, limits)
+    if cache is not None:
+        cache.put(
+            key,
+            (
+                [(d.data, d.source.line, d.source.document) for d in documents],
+                [(e.line, e.message) for e in errors],
+            ),
+        )
+    return documents, errors
+
+
+def _cache_context(limits: YamlLimits) -> str:
+    return (
+        f"yamlio {LOADER_VERSION} libyaml-parser {_LOADER_CLASS is _C_LOADER} "
+        f"{limits.max_file_bytes} {limits.max_depth} {limits.max_nodes} {limits.max_documents}"
+    )
 
 
 # Below this many bytes in all, files are read in this process: starting workers costs more.
@@ -872,10 +908,10 @@ PARALLEL_MIN_BYTES = 1 << 20
 
 
 def _load_chunk(
-    job: tuple[Sequence[tuple[Path, str]], YamlLimits],
+    job: tuple[Sequence[tuple[Path, str]], YamlLimits, DocumentCache | None],
 ) -> list[tuple[list[Document], list[LoadError]]]:
-    files, limits = job
-    return [load_file(path, display, limits) for path, display in files]
+    files, limits, cache = job
+    return [load_file(path, display, limits, cache) for path, display in files]
 
 
 def _size(path: Path) -> int:
@@ -902,7 +938,10 @@ def _chunks(
 
 
 def load_files(
-    files: Sequence[tuple[Path, str]], limits: YamlLimits = YamlLimits(), jobs: int | None = None
+    files: Sequence[tuple[Path, str]],
+    limits: YamlLimits = YamlLimits(),
+    jobs: int | None = None,
+    cache: DocumentCache | None = None,
 ) -> Iterator[tuple[list[Document], list[LoadError]]]:
     """:func:`load_file` for each (path, display name), results in the same order.
 
@@ -914,12 +953,14 @@ def load_files(
     if workers > 1 and len(files) > 1:
         sizes = [_size(path) for path, _ in files]
         if sum(sizes) >= PARALLEL_MIN_BYTES:
-            work = [(chunk, limits) for chunk in _chunks(files, sizes, workers * 4)]
+            work = [(chunk, limits, cache) for chunk in _chunks(files, sizes, workers * 4)]
+            if cache is not None and cache.ready():
+                cache.dirty = True  # workers write entries this process does not count
             for results in parallel.ordered_map(_load_chunk, work, workers):
                 yield from results
             return
     for path, display in files:
-        yield load_file(path, display, limits)
+        yield load_file(path, display, limits, cache)
 
 
 # --------------------------------------------------------------------------------------------
