@@ -17,7 +17,6 @@ import pytest
 from auditor import yamlio
 from auditor.cache import MAGIC, DocumentCache
 from auditor.cli import main
-from auditor.config import Settings
 from auditor.sources.manifests import Tools, collect
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -57,7 +56,7 @@ def cold_and_cached(repo: Path, cache: Path, tmp_path: Path) -> tuple[tuple[int,
 
 def loaded(repo: Path, cache: DocumentCache | None, jobs: int = 1) -> list[object]:
     out = collect([repo], Tools(), jobs=jobs, cache=cache)
-    return [(d.data, d.source) for d in out.documents] + [e for e in out.errors]
+    return [(d.data, d.source) for d in out.documents] + list(out.errors)
 
 
 def test_rescan_after_each_kind_of_change_equals_a_cold_scan(repo: Path, tmp_path: Path) -> None:
@@ -74,7 +73,7 @@ def test_rescan_after_each_kind_of_change_equals_a_cold_scan(repo: Path, tmp_pat
         "add": lambda: (repo / "clusters" / "extra.yaml").write_text(
             policy.read_text().replace("name: ", "name: x")
         ),
-        "delete": lambda: policy.unlink(),
+        "delete": policy.unlink,
         "rename": lambda: files[-1].rename(files[-1].with_name("renamed-" + files[-1].name)),
         "invalid": lambda: files[-2].write_text(files[-2].read_text() + "\n  bad: [unclosed\n"),
         "valid again": lambda: files[-2].write_text(
@@ -205,7 +204,7 @@ def test_concurrent_scans_share_one_cache(repo: Path, tmp_path: Path) -> None:
         assert p.returncode == 0, err
     cold = report([repo], tmp_path / "cold.json", "--no-cache")[1]
     assert all(o.read_text() == cold for o in outs)
-    assert not [p for p in cache.rglob(".tmp-*")] and not [p for p in cache.glob(".secret-*")]
+    assert not list(cache.rglob(".tmp-*")) and not list(cache.glob(".secret-*"))
     store = DocumentCache(cache)
     loaded(repo, store)
     assert store.stats.rejected == 0 and store.stats.misses == 0
