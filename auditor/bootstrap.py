@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from fastapi import FastAPI
 
+from auditor.cache import DocumentCache
 from auditor.clock import Clock, system_clock
 from auditor.config import Settings
 from auditor.service.api import create_app
@@ -36,7 +38,9 @@ def build_store(settings: Settings, migrate: bool = True, clock: Clock = system_
 
 
 def build_runner(settings: Settings, store: Store) -> AuditRunner:
-    return AuditRunner(settings, store, Tools.detect())
+    # The service's cache of loaded files lives in its data directory, beside its git checkouts.
+    cache = DocumentCache(Path(settings.service.git_cache_dir).parent / "documents")
+    return AuditRunner(settings, store, Tools.detect(), cache=cache)
 
 
 @dataclass

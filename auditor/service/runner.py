@@ -22,6 +22,7 @@ from pathlib import Path
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor import gcpause
+from auditor.cache import DocumentCache
 from auditor.config import Settings
 from auditor.gitops import git
 from auditor.rules.packs import load_packs
@@ -74,8 +75,11 @@ class AuditRunner:
         tools: Tools | None = None,
         owner: str | None = None,
         environ: dict[str, str] | None = None,
+        cache: DocumentCache | None = None,
     ) -> None:
         self.settings = settings
+        # Loaded files by content: a daily re-audit of an unchanged repository parses nothing.
+        self.cache = cache
         self.store = store
         self.tools = tools or Tools.detect()
         self.owner = owner or process_owner()
@@ -254,7 +258,7 @@ class AuditRunner:
         nodes = [self._inside(root, n, "node file") for n in target.nodes]
         packs = [self._inside(root, p, "policy pack") for p in target.policies]
         pack = load_packs(packs)
-        inv = load_inventory([*paths, *nodes], self.settings, self.tools, root=root)
+        inv = load_inventory([*paths, *nodes], self.settings, self.tools, root=root, cache=self.cache)
         return scan(inv, pack, self.store.clock().date())
 
     def _audit_cluster(self, target: TargetSettings) -> tuple[ScanResult, str | None]:
