@@ -155,6 +155,10 @@ class DocumentCache:
     def _mac(self, secret: bytes, key: str, payload: bytes) -> bytes:
         return hmac.new(secret, key.encode() + b"\0" + payload, hashlib.sha256).digest()
 
+    def has(self, key: str) -> bool:
+        """Whether an entry for `key` exists (it may still fail verification when read)."""
+        return self._path(key).is_file()
+
     def get(self, key: str) -> Entry | None:
         secret = self._load_secret()
         if secret is None:

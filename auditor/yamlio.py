@@ -945,22 +945,40 @@ def load_files(
 ) -> Iterator[tuple[list[Document], list[LoadError]]]:
     """:func:`load_file` for each (path, display name), results in the same order.
 
-    A large input (over PARALLEL_MIN_BYTES) is read by worker processes, one per available CPU
-    unless `jobs` says otherwise (`jobs=1`: all in this process); see auditor.parallel. The
-    results are the same either way.
+    A large input (over PARALLEL_MIN_BYTES still to parse: files found in `cache` are read from it
+    here, which is cheaper than any worker) is parsed by worker processes, one per idle CPU unless
+    `jobs` says otherwise (`jobs=1`: all in this process); see auditor.parallel. The results are
+    the same either way.
     """
     workers = parallel.workers_for(jobs)
     if workers > 1 and len(files) > 1:
         sizes = [_size(path) for path, _ in files]
-        if sum(sizes) >= PARALLEL_MIN_BYTES:
-            work = [(chunk, limits, cache) for chunk in _chunks(files, sizes, workers * 4)]
-            if cache is not None and cache.ready():
+        cached = [False] * len(files)
+        if cache is not None and cache.ready() and sum(sizes) >= PARALLEL_MIN_BYTES:
+            cached = [_in_cache(path, limits, cache) for path, _ in files]
+        todo = [i for i, hit in enumerate(cached) if not hit]
+        if len(todo) > 1 and sum(sizes[i] for i in todo) >= PARALLEL_MIN_BYTES:
+            misses = [files[i] for i in todo]
+            work = [
+                (chunk, limits, cache) for chunk in _chunks(misses, [sizes[i] for i in todo], workers * 4)
+            ]
+            if cache is not None:
                 cache.dirty = True  # workers write entries this process does not count
-            for results in parallel.ordered_map(_load_chunk, work, workers):
-                yield from results
+            parsed = (r for results in parallel.ordered_map(_load_chunk, work, workers) for r in results)
+            for (path, display), hit in zip(files, cached, strict=True):
+                yield load_file(path, display, limits, cache) if hit else next(parsed)
             return
     for path, display in files:
         yield load_file(path, display, limits, cache)
+
+
+def _in_cache(path: Path, limits: YamlLimits, cache: DocumentCache) -> bool:
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(limits.max_file_bytes + 1)
+    except OSError:
+        return False
+    return cache.has(cache.key(raw, _cache_context(limits)))
 
 
 # --------------------------------------------------------------------------------------------

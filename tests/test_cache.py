@@ -118,6 +118,13 @@ def test_parallel_workers_fill_and_use_the_same_cache(
     warm = DocumentCache(cache)
     assert loaded(repo, warm, jobs=1) == cold
     assert warm.stats.misses == 0
+    # some files changed: the hits are read here, the rest parsed by workers, all in file order
+    files = sorted(repo.rglob("*.yaml"))
+    for path in files[3:9]:
+        path.write_text(path.read_text() + "\n# touched\n")
+    mixed = DocumentCache(cache)
+    assert loaded(repo, mixed, jobs=2) == loaded(repo, None, jobs=1)
+    assert mixed.stats.hits == len(files) - 6 and mixed.dirty
 
 
 def test_entries_of_another_loader_version_are_never_used(
