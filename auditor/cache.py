@@ -5,11 +5,13 @@ sequences of auditor.yamlio, with their lines and document indexes) and its per-
 never findings: the whole model is still built and audited on every scan, so a cached file can
 change nothing but the time it takes.
 
-* Key: SHA-256 of the file's bytes, together with everything else the result depends on
-  (:data:`auditor.yamlio.LOADER_VERSION`, the auditor's version, PyYAML's and libyaml's versions,
-  the Python version and the loader limits). An entry of another version is never found, and an
-  entry that says it is of another version is ignored. The file's name is not part of the key
-  (the same bytes under two names are one entry); names are put back when an entry is read.
+* Key: each file's key is the SHA-256 of its bytes together with everything else the result
+  depends on (:data:`auditor.yamlio.LOADER_VERSION`, the auditor's version, PyYAML's and libyaml's
+  versions, the Python version and the loader limits). An entry holds a *run* of consecutive files
+  (cut where a file's key says so: see auditor.yamlio._load_cached) and is keyed by their keys, so
+  a tree of 17,000 files is ~500 entries to read, and one changed file changes one. An entry of
+  another version is never found, and one that says it is of another key is ignored. File names
+  are not part of the key; they are put back when an entry is read.
 * Location: the user cache directory for the CLI (``$XDG_CACHE_HOME`` or platformdirs'), the
   service's data directory for the service (beside its git checkouts).
 * Concurrent writers: an entry is written to a temporary file in the same directory and renamed
@@ -54,9 +56,9 @@ DEFAULT_MAX_BYTES = 1 << 30
 ENV_DIR = "AUDITOR_CACHE_DIR"
 """Overrides the CLI's cache directory (as --cache-dir does)."""
 
-Entry = tuple[list[tuple[Any, int, int]], list[tuple[int, str]]]
-"""One file's loader result without its name: documents as (data, line, index), errors as
-(line, message)."""
+Entry = tuple[str, list[tuple[Any, int, int]], list[tuple[int, str]]]
+"""One file's loader result without its name: its key, documents as (data, line, index), errors as
+(line, message). An entry on disk holds a *run* of them (see auditor.yamlio.load_files)."""
 
 
 def user_cache_dir(environ: dict[str, str] | None = None) -> Path:
@@ -85,9 +87,9 @@ class _Unpickler(pickle.Unpickler):
 
 @dataclass
 class CacheStats:
-    hits: int = 0
-    misses: int = 0
-    writes: int = 0
+    hits: int = 0  # files taken from the cache
+    misses: int = 0  # files parsed
+    writes: int = 0  # entries written
     rejected: int = 0  # entries ignored: bad MAC, torn, other version, unreadable
     evicted: int = 0
 
@@ -101,7 +103,6 @@ class DocumentCache:
     stats: CacheStats = field(default_factory=CacheStats)
     _secret: bytes | None = field(default=None, repr=False)
     _usable: bool = True
-    dirty: bool = False
 
     def _key_prefix(self, context: str) -> bytes:
         libyaml = yaml._yaml.get_version_string() if yaml.__with_libyaml__ else "none"
@@ -159,7 +160,9 @@ class DocumentCache:
         """Whether an entry for `key` exists (it may still fail verification when read)."""
         return self._path(key).is_file()
 
-    def get(self, key: str) -> Entry | None:
+    def get(self, key: str) -> list[Entry] | None:
+        """The run of file entries stored under `key`, or None (absent, or ignored: torn, corrupt,
+        signed by another secret, of another shape)."""
         secret = self._load_secret()
         if secret is None:
             return None
@@ -167,21 +170,18 @@ class DocumentCache:
         try:
             blob = path.read_bytes()
         except OSError:
-            self.stats.misses += 1
             return None
-        entry = self._decode(secret, key, blob)
-        if entry is None:
+        entries = self._decode(secret, key, blob)
+        if entries is None:
             self.stats.rejected += 1
-            self.stats.misses += 1
             with contextlib.suppress(OSError):
                 path.unlink()
             return None
-        self.stats.hits += 1
         with contextlib.suppress(OSError):
             os.utime(path)  # recently used: evicted last
-        return entry
+        return entries
 
-    def _decode(self, secret: bytes, key: str, blob: bytes) -> Entry | None:
+    def _decode(self, secret: bytes, key: str, blob: bytes) -> list[Entry] | None:
         head = len(MAGIC) + _MAC_BYTES
         if len(blob) < head or not blob.startswith(MAGIC):
             return None
@@ -192,22 +192,31 @@ class DocumentCache:
             value = _Unpickler(io.BytesIO(payload)).load()
         except Exception:
             return None
-        if not (isinstance(value, tuple) and len(value) == 3 and value[0] == key):
+        if not (
+            isinstance(value, tuple) and len(value) == 2 and value[0] == key and isinstance(value[1], list)
+        ):
             return None
-        documents, errors = value[1], value[2]
-        if not (isinstance(documents, list) and isinstance(errors, list)):
-            return None
-        return documents, errors
+        for entry in value[1]:
+            if not (
+                isinstance(entry, tuple)
+                and len(entry) == 3
+                and isinstance(entry[0], str)
+                and isinstance(entry[1], list)
+                and isinstance(entry[2], list)
+            ):
+                return None
+        entries: list[Entry] = value[1]
+        return entries
 
-    def put(self, key: str, entry: Entry) -> None:
+    def put(self, key: str, entries: list[Entry]) -> None:
         secret = self._load_secret()
         if secret is None:
             return
         path = self._path(key)
         try:
-            payload = pickle.dumps((key, entry[0], entry[1]), protocol=pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps((key, entries), protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, ValueError, RecursionError):
-            return  # an unusual value: this file is simply not cached
+            return  # an unusual value: these files are simply not cached
         blob = MAGIC + self._mac(secret, key, payload) + payload
         try:
             path.parent.mkdir(exist_ok=True, mode=0o700)
@@ -263,7 +272,6 @@ class DocumentCache:
             self.stats.evicted += 1
 
     def finish(self) -> None:
-        """After a scan: keep the cache under its cap (only a scan that wrote can have grown it;
-        `dirty` says workers may have written)."""
-        if self.stats.writes or self.dirty:
+        """After a scan: keep the cache under its cap (only a scan that wrote can have grown it)."""
+        if self.stats.writes:
             self.evict()

@@ -845,14 +845,21 @@ def load_text(
 
 
 def load_file(
-    path: Path, display_name: str, limits: YamlLimits = YamlLimits(), cache: DocumentCache | None = None
+    path: Path, display_name: str, limits: YamlLimits = YamlLimits()
 ) -> tuple[list[Document], list[LoadError]]:
     """Read and load one file. Errors and sources name it ``display_name``.
 
     The size is checked before reading; binary and non-UTF-8 files are skipped with an error.
-    With a `cache`, a file whose bytes were loaded before (under the same loader version and
-    limits) is taken from it instead of parsed.
     """
+    raw = _read_file(path, display_name, limits)
+    return raw if isinstance(raw, tuple) else _load_bytes(raw, display_name, limits)
+
+
+_Loaded = tuple[list[Document], list[LoadError]]
+
+
+def _read_file(path: Path, display_name: str, limits: YamlLimits) -> bytes | _Loaded:
+    """The file's bytes, or the result for a file that is not read (missing, too big, binary)."""
     try:
         st = path.stat()
         if not stat.S_ISREG(st.st_mode):
@@ -870,30 +877,15 @@ def load_file(
         return [], [LoadError(display_name, 0, msg)]
     if b"\x00" in raw:
         return [], [LoadError(display_name, 0, "binary or non-UTF-8 file, skipped")]
-    key = ""
-    if cache is not None:
-        key = cache.key(raw, _cache_context(limits))
-        entry = cache.get(key)
-        if entry is not None:
-            docs, errs = entry
-            return (
-                [Document(data, SourceRef(display_name, line, index)) for data, line, index in docs],
-                [LoadError(display_name, line, message) for line, message in errs],
-            )
+    return raw
+
+
+def _load_bytes(raw: bytes, display_name: str, limits: YamlLimits) -> _Loaded:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return [], [LoadError(display_name, 0, "binary or non-UTF-8 file, skipped")]
-    documents, errors = load_text(text, display_name, limits)
-    if cache is not None:
-        cache.put(
-            key,
-            (
-                [(d.data, d.source.line, d.source.document) for d in documents],
-                [(e.line, e.message) for e in errors],
-            ),
-        )
-    return documents, errors
+    return load_text(text, display_name, limits)
 
 
 def _cache_context(limits: YamlLimits) -> str:
@@ -908,10 +900,10 @@ PARALLEL_MIN_BYTES = 1 << 20
 
 
 def _load_chunk(
-    job: tuple[Sequence[tuple[Path, str]], YamlLimits, DocumentCache | None],
+    job: tuple[Sequence[tuple[Path, str]], YamlLimits],
 ) -> list[tuple[list[Document], list[LoadError]]]:
-    files, limits, cache = job
-    return [load_file(path, display, limits, cache) for path, display in files]
+    files, limits = job
+    return [load_file(path, display, limits) for path, display in files]
 
 
 def _size(path: Path) -> int:
@@ -945,40 +937,101 @@ def load_files(
 ) -> Iterator[tuple[list[Document], list[LoadError]]]:
     """:func:`load_file` for each (path, display name), results in the same order.
 
-    A large input (over PARALLEL_MIN_BYTES still to parse: files found in `cache` are read from it
-    here, which is cheaper than any worker) is parsed by worker processes, one per idle CPU unless
-    `jobs` says otherwise (`jobs=1`: all in this process); see auditor.parallel. The results are
-    the same either way.
+    A large input (over PARALLEL_MIN_BYTES still to parse) is parsed by worker processes, one per
+    idle CPU unless `jobs` says otherwise (`jobs=1`: all in this process); see auditor.parallel.
+    With a `cache`, what was loaded before is read from it (see :func:`_load_cached`). The results
+    are the same either way.
     """
+    if cache is not None and cache.ready():
+        yield from _load_cached(files, limits, jobs, cache)
+        return
+    yield from _parse_files(files, limits, jobs)
+
+
+def _parse_files(
+    files: Sequence[tuple[Path, str]], limits: YamlLimits, jobs: int | None
+) -> Iterator[tuple[list[Document], list[LoadError]]]:
     workers = parallel.workers_for(jobs)
     if workers > 1 and len(files) > 1:
         sizes = [_size(path) for path, _ in files]
-        cached = [False] * len(files)
-        if cache is not None and cache.ready() and sum(sizes) >= PARALLEL_MIN_BYTES:
-            cached = [_in_cache(path, limits, cache) for path, _ in files]
-        todo = [i for i, hit in enumerate(cached) if not hit]
-        if len(todo) > 1 and sum(sizes[i] for i in todo) >= PARALLEL_MIN_BYTES:
-            misses = [files[i] for i in todo]
-            work = [
-                (chunk, limits, cache) for chunk in _chunks(misses, [sizes[i] for i in todo], workers * 4)
-            ]
-            if cache is not None:
-                cache.dirty = True  # workers write entries this process does not count
-            parsed = (r for results in parallel.ordered_map(_load_chunk, work, workers) for r in results)
-            for (path, display), hit in zip(files, cached, strict=True):
-                yield load_file(path, display, limits, cache) if hit else next(parsed)
+        if sum(sizes) >= PARALLEL_MIN_BYTES:
+            work = [(chunk, limits) for chunk in _chunks(files, sizes, workers * 4)]
+            for results in parallel.ordered_map(_load_chunk, work, workers):
+                yield from results
             return
     for path, display in files:
-        yield load_file(path, display, limits, cache)
+        yield load_file(path, display, limits)
 
 
-def _in_cache(path: Path, limits: YamlLimits, cache: DocumentCache) -> bool:
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(limits.max_file_bytes + 1)
-    except OSError:
-        return False
-    return cache.has(cache.key(raw, _cache_context(limits)))
+_RUN_BOUNDARY = 32
+"""A run of cached files ends after a file whose key is 0 modulo this (runs of 32 files on average)."""
+
+
+def _load_cached(
+    files: Sequence[tuple[Path, str]], limits: YamlLimits, jobs: int | None, cache: DocumentCache
+) -> Iterator[tuple[list[Document], list[LoadError]]]:
+    """Files through the cache, stored in *runs*: consecutive files cut where a file's own key
+    says so (content-defined, as backup tools chunk a stream), one cache entry per run, keyed by
+    its files' keys. Thousands of small files cost a few hundred entries to read and write; an
+    edited file changes one run, and an added, deleted or renamed one at most two, because the
+    cut points move with the files, not with their positions. Files that are not read (too big,
+    binary, unreadable) are in no run. The runs not in the cache are parsed (by workers when
+    large) and written."""
+    context = _cache_context(limits)
+    keys: list[str | None] = []
+    for path, display in files:
+        raw = _read_file(path, display, limits)
+        keys.append(None if isinstance(raw, tuple) else cache.key(raw, context))
+    runs: list[list[int]] = [[]]
+    for i, key in enumerate(keys):
+        if key is None:
+            continue
+        runs[-1].append(i)
+        if int(key[:8], 16) % _RUN_BOUNDARY == 0:
+            runs.append([])
+    runs = [r for r in runs if r]
+    run_keys = [cache.key("".join(keys[i] or "" for i in run).encode(), "run " + context) for run in runs]
+    stored = {n for n, key in enumerate(run_keys) if cache.has(key)}
+    to_parse = [i for n, run in enumerate(runs) if n not in stored for i in run]
+    parsed = _parse_files([files[i] for i in to_parse], limits, jobs)
+    results: dict[int, _Loaded] = {}
+    run_of = {i: n for n, run in enumerate(runs) for i in run}
+    next_parsed = iter(to_parse)
+    for i, (path, display) in enumerate(files):
+        if keys[i] is None:
+            results[i] = load_file(path, display, limits)  # its error again
+        elif i not in results:
+            n = run_of[i]
+            run = runs[n]
+            entries = cache.get(run_keys[n]) if n in stored else None
+            if entries is not None and [e[0] for e in entries] == [keys[j] for j in run]:
+                for j, (_, docs, errs) in zip(run, entries, strict=True):
+                    name = files[j][1]
+                    results[j] = (
+                        [Document(data, SourceRef(name, line, index)) for data, line, index in docs],
+                        [LoadError(name, line, message) for line, message in errs],
+                    )
+                cache.stats.hits += len(run)
+            else:
+                for j in run:
+                    if n in stored:  # listed but unusable: parse here
+                        results[j] = load_file(*files[j], limits)
+                    else:
+                        assert next(next_parsed) == j
+                        results[j] = next(parsed)
+                cache.stats.misses += len(run)
+                cache.put(
+                    run_keys[n],
+                    [
+                        (
+                            keys[j] or "",
+                            [(d.data, d.source.line, d.source.document) for d in results[j][0]],
+                            [(e.line, e.message) for e in results[j][1]],
+                        )
+                        for j in run
+                    ],
+                )
+        yield results.pop(i)
 
 
 # --------------------------------------------------------------------------------------------

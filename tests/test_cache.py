@@ -64,7 +64,8 @@ def test_rescan_after_each_kind_of_change_equals_a_cold_scan(repo: Path, tmp_pat
     cold, first = cold_and_cached(repo, cache, tmp_path)
     assert first == cold and cold[1].count('"rule"') > 0  # the tree has findings
     files = sorted(p for p in repo.rglob("*.yaml"))
-    assert len(list(cache.glob("??/*"))) == len(files)
+    # entries hold runs of files: a few hundred files, a handful of entries
+    assert 0 < len(list(cache.glob("??/*"))) < len(files) / 8
     workload = next(p for p in files if "PyTorchJob" in p.read_text())
     policy = next(p for p in files if "kind: NetworkPolicy" in p.read_text())
     changes = {
@@ -94,7 +95,7 @@ def test_rescan_after_each_kind_of_change_equals_a_cold_scan(repo: Path, tmp_pat
     assert store.stats.hits == len(files_now) and store.stats.misses == 0
 
 
-def test_renamed_file_keeps_its_new_name_and_same_bytes_share_an_entry(repo: Path, tmp_path: Path) -> None:
+def test_renamed_and_copied_files_carry_their_new_names(repo: Path, tmp_path: Path) -> None:
     store = DocumentCache(tmp_path / "cache")
     files = sorted(repo.rglob("*.yaml"))
     loaded(repo, store)
@@ -102,10 +103,10 @@ def test_renamed_file_keeps_its_new_name_and_same_bytes_share_an_entry(repo: Pat
     files[1].rename(repo / "moved.yaml")
     again = DocumentCache(tmp_path / "cache")
     docs = collect([repo], Tools(), jobs=1, cache=again).documents
-    assert again.stats.misses == 0  # a copy and a move are the same bytes
+    assert again.stats.hits > again.stats.misses > 0  # only the runs around the two changes
     assert {d.source.file for d in docs} >= {str(repo / "copy-of-first.yaml"), str(repo / "moved.yaml")}
     assert not any(d.source.file == str(files[1]) for d in docs)
-    assert loaded(repo, again) == loaded(repo, None)
+    assert loaded(repo, DocumentCache(tmp_path / "cache")) == loaded(repo, None)
 
 
 def test_parallel_workers_fill_and_use_the_same_cache(
@@ -124,7 +125,7 @@ def test_parallel_workers_fill_and_use_the_same_cache(
         path.write_text(path.read_text() + "\n# touched\n")
     mixed = DocumentCache(cache)
     assert loaded(repo, mixed, jobs=2) == loaded(repo, None, jobs=1)
-    assert mixed.stats.hits == len(files) - 6 and mixed.dirty
+    assert mixed.stats.hits > 0 and 6 <= mixed.stats.misses < len(files)
 
 
 def test_entries_of_another_loader_version_are_never_used(
@@ -140,7 +141,10 @@ def test_entries_of_another_loader_version_are_never_used(
     assert other_limits.stats.hits == store.stats.misses  # the same version again: all found
 
 
-def test_torn_corrupt_moved_and_hostile_entries_are_ignored(repo: Path, tmp_path: Path) -> None:
+def test_torn_corrupt_moved_and_hostile_entries_are_ignored(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(yamlio, "_RUN_BOUNDARY", 4)  # more, shorter runs: more entries to damage
     cache = tmp_path / "cache"
     cold = loaded(repo, None)
     loaded(repo, DocumentCache(cache))
@@ -217,7 +221,10 @@ def test_concurrent_scans_share_one_cache(repo: Path, tmp_path: Path) -> None:
     assert store.stats.rejected == 0 and store.stats.misses == 0
 
 
-def test_size_stays_under_the_cap_and_recent_entries_stay(repo: Path, tmp_path: Path) -> None:
+def test_size_stays_under_the_cap_and_recent_entries_stay(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(yamlio, "_RUN_BOUNDARY", 4)
     cache = tmp_path / "cache"
     full = DocumentCache(cache)
     loaded(repo, full)
@@ -226,14 +233,19 @@ def test_size_stays_under_the_cap_and_recent_entries_stay(repo: Path, tmp_path: 
     old = 1_000_000_000
     for n, path in enumerate(entries):
         os.utime(path, (old + n, old + n))
-    newest = entries[-1]
     capped = DocumentCache(cache, max_bytes=size // 2)
-    new = repo / "new.yaml"
-    new.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: fresh}\n")
-    yamlio.load_file(new, "new.yaml", cache=capped)  # writes one entry
-    capped.finish()  # then evicts the oldest
+    total = len(list(repo.rglob("*.yaml")))
+    subs = [d for d in repo.rglob("*") if d.is_dir() and 10 <= len(list(d.rglob("*.yaml"))) <= total // 2]
+    sub = max(subs, key=lambda d: len(list(d.rglob("*.yaml"))))
+    loaded(sub, capped)  # reads (and so refreshes) some entries, writes the runs cut at its edges
+    assert capped.stats.hits > 0 and capped.stats.writes > 0
+    before = sorted((p.stat().st_mtime, p) for p in cache.glob("??/*"))
+    capped.finish()
     assert capped.size() <= size // 2 and capped.stats.evicted > 0
-    assert newest.exists() and not entries[0].exists()
+    gone = [p for _, p in before if not p.exists()]
+    assert gone == [p for _, p in before[: len(gone)]]  # the least recently used went first
+    used = [p for mtime, p in before if mtime > old + len(entries)]
+    assert used and all(p.exists() for p in used)
 
 
 def test_no_cache_writes_nothing_and_an_unusable_directory_is_no_error(repo: Path, tmp_path: Path) -> None:
