@@ -24,6 +24,7 @@ change nothing but the time it takes.
   rebuilds the located containers in C (a third of the time of re-parsing); the MAC is what makes
   it safe: only a process that can read the secret — the user themself — can write an entry that
   will be unpickled, and such a process could run code anyway.
+* A directory another user owns, or that others may write to, is not used at all.
 * Bounded size: after a scan that wrote entries, the oldest entries (by modification time, which
   a hit refreshes) are removed until the cache is under 90% of its cap.
 """
@@ -128,6 +129,10 @@ class DocumentCache:
             return self._secret
         try:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            st = self.directory.stat()
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                # Another user could have planted the secret and entries: use no cache at all.
+                raise OSError(f"{self.directory} is not this user's own private directory")
             path = self.directory / "secret"
             if not path.exists():
                 # Written whole under a temporary name, then linked into place: os.link fails if

@@ -258,6 +258,15 @@ def test_no_cache_writes_nothing_and_an_unusable_directory_is_no_error(repo: Pat
     assert (code, text) == report([repo], tmp_path / "c.json", "--no-cache")
 
 
+def test_a_directory_others_may_write_is_not_used(repo: Path, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    store = DocumentCache(shared)
+    assert loaded(repo, store) == loaded(repo, None)
+    assert not store.ready() and store.stats.writes == 0 and list(shared.iterdir()) == []
+
+
 def test_default_directory_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from auditor.cache import user_cache_dir
 
