@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -195,12 +196,12 @@ def incremental(directory: Path, runs: int, tmp: Path) -> dict[str, Any]:
     shutil.copytree(directory, tree, copy_function=os.link)
     cache = tmp / "cache"
     shutil.rmtree(cache, ignore_errors=True)
-    fill, warm, one = Measured(), Measured(), Measured()
+    fill, warm, one, cold = Measured(), Measured(), Measured(), Measured()
     cache_flags = ["--cache-dir", str(cache)]
     reference = tmp / "cold-reference.json"
     out = tmp / "incremental.json"
     run_child(["--child", "scan", str(tree), str(out), "1", *cache_flags], fill)
-    run_child(["--child", "scan", str(tree), str(reference), "1", "--no-cache"], Measured())
+    run_child(["--child", "scan", str(tree), str(reference), "1", "--no-cache"], cold)
     if out.read_text() != reference.read_text():
         raise WrongAnswer("the report of the scan that filled the cache differs from a cold scan")
     victims = [p for p in yaml_files(tree) if "kind: PyTorchJob" in p.read_text(encoding="utf-8")]
@@ -211,9 +212,13 @@ def incremental(directory: Path, runs: int, tmp: Path) -> dict[str, Any]:
         victim = victims[i % len(victims)]
         text = victim.read_text(encoding="utf-8")
         victim.unlink()  # a hard link: replace the file, never write through to the original
-        victim.write_text(text.replace("replicas: ", f"replicas: {i + 2}", 1), encoding="utf-8")
+        # One replica fewer: the tree keeps its size, so the audit's own work stays the same.
+        edited = re.sub(
+            r"replicas: (\d+)", lambda m: f"replicas: {max(1, int(m.group(1)) - 1)}", text, count=1
+        )
+        victim.write_text(edited, encoding="utf-8")
         run_child(["--child", "scan", str(tree), str(out), "1", *cache_flags], one)
-        run_child(["--child", "scan", str(tree), str(reference), "1", "--no-cache"], Measured())
+        run_child(["--child", "scan", str(tree), str(reference), "1", "--no-cache"], cold)
         if out.read_text() != reference.read_text():
             raise WrongAnswer(f"the re-scan after changing {victim} differs from a cold scan")
         print(
@@ -222,7 +227,7 @@ def incremental(directory: Path, runs: int, tmp: Path) -> dict[str, Any]:
             flush=True,
         )
     size = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
-    return {"fill": fill, "unchanged": warm, "one_file": one, "cache_bytes": size}
+    return {"fill": fill, "unchanged": warm, "one_file": one, "cold": cold, "cache_bytes": size}
 
 
 def busy(count: int) -> list[subprocess.Popen[bytes]]:
@@ -287,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", type=Path, help="also time this checkout's scan (A/B), e.g. /work/base")
     parser.add_argument("--busy", type=int, default=0, metavar="N", help="keep N CPU-bound processes running")
     parser.add_argument("--skip-incremental", action="store_true")
+    parser.add_argument("--incremental-only", action="store_true", help="only the cache part (b3)")
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -330,101 +336,112 @@ def _run(args: argparse.Namespace) -> int:
         report = tmp / "scan.json"
         load = os.getloadavg()
         print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.busy} busy process(es)")
-        parse, scan, single, base = measure(directory, args.runs, report, args.base)
-        ratio = scan.median / parse.median
-        single_ratio = single.median / parse.median
-        doc = json.loads(report.read_text())
-        summary = doc.get("summary", {})
-        print(f"parse only (PyYAML CSafeLoader, {parse.last['documents']:,} documents): {parse.line()}")
-        print(f"auditor scan: {scan.line()}")
-        print(f"auditor scan --jobs 1 (one process): {single.line()}")
-        print(
-            f"ratio scan/parse: {ratio:.2f}× (target ≤ 1.0×: {_verdict(ratio <= 1)}; {os.cpu_count()} CPUs)"
-        )
-        print(f"ratio scan --jobs 1/parse: {single_ratio:.2f}× (one process; same report)")
-        cpu_ratio = single.cpu_median / parse.cpu_median
-        print(f"ratio scan --jobs 1/parse, process CPU: {cpu_ratio:.2f}×")
-        default_vs_single = statistics.median(scan.wall) / statistics.median(single.wall)
-        print(
-            f"default mode / --jobs 1, process wall: {default_vs_single:.2f}× "
-            f"(target ≤ 1.0×: {_verdict(default_vs_single <= 1.0)}); "
-            f"CPU {scan.cpu_median / single.cpu_median:.2f}×"
-        )
-        if base is not None:
-            print(f"base {args.base} --jobs 1: {base.line()}")
+        if not args.incremental_only:
+            parse, scan, single, base = measure(directory, args.runs, report, args.base)
+            ratio = scan.median / parse.median
+            single_ratio = single.median / parse.median
+            doc = json.loads(report.read_text())
+            summary = doc.get("summary", {})
+            print(f"parse only (PyYAML CSafeLoader, {parse.last['documents']:,} documents): {parse.line()}")
+            print(f"auditor scan: {scan.line()}")
+            print(f"auditor scan --jobs 1 (one process): {single.line()}")
             print(
-                f"ratio ours/base (--jobs 1, process CPU): {single.cpu_median / base.cpu_median:.2f}× "
-                f"(ours {single.cpu_median / parse.cpu_median:.2f}×, "
-                f"base {base.cpu_median / parse.cpu_median:.2f}× "
-                f"the parse floor; target ≤ 1.0×: {_verdict(single.cpu_median <= base.cpu_median)})"
+                f"ratio scan/parse: {ratio:.2f}× "
+                f"(target ≤ 1.0×: {_verdict(ratio <= 1)}; {os.cpu_count()} CPUs)"
             )
-            figures.update(base_seconds=base.seconds, base_cpu=base.cpu, base_wall=base.wall)
-        print(
-            f"peak RSS of the scan: {scan.peak_rss / GIB:.2f} GiB "
-            f"(target < 1 GiB: {_verdict(scan.peak_rss < GIB)})"
-        )
-        print(
-            f"scan reported: {summary.get('audited_objects', 0):,} audited objects, "
-            f"{summary.get('findings', 0):,} findings {summary.get('by_severity', {})}, "
-            f"{summary.get('errors', 0):,} errors; skipped kinds {summary.get('skipped_kinds', {})}"
-        )
-        for e in doc.get("errors", [])[:10]:
-            print(f"  error: {e}")
-        figures.update(
-            parse_seconds=parse.seconds,
-            parse_peak_rss=parse.peak_rss,
-            scan_seconds=scan.seconds,
-            scan_wall_seconds=scan.wall,
-            scan_peak_rss=scan.peak_rss,
-            ratio_scan_parse=ratio,
-            single_process_scan_seconds=single.seconds,
-            ratio_single_process_scan_parse=single_ratio,
-            parse_cpu=parse.cpu,
-            scan_cpu=scan.cpu,
-            single_process_scan_cpu=single.cpu,
-            load_average=load,
-            busy=args.busy,
-            scan_summary=summary,
-        )
-        if not args.skip_checkov:
-            checkov = checkov_baseline.ensure_checkov()
-            # Checkov is timed as a whole process (interpreter start and imports included), so
-            # ours is too: the child's process wall, not the in-process median.
-            target, ours, scope = directory, statistics.median(scan.wall), "the full directory"
-            if args.checkov_subset:
-                target = tmp / "subset"
-                objects, files = make_subset(directory, args.checkov_subset, target)
-                sub = Measured()
-                sub_report = tmp / "subset-scan.json"
-                for i in range(args.runs):
-                    out = str(sub_report if i == 0 else os.devnull)
-                    run_child(["--child", "scan", str(target), out, "0", "--no-cache"], sub)
-                ours = statistics.median(sub.wall)
-                sub_summary = json.loads(sub_report.read_text()).get("summary", {})
-                scope = f"a SUBSET of {objects:,} objects in {files:,} files"
+            print(f"ratio scan --jobs 1/parse: {single_ratio:.2f}× (one process; same report)")
+            cpu_ratio = single.cpu_median / parse.cpu_median
+            print(f"ratio scan --jobs 1/parse, process CPU: {cpu_ratio:.2f}×")
+            default_vs_single = statistics.median(scan.wall) / statistics.median(single.wall)
+            print(
+                f"default mode / --jobs 1, process wall: {default_vs_single:.2f}× "
+                f"(target ≤ 1.0×: {_verdict(default_vs_single <= 1.0)}); "
+                f"CPU {scan.cpu_median / single.cpu_median:.2f}×"
+            )
+            if base is not None:
+                print(f"base {args.base} --jobs 1: {base.line()}")
                 print(
-                    f"auditor scan of the subset: {sub.line()}; "
-                    f"{sub_summary.get('findings', 0):,} findings, {sub_summary.get('errors', 0):,} errors"
+                    f"ratio ours/base (--jobs 1, process CPU): {single.cpu_median / base.cpu_median:.2f}× "
+                    f"(ours {single.cpu_median / parse.cpu_median:.2f}×, "
+                    f"base {base.cpu_median / parse.cpu_median:.2f}× "
+                    f"the parse floor; target ≤ 1.0×: {_verdict(single.cpu_median <= base.cpu_median)})"
                 )
-                figures["checkov_subset"] = {"objects": objects, "files": files, "our_seconds": sub.seconds}
-            print(f"checkov on {scope} ...", flush=True)
-            run = checkov_baseline.run_checkov(checkov, target, args.checkov_timeout)
-            cratio = run.seconds / ours
+                figures.update(base_seconds=base.seconds, base_cpu=base.cpu, base_wall=base.wall)
             print(
-                f"checkov {run.version} (kubernetes framework, one run) on {scope}: "
-                f"{checkov_baseline.describe(run)}"
+                f"peak RSS of the scan: {scan.peak_rss / GIB:.2f} GiB "
+                f"(target < 1 GiB: {_verdict(scan.peak_rss < GIB)})"
             )
             print(
-                f"ratio checkov/ours on {scope}: {cratio:.2f}× "
-                f"(ours {ours:.2f} s, whole process like Checkov's; target ≥ 20×: {_verdict(cratio >= 20)})"
+                f"scan reported: {summary.get('audited_objects', 0):,} audited objects, "
+                f"{summary.get('findings', 0):,} findings {summary.get('by_severity', {})}, "
+                f"{summary.get('errors', 0):,} errors; skipped kinds {summary.get('skipped_kinds', {})}"
             )
+            for e in doc.get("errors", [])[:10]:
+                print(f"  error: {e}")
             figures.update(
-                checkov_seconds=run.seconds, checkov_peak_rss=run.peak_rss_bytes, ratio_checkov_ours=cratio
+                parse_seconds=parse.seconds,
+                parse_peak_rss=parse.peak_rss,
+                scan_seconds=scan.seconds,
+                scan_wall_seconds=scan.wall,
+                scan_peak_rss=scan.peak_rss,
+                ratio_scan_parse=ratio,
+                single_process_scan_seconds=single.seconds,
+                ratio_single_process_scan_parse=single_ratio,
+                parse_cpu=parse.cpu,
+                scan_cpu=scan.cpu,
+                single_process_scan_cpu=single.cpu,
+                load_average=load,
+                busy=args.busy,
+                scan_summary=summary,
             )
+            if not args.skip_checkov:
+                checkov = checkov_baseline.ensure_checkov()
+                # Checkov is timed as a whole process (interpreter start and imports included), so
+                # ours is too: the child's process wall, not the in-process median.
+                target, ours, scope = directory, statistics.median(scan.wall), "the full directory"
+                if args.checkov_subset:
+                    target = tmp / "subset"
+                    objects, files = make_subset(directory, args.checkov_subset, target)
+                    sub = Measured()
+                    sub_report = tmp / "subset-scan.json"
+                    for i in range(args.runs):
+                        out = str(sub_report if i == 0 else os.devnull)
+                        run_child(["--child", "scan", str(target), out, "0", "--no-cache"], sub)
+                    ours = statistics.median(sub.wall)
+                    sub_summary = json.loads(sub_report.read_text()).get("summary", {})
+                    scope = f"a SUBSET of {objects:,} objects in {files:,} files"
+                    print(
+                        f"auditor scan of the subset: {sub.line()}; "
+                        f"{sub_summary.get('findings', 0):,} findings, "
+                        f"{sub_summary.get('errors', 0):,} errors"
+                    )
+                    figures["checkov_subset"] = {
+                        "objects": objects,
+                        "files": files,
+                        "our_seconds": sub.seconds,
+                    }
+                print(f"checkov on {scope} ...", flush=True)
+                run = checkov_baseline.run_checkov(checkov, target, args.checkov_timeout)
+                cratio = run.seconds / ours
+                print(
+                    f"checkov {run.version} (kubernetes framework, one run) on {scope}: "
+                    f"{checkov_baseline.describe(run)}"
+                )
+                print(
+                    f"ratio checkov/ours on {scope}: {cratio:.2f}× "
+                    f"(ours {ours:.2f} s, whole process like Checkov's; "
+                    f"target ≥ 20×: {_verdict(cratio >= 20)})"
+                )
+                figures.update(
+                    checkov_seconds=run.seconds,
+                    checkov_peak_rss=run.peak_rss_bytes,
+                    ratio_checkov_ours=cratio,
+                )
         if not args.skip_incremental:
             inc = incremental(directory, args.runs, tmp)
             fill, warm, one = inc["fill"], inc["unchanged"], inc["one_file"]
-            cold = single.cpu_median
+            print(f"cold scans alternated with them (--no-cache --jobs 1): {inc['cold'].line()}")
+            cold = inc["cold"].cpu_median
             print(f"cache fill (cold scan writing the cache, --jobs 1): {fill.line()}")
             print(f"re-scan, nothing changed: {warm.line()}")
             print(f"re-scan, one file changed: {one.line()}")
