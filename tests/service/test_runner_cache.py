@@ -3,6 +3,7 @@ of an unchanged directory parses nothing, and stores the same findings as one wi
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from sqlalchemy import Engine
 from auditor import bootstrap
 from auditor.cache import DocumentCache
 from auditor.config import load_settings
+from auditor.resources import examples_dir
 from auditor.store.repository import FindingFilter, Store, TargetSpec
 
 
@@ -45,3 +47,12 @@ def test_reaudit_reads_through_the_data_directory_cache(tmp_path: Path, engine: 
     assert runner.cache.stats.writes == written and runner.cache.stats.hits == files
     found = store.findings(FindingFilter(target="lab"), 100).items
     assert sorted((f["rule"], f["status"]) for f in found) == [("cross-zone-blocked", "open")]
+
+
+def test_the_bundled_config_keeps_its_cache_out_of_the_package(
+    tmp_path: Path, engine: Engine, clock: Clock
+) -> None:
+    settings = load_settings(examples_dir() / "service.yaml")
+    runner = bootstrap.build_runner(settings, Store(engine, clock))
+    assert isinstance(runner.cache, DocumentCache)
+    assert runner.cache.directory == Path(os.environ["AUDITOR_CACHE_DIR"])  # the user cache directory
