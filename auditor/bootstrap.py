@@ -6,10 +6,13 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from fastapi import FastAPI
 
+from auditor.cache import DocumentCache, user_cache_dir
 from auditor.clock import Clock, system_clock
+from auditor.resources import examples_dir
 from auditor.service.api import create_app
 from auditor.service.hooks import GitHubHook
 from auditor.service.leader import FleetScheduler, Leadership
@@ -47,7 +50,13 @@ def build_store(settings: Settings, migrate: bool = True, clock: Clock = system_
 
 
 def build_runner(settings: Settings, store: Store) -> AuditRunner:
-    return AuditRunner(settings, store, Tools.detect())
+    # The service's cache of loaded files lives in its data directory, beside its git checkouts;
+    # with the bundled example config that would be inside the installed package, so there it
+    # is the user cache directory, as for the CLI.
+    data = Path(settings.service.git_cache_dir).parent
+    inside_package = data.resolve().is_relative_to(examples_dir().resolve())
+    cache = DocumentCache(user_cache_dir() if inside_package else data / "documents")
+    return AuditRunner(settings, store, Tools.detect(), cache=cache)
 
 
 @dataclass

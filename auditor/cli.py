@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from auditor import TOOL_NAME, __version__, gcpause, progress
 from auditor.audit.explain import ExplainError, explain, to_json, to_text
 from auditor.audit.scan import ScanResult, apply_baseline, scan
+from auditor.cache import DEFAULT_MAX_BYTES, DocumentCache, user_cache_dir
 from auditor.clock import system_clock, utc_date
 from auditor.errors import (
     EXIT_FAILED,
@@ -164,6 +165,20 @@ def _baseline_fingerprints(path: Path) -> set[str]:
     return {str(f.get("fingerprint")) for f in doc.get("findings", []) if isinstance(f, dict)}
 
 
+def _document_cache(args: argparse.Namespace) -> DocumentCache | None:
+    """The cache of loaded files for `scan`: none with --no-cache; capped at
+    $AUDITOR_CACHE_MAX_MB mebibytes (default 1024)."""
+    if args.no_cache:
+        return None
+    directory = Path(args.cache_dir) if args.cache_dir else user_cache_dir()
+    cap = os.environ.get("AUDITOR_CACHE_MAX_MB", "")
+    if cap and not (cap.isascii() and cap.isdigit()):
+        raise ConfigError(
+            "environment", 0, "AUDITOR_CACHE_MAX_MB", f"not a whole number of mebibytes: {cap!r}"
+        )
+    return DocumentCache(directory, int(cap) * 2**20 if cap else DEFAULT_MAX_BYTES)
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     settings = _settings(args)
     paths = _paths(args) + [Path(p) for p in args.nodes or []]
@@ -175,7 +190,12 @@ def cmd_scan(args: argparse.Namespace) -> int:
         pack = load_packs([Path(p) for p in args.policy or []])
         with gcpause.paused(resume=not args.one_shot):
             inv = load_inventory(
-                paths, settings, progress=bar or progress.silent, jobs=args.jobs, stream=stream
+                paths,
+                settings,
+                progress=bar or progress.silent,
+                jobs=args.jobs,
+                stream=stream,
+                cache=_document_cache(args),
             )
             result = scan(inv, pack, utc_date(system_clock), bar or progress.silent)
             if args.baseline:
@@ -914,6 +934,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="processes reading a large tree (default 0: one per available CPU; 1: no workers)",
+    )
+    sc.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="read every file afresh, neither using nor filling the cache of loaded files",
+    )
+    sc.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="the cache of loaded files (default $AUDITOR_CACHE_DIR, else the user cache directory)",
     )
     sc.set_defaults(func=cmd_scan)
 

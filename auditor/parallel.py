@@ -51,10 +51,29 @@ def available_cpus(cpu_max: Path = _CPU_MAX) -> int:
     return max(1, count)
 
 
-def workers_for(jobs: int | None) -> int:
-    """The number of worker processes for a `--jobs` value: None or 0 means one per available CPU."""
+def _load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # not available on this platform
+        return 0.0
+
+
+def idle_cpus(cpus: int | None = None, load: float | None = None) -> int:
+    """CPUs no other process is using: the available ones less the one-minute load average (which
+    counts this process too, so one runnable task is taken to be ours)."""
+    cpus = available_cpus() if cpus is None else cpus
+    busy = max(0.0, (_load_average() if load is None else load) - 1.0)
+    return max(1, math.floor(cpus - busy + 0.25))
+
+
+def workers_for(jobs: int | None, cpus: int | None = None, load: float | None = None) -> int:
+    """The number of worker processes for a `--jobs` value: None or 0 means one per *idle* CPU,
+    and none at all (work in this process) unless at least two are idle. On a busy machine
+    workers only compete with each other and with the process that unpickles their results, and
+    were measured slower than no workers; `--jobs N` is taken as given."""
     if jobs is None or jobs <= 0:
-        return min(available_cpus(), MAX_WORKERS)
+        idle = min(idle_cpus(cpus, load), MAX_WORKERS)
+        return idle if idle >= 2 else 1
     return min(jobs, MAX_WORKERS * 4)
 
 

@@ -20,8 +20,8 @@ import stat
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePath
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.composer import Composer
@@ -48,6 +48,9 @@ from yaml.scanner import Scanner
 from auditor import parallel
 from auditor.model.source import LoadError, SourceRef
 
+if TYPE_CHECKING:
+    from auditor.cache import DocumentCache
+
 __all__ = [
     "Document",
     "YamlLimits",
@@ -60,6 +63,11 @@ __all__ = [
     "load_paths",
     "load_text",
 ]
+
+
+LOADER_VERSION = "1"
+"""Bump whenever what the loader returns for the same bytes changes (values, containers, lines,
+error messages): cached results (auditor.cache) of another version are never used."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -843,6 +851,15 @@ def load_file(
 
     The size is checked before reading; binary and non-UTF-8 files are skipped with an error.
     """
+    raw = _read_file(path, display_name, limits)
+    return raw if isinstance(raw, tuple) else _load_bytes(raw, display_name, limits)
+
+
+_Loaded = tuple[list[Document], list[LoadError]]
+
+
+def _read_file(path: Path, display_name: str, limits: YamlLimits) -> bytes | _Loaded:
+    """The file's bytes, or the result for a file that is not read (missing, too big, binary)."""
     try:
         st = path.stat()
         if not stat.S_ISREG(st.st_mode):
@@ -855,7 +872,8 @@ def load_file(
             raw = handle.read(limits.max_file_bytes + 1)
     except OSError as exc:
         return [], [LoadError(display_name, 0, f"cannot read file: {exc.strerror or exc}")]
-    return load_bytes(raw, display_name, limits)
+    problem = _byte_problem(raw, display_name, limits)
+    return raw if problem is None else problem
 
 
 def load_bytes(
@@ -863,16 +881,32 @@ def load_bytes(
 ) -> tuple[list[Document], list[LoadError]]:
     """Load what was read from a file or a stream (``auditor scan -``), with the checks of
     load_file: the size limit (read at most one byte over it), no binary, UTF-8 only."""
+    problem = _byte_problem(raw, display_name, limits)
+    return _load_bytes(raw, display_name, limits) if problem is None else problem
+
+
+def _byte_problem(raw: bytes, display_name: str, limits: YamlLimits) -> _Loaded | None:
     if len(raw) > limits.max_file_bytes:
         msg = f"file is over the limit of {limits.max_file_bytes} bytes, skipped"
         return [], [LoadError(display_name, 0, msg)]
     if b"\x00" in raw:
         return [], [LoadError(display_name, 0, "binary or non-UTF-8 file, skipped")]
+    return None
+
+
+def _load_bytes(raw: bytes, display_name: str, limits: YamlLimits) -> _Loaded:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return [], [LoadError(display_name, 0, "binary or non-UTF-8 file, skipped")]
     return load_text(text, display_name, limits)
+
+
+def _cache_context(limits: YamlLimits) -> str:
+    return (
+        f"yamlio {LOADER_VERSION} libyaml-parser {_LOADER_CLASS is _C_LOADER} "
+        f"{limits.max_file_bytes} {limits.max_depth} {limits.max_nodes} {limits.max_documents}"
+    )
 
 
 # Below this many bytes in all, files are read in this process: starting workers costs more.
@@ -910,14 +944,27 @@ def _chunks(
 
 
 def load_files(
-    files: Sequence[tuple[Path, str]], limits: YamlLimits = YamlLimits(), jobs: int | None = None
+    files: Sequence[tuple[Path, str]],
+    limits: YamlLimits = YamlLimits(),
+    jobs: int | None = None,
+    cache: DocumentCache | None = None,
 ) -> Iterator[tuple[list[Document], list[LoadError]]]:
     """:func:`load_file` for each (path, display name), results in the same order.
 
-    A large input (over PARALLEL_MIN_BYTES) is read by worker processes, one per available CPU
-    unless `jobs` says otherwise (`jobs=1`: all in this process); see auditor.parallel. The
-    results are the same either way.
+    A large input (over PARALLEL_MIN_BYTES still to parse) is parsed by worker processes, one per
+    idle CPU unless `jobs` says otherwise (`jobs=1`: all in this process); see auditor.parallel.
+    With a `cache`, what was loaded before is read from it (see :func:`_load_cached`). The results
+    are the same either way.
     """
+    if cache is not None and cache.ready():
+        yield from _load_cached(files, limits, jobs, cache)
+        return
+    yield from _parse_files(files, limits, jobs)
+
+
+def _parse_files(
+    files: Sequence[tuple[Path, str]], limits: YamlLimits, jobs: int | None
+) -> Iterator[tuple[list[Document], list[LoadError]]]:
     workers = parallel.workers_for(jobs)
     if workers > 1 and len(files) > 1:
         sizes = [_size(path) for path, _ in files]
@@ -930,6 +977,77 @@ def load_files(
         yield load_file(path, display, limits)
 
 
+_RUN_BOUNDARY = 32
+"""A run of cached files ends after a file whose key is 0 modulo this (runs of 32 files on average)."""
+
+
+def _load_cached(
+    files: Sequence[tuple[Path, str]], limits: YamlLimits, jobs: int | None, cache: DocumentCache
+) -> Iterator[tuple[list[Document], list[LoadError]]]:
+    """Files through the cache, stored in *runs*: consecutive files cut where a file's own key
+    says so (content-defined, as backup tools chunk a stream), one cache entry per run, keyed by
+    its files' keys. Thousands of small files cost a few hundred entries to read and write; an
+    edited file changes one run, and an added, deleted or renamed one at most two, because the
+    cut points move with the files, not with their positions. Files that are not read (too big,
+    binary, unreadable) are in no run. The runs not in the cache are parsed (by workers when
+    large) and written."""
+    context = _cache_context(limits)
+    keys: list[str | None] = []
+    for path, display in files:
+        raw = _read_file(path, display, limits)
+        keys.append(None if isinstance(raw, tuple) else cache.key(raw, context))
+    runs: list[list[int]] = [[]]
+    for i, key in enumerate(keys):
+        if key is None:
+            continue
+        runs[-1].append(i)
+        if int(key[:8], 16) % _RUN_BOUNDARY == 0:
+            runs.append([])
+    runs = [r for r in runs if r]
+    run_keys = [cache.key("".join(keys[i] or "" for i in run).encode(), "run " + context) for run in runs]
+    stored = {n for n, key in enumerate(run_keys) if cache.has(key)}
+    to_parse = [i for n, run in enumerate(runs) if n not in stored for i in run]
+    parsed = _parse_files([files[i] for i in to_parse], limits, jobs)
+    results: dict[int, _Loaded] = {}
+    run_of = {i: n for n, run in enumerate(runs) for i in run}
+    next_parsed = iter(to_parse)
+    for i, (path, display) in enumerate(files):
+        if keys[i] is None:
+            results[i] = load_file(path, display, limits)  # its error again
+        elif i not in results:
+            n = run_of[i]
+            run = runs[n]
+            entries = cache.get(run_keys[n]) if n in stored else None
+            if entries is not None and [e[0] for e in entries] == [keys[j] for j in run]:
+                for j, (_, docs, errs) in zip(run, entries, strict=True):
+                    name = files[j][1]
+                    results[j] = (
+                        [Document(data, SourceRef(name, line, index)) for data, line, index in docs],
+                        [LoadError(name, line, message) for line, message in errs],
+                    )
+                cache.stats.hits += len(run)
+            else:
+                for j in run:
+                    if n in stored:  # listed but unusable: parse here
+                        results[j] = load_file(*files[j], limits)
+                    else:
+                        assert next(next_parsed) == j
+                        results[j] = next(parsed)
+                cache.stats.misses += len(run)
+                cache.put(
+                    run_keys[n],
+                    [
+                        (
+                            keys[j] or "",
+                            [(d.data, d.source.line, d.source.document) for d in results[j][0]],
+                            [(e.line, e.message) for e in results[j][1]],
+                        )
+                        for j in run
+                    ],
+                )
+        yield results.pop(i)
+
+
 # --------------------------------------------------------------------------------------------
 # Finding files
 
@@ -940,21 +1058,25 @@ def _has_suffix(name: str, suffixes: tuple[str, ...]) -> bool:
 
 def _walk(
     given: Path, root: Path, suffixes: tuple[str, ...]
-) -> tuple[list[tuple[Path, PurePath, bool]], list[LoadError]]:
-    """Files under one directory argument: (real path, path relative to it, reached via symlink).
+) -> tuple[list[tuple[str, tuple[str, ...], bool]], list[LoadError]]:
+    """Files under one directory argument: (real path, path parts relative to it, reached via
+    symlink).
 
     Real directories are walked first and symlinked ones afterwards, so a tree that is both
     present and linked to is reported under its real name; `visited` (resolved directories)
-    makes symlink loops and repeated links terminate.
+    makes symlink loops and repeated links terminate. Paths are plain strings here (joined with
+    os.path.join, as pathlib would for these resolved, absolute directories): building three
+    Path objects per file was most of the time on a tree of 17,000 files.
     """
-    found: list[tuple[Path, PurePath, bool]] = []
+    found: list[tuple[str, tuple[str, ...], bool]] = []
     errors: list[LoadError] = []
-    visited: set[Path] = set()
-    pending: list[tuple[Path, PurePath, bool]] = [(root, PurePath(), False)]
-    linked: list[tuple[Path, PurePath]] = []
+    visited: set[str] = set()
+    pending: list[tuple[str, tuple[str, ...], bool]] = [(str(root), (), False)]
+    linked: list[tuple[str, tuple[str, ...]]] = []
+    join = os.path.join
 
-    def error(rel: PurePath, message: str) -> None:
-        errors.append(LoadError(str(given / rel), 0, message))
+    def error(rel: tuple[str, ...], message: str) -> None:
+        errors.append(LoadError(str(given.joinpath(*rel)), 0, message))
 
     while pending or linked:
         if pending:
@@ -973,15 +1095,16 @@ def _walk(
         except OSError as exc:
             error(rel, f"cannot list directory: {exc.strerror or exc}")
             continue
-        subdirs: list[tuple[Path, PurePath, bool]] = []
+        subdirs: list[tuple[str, tuple[str, ...], bool]] = []
         for entry in children:
+            name = entry.name
             try:
                 plain_file = not entry.is_symlink() and not entry.is_dir(follow_symlinks=False)
-                if plain_file and not _has_suffix(entry.name, suffixes):
-                    continue  # most of a repository: no path objects built for it
-                child_rel = rel / entry.name
+                if plain_file and not _has_suffix(name, suffixes):
+                    continue  # most of a repository: nothing built for it
+                child_rel = (*rel, name)
                 if entry.is_symlink():
-                    child = directory / entry.name
+                    child = Path(directory, name)
                     try:
                         target = child.resolve(strict=True)
                     except (OSError, RuntimeError):
@@ -989,32 +1112,40 @@ def _walk(
                         continue
                     inside = target == root or target.is_relative_to(root)
                     if target.is_dir():
-                        if entry.name.startswith("."):
+                        if name.startswith("."):
                             continue
                         if not inside:
                             error(child_rel, f"symlink points outside the scanned tree (-> {target})")
                             continue
-                        linked.append((target, child_rel))
-                    elif _has_suffix(entry.name, suffixes):
+                        linked.append((str(target), child_rel))
+                    elif _has_suffix(name, suffixes):
                         if not inside:
                             error(child_rel, f"symlink points outside the scanned tree (-> {target})")
                         elif target.is_file():
-                            found.append((target, child_rel, True))
+                            found.append((str(target), child_rel, True))
                         else:
                             error(child_rel, "not a regular file, skipped")
                 elif entry.is_dir(follow_symlinks=False):
-                    if not entry.name.startswith("."):
-                        subdirs.append((directory / entry.name, child_rel, via_link))
-                elif _has_suffix(entry.name, suffixes):
+                    if not name.startswith("."):
+                        subdirs.append((join(directory, name), child_rel, via_link))
+                elif _has_suffix(name, suffixes):
                     if entry.is_file(follow_symlinks=False):
-                        found.append((directory / entry.name, child_rel, via_link))
+                        found.append((join(directory, name), child_rel, via_link))
                     else:
                         error(child_rel, "not a regular file, skipped")
             except OSError as exc:
-                error(rel / entry.name, f"cannot inspect: {exc.strerror or exc}")
+                error((*rel, name), f"cannot inspect: {exc.strerror or exc}")
         # Reversed so the stack pops them in name order.
         pending.extend(reversed(subdirs))
     return found, errors
+
+
+def _display(given: str, rel: tuple[str, ...]) -> str:
+    """str(Path(given) / rel) for a normalised `given` and plain names, without building paths."""
+    tail = "/".join(rel)
+    if given == ".":
+        return tail
+    return given + tail if given.endswith("/") else f"{given}/{tail}"
 
 
 def _readlink(path: Path) -> str:
@@ -1039,7 +1170,7 @@ def discover_files(
     """
     results: list[tuple[Path, str]] = []
     errors: list[LoadError] = []
-    seen: set[Path] = set()
+    seen: set[str] = set()
     for given in paths:
         name = str(given)
         try:
@@ -1053,22 +1184,21 @@ def discover_files(
                 root = given.resolve(strict=True)
                 walked, walk_errors = _walk(given, root, suffixes)
                 errors.extend(sorted(walk_errors))
-                best: dict[Path, tuple[bool, tuple[str, ...], Path, PurePath]] = {}
+                best: dict[str, tuple[bool, tuple[str, ...]]] = {}
                 for real, rel, via_link in walked:
                     # _walk only yields resolved paths: its directories are resolved and a
                     # child that is not a symlink is itself real.
-                    key = real
-                    candidate = (via_link, rel.parts, real, rel)
-                    if key not in best or candidate[:2] < best[key][:2]:
-                        best[key] = candidate
-                for key, (_, _, real, rel) in sorted(best.items(), key=lambda item: item[1][1]):
-                    if key not in seen:
-                        seen.add(key)
-                        results.append((real, str(given / rel)))
+                    candidate = (via_link, rel)
+                    if real not in best or candidate < best[real]:
+                        best[real] = candidate
+                for real, (_, rel) in sorted(best.items(), key=lambda item: item[1][1]):
+                    if real not in seen:
+                        seen.add(real)
+                        results.append((Path(real), _display(name, rel)))
             elif given.is_file():
                 key = given.resolve()
-                if key not in seen:
-                    seen.add(key)
+                if str(key) not in seen:
+                    seen.add(str(key))
                     results.append((key, name))
             else:
                 errors.append(LoadError(name, 0, "not a regular file or directory, skipped"))

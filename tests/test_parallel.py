@@ -84,7 +84,17 @@ def test_workers_for_jobs() -> None:
     assert parallel.workers_for(1) == 1
     assert parallel.workers_for(3) == 3
     assert 1 <= parallel.workers_for(0) <= parallel.MAX_WORKERS
-    assert parallel.workers_for(None) == parallel.workers_for(0)
+    assert parallel.workers_for(None, cpus=4, load=0.5) == parallel.workers_for(0, cpus=4, load=0.5) == 4
+
+
+def test_automatic_workers_follow_the_idle_cpus() -> None:
+    # our own process is one runnable task of the load average
+    assert parallel.workers_for(0, cpus=2, load=1.0) == 2
+    assert parallel.workers_for(0, cpus=2, load=2.0) == 1  # the other core is busy: no workers
+    assert parallel.workers_for(0, cpus=2, load=5.0) == 1
+    assert parallel.workers_for(0, cpus=8, load=3.0) == 6
+    assert parallel.workers_for(0, cpus=64, load=0.0) == parallel.MAX_WORKERS
+    assert parallel.workers_for(2, cpus=2, load=9.0) == 2  # --jobs N is taken as given
 
 
 def _tree(tmp_path: Path) -> list[tuple[Path, str]]:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from typing import Any
+
+import orjson
 
 from auditor import TOOL_NAME, __version__
 from auditor.audit.scan import ScanResult
@@ -100,4 +103,54 @@ def _edge(e: GroupEdge) -> dict[str, Any]:
 
 
 def render(result: ScanResult) -> str:
-    return json.dumps(to_document(result), indent=2) + "\n"
+    return dumps(to_document(result)) + "\n"
+
+
+# Characters json.dumps escapes by default (ensure_ascii) that orjson writes as they are: DEL and
+# everything past ASCII (orjson already escapes the control characters, quotes and backslashes
+# the same way).
+_NOT_ASCII = re.compile("[^\x00-\x7e]")
+# Floats orjson writes differently from float.__repr__: below 1e-4 Python switches to exponent
+# form (`1e-05`; orjson `0.00001`), and pads exponents to two digits (`1e-07`; orjson `1e-7`).
+# Searched by their literal part (a regex starting with a character class scans 15 MB for a
+# quarter of a second), then judged by the byte before; a false positive (a string that happens
+# to hold `1e-5`) only costs the standard encoder.
+_SHORT_EXPONENT = re.compile(rb"e-[0-9](?![0-9])")
+_ZEROS = re.compile(rb"0\.0000")
+
+
+def _small_float(raw: bytes) -> bool:
+    for match in _SHORT_EXPONENT.finditer(raw):
+        if raw[match.start() - 1 : match.start()].isdigit():
+            return True
+    return any(raw[m.start() - 1 : m.start()] in (b" ", b"-") for m in _ZEROS.finditer(raw))
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code > 0xFFFF:
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """Exactly `json.dumps(doc, indent=2)`, about ten times faster.
+
+    The standard library indents with its pure-Python encoder (a 15 MB report took a second);
+    orjson writes the same layout in C. Where the two could differ, the result is checked and
+    the standard encoder used instead: orjson refuses integers past 64 bits, non-string keys and
+    lone surrogates (an exception); writes NaN and infinities as null (json's C encoder, compact
+    and with allow_nan=False, finds them four times faster than reading orjson's text back);
+    writes small floats in another form (found in the text); and leaves non-ASCII as UTF-8
+    (escaped here as json's ensure_ascii does).
+    """
+    try:
+        raw = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+        json.dumps(doc, allow_nan=False)
+    except (orjson.JSONEncodeError, TypeError, ValueError, OverflowError):
+        return json.dumps(doc, indent=2)
+    if _small_float(raw):
+        return json.dumps(doc, indent=2)
+    text = raw.decode("utf-8")
+    return text if text.isascii() and "\x7f" not in text else _NOT_ASCII.sub(_escape, text)

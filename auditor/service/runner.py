@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from auditor import gcpause
 from auditor.audit.scan import ScanResult, scan
+from auditor.cache import DocumentCache
 from auditor.gitops import git
 from auditor.inventory import Inventory
 from auditor.rules.packs import PolicyPack, load_packs
@@ -96,8 +97,11 @@ class AuditRunner:
         tools: Tools | None = None,
         owner: str | None = None,
         environ: dict[str, str] | None = None,
+        cache: DocumentCache | None = None,
     ) -> None:
         self.settings = settings
+        # Loaded files by content: a daily re-audit of an unchanged repository parses nothing.
+        self.cache = cache
         self.store = store
         self.tools = tools or Tools.detect()
         self.owner = owner or process_owner()
@@ -279,7 +283,7 @@ class AuditRunner:
         nodes = [self._inside(root, n, "node file") for n in target.nodes]
         packs = [self._inside(root, p, "policy pack") for p in target.policies]
         pack = load_packs(packs)
-        inv = load_inventory([*paths, *nodes], self.settings, self.tools, root=root)
+        inv = load_inventory([*paths, *nodes], self.settings, self.tools, root=root, cache=self.cache)
         today = self.store.clock().date()
         return Analysis(inv, scan(inv, pack, today), None, [*paths, *nodes], pack, today)
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from auditor import yamlio
+from auditor.cache import DocumentCache
 from auditor.inventory import Inventory
 from auditor.model.source import LoadError, NotAudited, SourceRef
 from auditor.progress import Progress, silent
@@ -153,11 +154,13 @@ def collect(
     jobs: int | None = None,
     sources: SourcesSettings | None = None,
     root: Path | None = None,
+    cache: DocumentCache | None = None,
 ) -> Collected:
     """Every document under `paths`: raw files, rendered Kustomize directories and Helm charts.
     `jobs`: worker processes for reading files (None: one per CPU for a large tree; see
     yamlio.load_files). `root`: the repository root nothing may be read outside of (default: each
-    path's, see repository_root)."""
+    path's, see repository_root). `cache`: loaded files by content (auditor.cache); rendered
+    Kustomize and Helm output is never cached."""
     out = Collected()
     sources = sources or SourcesSettings()
     roots = [root.resolve()] if root is not None else [repository_root(p) for p in paths]
@@ -184,7 +187,7 @@ def collect(
             continue  # chart templates are Go templates, not YAML
         to_read.append((path, display))
         read_for.append(kroot)
-    loaded = yamlio.load_files(to_read, jobs=jobs)
+    loaded = yamlio.load_files(to_read, jobs=jobs, cache=cache)
     for n, (kroot, (_, display), (docs, errs)) in enumerate(zip(read_for, to_read, loaded, strict=True), 1):
         progress("reading manifests", n, len(to_read))
         out.errors.extend(errs)
@@ -238,10 +241,14 @@ def load_inventory(
     jobs: int | None = None,
     root: Path | None = None,
     stream: tuple[str, Sequence[yamlio.Document], Sequence[LoadError]] | None = None,
+    cache: DocumentCache | None = None,
 ) -> Inventory:
     """`stream`: documents read from a stream besides the paths (`auditor scan -`): its name,
-    documents and read errors (an error makes the audit partial, as for a file)."""
-    collected = collect(paths, tools or Tools.detect(), progress, jobs, settings.sources, root)
+    documents and read errors (an error makes the audit partial, as for a file). `cache`: the
+    content-addressed cache of loaded files (auditor/cache.py)."""
+    collected = collect(paths, tools or Tools.detect(), progress, jobs, settings.sources, root, cache)
+    if cache is not None:
+        cache.finish()
     if stream is not None:
         name, docs, errs = stream
         collected.documents.extend(docs)

@@ -1,0 +1,282 @@
+"""A content-addressed cache of loaded YAML files, so a re-audit reads again only what changed.
+
+What is cached is the loader's result for one file — its documents (the located mappings and
+sequences of auditor.yamlio, with their lines and document indexes) and its per-document errors —
+never findings: the whole model is still built and audited on every scan, so a cached file can
+change nothing but the time it takes.
+
+* Key: each file's key is the SHA-256 of its bytes together with everything else the result
+  depends on (:data:`auditor.yamlio.LOADER_VERSION`, the auditor's version, PyYAML's and libyaml's
+  versions, the Python version and the loader limits). An entry holds a *run* of consecutive files
+  (cut where a file's key says so: see auditor.yamlio._load_cached) and is keyed by their keys, so
+  a tree of 17,000 files is ~500 entries to read, and one changed file changes one. An entry of
+  another version is never found, and one that says it is of another key is ignored. File names
+  are not part of the key; they are put back when an entry is read.
+* Location: the user cache directory for the CLI (``$XDG_CACHE_HOME`` or platformdirs'), the
+  service's data directory for the service (beside its git checkouts).
+* Concurrent writers: an entry is written to a temporary file in the same directory and renamed
+  over its name (``os.replace``, atomic on POSIX), so a reader sees a whole entry or none; two
+  writers of one key write the same bytes.
+* Corrupt, torn, foreign or hostile entries: each entry carries an HMAC-SHA256 of its key and
+  payload under a random secret kept in the cache directory (mode 0600, created once). An entry
+  whose MAC does not verify is ignored (and removed) *before* anything is unpickled, and the
+  unpickler accepts only the two container classes of auditor.yamlio. Pickle is used because it
+  rebuilds the located containers in C (a third of the time of re-parsing); the MAC is what makes
+  it safe: only a process that can read the secret — the user themself — can write an entry that
+  will be unpickled, and such a process could run code anyway.
+* A directory another user owns, or that others may write to, is not used at all.
+* Bounded size: after a scan that wrote entries, the oldest entries (by modification time, which
+  a hit refreshes) are removed until the cache is under 90% of its cap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import io
+import os
+import pickle
+import secrets
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from auditor import __version__
+
+MAGIC = b"PAUDC1\n"
+_MAC_BYTES = 32
+DEFAULT_MAX_BYTES = 1 << 30
+"""Default cap on the cache's size (1 GiB): the 20,000-object benchmark repository takes 170 MiB."""
+
+ENV_DIR = "AUDITOR_CACHE_DIR"
+"""Overrides the CLI's cache directory (as --cache-dir does)."""
+
+Entry = tuple[str, list[tuple[Any, int, int]], list[tuple[int, str]]]
+"""One file's loader result without its name: its key, documents as (data, line, index), errors as
+(line, message). An entry on disk holds a *run* of them (see auditor.yamlio.load_files)."""
+
+
+def user_cache_dir(environ: dict[str, str] | None = None) -> Path:
+    """The CLI's cache directory: $AUDITOR_CACHE_DIR, else $XDG_CACHE_HOME/placement-auditor/documents,
+    else the platform's user cache directory (platformdirs: ~/.cache on Linux)."""
+    env = os.environ if environ is None else environ
+    if env.get(ENV_DIR):
+        return Path(env[ENV_DIR])
+    if env.get("XDG_CACHE_HOME"):
+        return Path(env["XDG_CACHE_HOME"]) / "placement-auditor" / "documents"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("placement-auditor", appauthor=False)) / "documents"
+
+
+class _Unpickler(pickle.Unpickler):
+    """Only the located containers: every other global is refused (defence in depth behind the MAC)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "auditor.yamlio" and name in ("YamlMap", "YamlSeq"):
+            from auditor import yamlio
+
+            return getattr(yamlio, name)
+        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a cache entry")
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0  # files taken from the cache
+    misses: int = 0  # files parsed
+    writes: int = 0  # entries written
+    rejected: int = 0  # entries ignored: bad MAC, torn, other version, unreadable
+    evicted: int = 0
+
+
+@dataclass
+class DocumentCache:
+    """Loaded files by content, in `directory` (created on first use, mode 0700)."""
+
+    directory: Path
+    max_bytes: int = DEFAULT_MAX_BYTES
+    stats: CacheStats = field(default_factory=CacheStats)
+    _secret: bytes | None = field(default=None, repr=False)
+    _usable: bool = True
+
+    def _key_prefix(self, context: str) -> bytes:
+        libyaml = yaml._yaml.get_version_string() if yaml.__with_libyaml__ else "none"
+        parts = (__version__, yaml.__version__, libyaml, sys.version.split()[0], context)
+        return ("\0".join(parts) + "\0").encode()
+
+    def key(self, raw: bytes, context: str) -> str:
+        """The entry name for a file's bytes loaded under `context` (loader version and limits)."""
+        digest = hashlib.sha256(self._key_prefix(context))
+        digest.update(raw)
+        return digest.hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / key[2:]
+
+    def ready(self) -> bool:
+        """Whether the cache can be used (its directory and secret exist or were made); loads the
+        secret, so processes forked afterwards share it."""
+        return self._load_secret() is not None
+
+    def _load_secret(self) -> bytes | None:
+        if self._secret is not None or not self._usable:
+            return self._secret
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            st = self.directory.stat()
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                # Another user could have planted the secret and entries: use no cache at all.
+                raise OSError(f"{self.directory} is not this user's own private directory")
+            path = self.directory / "secret"
+            if not path.exists():
+                # Written whole under a temporary name, then linked into place: os.link fails if
+                # another process got there first, so every process ends up reading one secret.
+                fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".secret-")
+                try:
+                    with os.fdopen(fd, "wb") as handle:
+                        handle.write(secrets.token_bytes(32))
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass
+                finally:
+                    Path(tmp).unlink()
+            secret = path.read_bytes()
+            if len(secret) != 32:  # damaged: a new one (the entries it signed are then ignored)
+                fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".secret-")
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(secrets.token_bytes(32))
+                Path(tmp).replace(path)
+                secret = path.read_bytes()
+            self._secret = secret
+        except OSError:
+            self._usable = False  # a read-only or missing home: scan without a cache
+        return self._secret
+
+    def _mac(self, secret: bytes, key: str, payload: bytes) -> bytes:
+        return hmac.new(secret, key.encode() + b"\0" + payload, hashlib.sha256).digest()
+
+    def has(self, key: str) -> bool:
+        """Whether an entry for `key` exists (it may still fail verification when read)."""
+        return self._path(key).is_file()
+
+    def get(self, key: str) -> list[Entry] | None:
+        """The run of file entries stored under `key`, or None (absent, or ignored: torn, corrupt,
+        signed by another secret, of another shape)."""
+        secret = self._load_secret()
+        if secret is None:
+            return None
+        path = self._path(key)
+        try:
+            blob = path.read_bytes()
+        except OSError:
+            return None
+        entries = self._decode(secret, key, blob)
+        if entries is None:
+            self.stats.rejected += 1
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # recently used: evicted last
+        return entries
+
+    def _decode(self, secret: bytes, key: str, blob: bytes) -> list[Entry] | None:
+        head = len(MAGIC) + _MAC_BYTES
+        if len(blob) < head or not blob.startswith(MAGIC):
+            return None
+        mac, payload = blob[len(MAGIC) : head], blob[head:]
+        if not hmac.compare_digest(mac, self._mac(secret, key, payload)):
+            return None
+        try:
+            value = _Unpickler(io.BytesIO(payload)).load()
+        except Exception:
+            return None
+        if not (
+            isinstance(value, tuple) and len(value) == 2 and value[0] == key and isinstance(value[1], list)
+        ):
+            return None
+        for entry in value[1]:
+            if not (
+                isinstance(entry, tuple)
+                and len(entry) == 3
+                and isinstance(entry[0], str)
+                and isinstance(entry[1], list)
+                and isinstance(entry[2], list)
+            ):
+                return None
+        entries: list[Entry] = value[1]
+        return entries
+
+    def put(self, key: str, entries: list[Entry]) -> None:
+        secret = self._load_secret()
+        if secret is None:
+            return
+        path = self._path(key)
+        try:
+            payload = pickle.dumps((key, entries), protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, ValueError, RecursionError):
+            return  # an unusual value: these files are simply not cached
+        blob = MAGIC + self._mac(secret, key, payload) + payload
+        try:
+            path.parent.mkdir(exist_ok=True, mode=0o700)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(blob)
+                Path(tmp).replace(path)
+            except BaseException:
+                Path(tmp).unlink()
+                raise
+        except OSError:
+            return
+        self.stats.writes += 1
+
+    def _entries(self) -> Iterator[tuple[float, int, Path]]:
+        try:
+            shards = list(os.scandir(self.directory))
+        except OSError:
+            return
+        for shard in shards:
+            if not shard.is_dir(follow_symlinks=False) or len(shard.name) != 2:
+                continue
+            try:
+                with os.scandir(shard.path) as listing:
+                    for entry in listing:
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        yield st.st_mtime, st.st_size, Path(entry.path)
+            except OSError:
+                continue
+
+    def size(self) -> int:
+        return sum(size for _, size, _ in self._entries())
+
+    def evict(self) -> None:
+        """Remove the least recently used entries until the cache is under 90% of its cap."""
+        entries = sorted(self._entries(), key=lambda e: e[0])
+        total = sum(size for _, size, _ in entries)
+        if total <= self.max_bytes:
+            return
+        goal = self.max_bytes * 9 // 10
+        for _, size, path in entries:
+            if total <= goal:
+                break
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            total -= size
+            self.stats.evicted += 1
+
+    def finish(self) -> None:
+        """After a scan: keep the cache under its cap (only a scan that wrote can have grown it)."""
+        if self.stats.writes:
+            self.evict()

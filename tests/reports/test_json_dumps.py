@@ -1,0 +1,75 @@
+"""json_report.dumps writes exactly what json.dumps(doc, indent=2) writes, byte for byte, on the
+inputs where orjson and the standard library disagree (non-ASCII, DEL, floats below 1e-4, NaN,
+infinities, integers past 64 bits, non-string keys, lone surrogates) and on a real scan report."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from auditor.reports import json_report
+from tests.seedrepo import SEED
+
+ALL_CHARS = "".join(chr(c) for c in range(0xD800)) + "".join(chr(c) for c in range(0xE000, 0x110000))
+
+CASES: list[Any] = [
+    {},
+    [],
+    {"a": [], "b": {}, "c": [{}], "d": None, "e": True, "f": False},
+    {"text": ALL_CHARS, ALL_CHARS[:500]: 1},
+    {"del": "\x7f", "e": "é", "astral": "\U0001f600", "lone": "\ud800"},
+    [-0.0, 0.0, 1e-4, 9.99e-5, 1e-5, -3e-5, 2.5e-7, 1e-10, 1e-100, 5e-324, 1e15, 1e16, 1e22, 123.456],
+    [float("nan"), 1.0],
+    {"x": float("inf")},
+    [float("-inf")],
+    [2**63 - 1, -(2**63), 2**64 - 1, 2**64, 2**70, -(2**70)],
+    {1: "int key"},
+    {True: "bool key", None: "null key", 1.5: "float key"},
+    (1, 2, (3, 4)),
+    {"message": "a string that mentions 1e-5 and 0.00001 in text"},
+]
+
+
+@pytest.mark.parametrize("doc", CASES, ids=range(len(CASES)))
+def test_same_bytes_as_json_dumps(doc: Any) -> None:
+    assert json_report.dumps(doc) == json.dumps(doc, indent=2)
+
+
+def test_random_floats() -> None:
+    rng = random.Random(17)
+    values = [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(20_000)]
+    values += [rng.uniform(1, 10) * 10.0 ** rng.randint(-30, 30) for _ in range(20_000)]
+    values = [v for v in values if math.isfinite(v)]
+    for start in range(0, len(values), 500):
+        chunk = {"values": values[start : start + 500]}
+        assert json_report.dumps(chunk) == json.dumps(chunk, indent=2)
+
+
+def test_a_real_report(tmp_path: Path) -> None:
+    from auditor import cli
+
+    out = tmp_path / "report.json"
+    assert cli.main(
+        [
+            "scan",
+            str(SEED / "before"),
+            str(SEED / "policies.yaml"),
+            str(SEED / "nodes.yaml"),
+            "--format",
+            "json",
+            "--output",
+            str(out),
+            "--fail-on",
+            "none",
+        ]
+    ) in (0, 3)
+    text = out.read_text(encoding="utf-8")
+    doc = json.loads(text)
+    assert doc["findings"], "the seed repository has findings"
+    assert text == json.dumps(doc, indent=2) + "\n"
