@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from auditor.model.findings import Finding
 from auditor.model.source import LoadError, NotAudited
-from auditor.rules.packs import PolicyPack
+
+if TYPE_CHECKING:  # the protocol names the type; rendering never needs the packs module
+    from auditor.rules.packs import PolicyPack
 
 ACTIVE = ("new", "open", "reopened")
 _ROW_COLUMNS = (

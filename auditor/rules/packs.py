@@ -115,7 +115,7 @@ from auditor.rules.cel_rules import (
     compile_expression,
 )
 from auditor.rules.model import AuditModel
-from auditor.settings.schema import Invalid, Where, json_schema, kind_of, read, setting
+from auditor.settings.schema import Invalid, Where, json_schema, kind_of, non_empty, read, setting
 
 API_VERSION = "placement-auditor.io/v1"
 PACK_KIND = "PolicyPack"
@@ -290,10 +290,6 @@ class PolicyPack:
 # names this file, a line and a key path, and docs/schemas/policy-pack.schema.json comes from it.
 
 
-def _non_empty(text: str) -> str | None:
-    return None if text.strip() else "must not be empty"
-
-
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
 
@@ -363,12 +359,12 @@ class ScopeDoc:
     """Where a rule reports; omitted or empty: everywhere."""
 
     namespaces: tuple[str, ...] = setting(
-        (), doc="fnmatch patterns on the object's namespace; empty: every namespace.", item_check=_non_empty
+        (), doc="fnmatch patterns on the object's namespace; empty: every namespace.", item_check=non_empty
     )
     exclude_namespaces: tuple[str, ...] = setting(
-        (), doc="fnmatch patterns of namespaces left out.", key="excludeNamespaces", item_check=_non_empty
+        (), doc="fnmatch patterns of namespaces left out.", key="excludeNamespaces", item_check=non_empty
     )
-    kinds: tuple[str, ...] = setting((), doc="Object kinds, exact; empty: every kind.", item_check=_non_empty)
+    kinds: tuple[str, ...] = setting((), doc="Object kinds, exact; empty: every kind.", item_check=non_empty)
     labels: LabelSelector | None = setting(
         None,
         doc="A label selector on the workload's metadata.labels.",
@@ -414,13 +410,13 @@ class CustomRuleDoc:
     target: str = setting(
         "role", doc="role: evaluated once per role; workload: once per workload.", key="for", choices=TARGETS
     )
-    condition: str = setting(doc="CEL that yields a bool; true reports a finding.", check=_non_empty)
-    message: str = setting(doc="The finding's message.", check=_non_empty)
+    condition: str = setting(doc="CEL that yields a bool; true reports a finding.", check=non_empty)
+    message: str = setting(doc="The finding's message.", check=non_empty)
     message_expression: str | None = setting(
         None,
         doc="CEL that yields the message (string); on an evaluation error `message` is used.",
         key="messageExpression",
-        check=_non_empty,
+        check=non_empty,
     )
     options: Mapping[str, Any] = setting(
         factory=_empty,
@@ -443,7 +439,7 @@ class CustomRuleDoc:
 class PackMetaDoc:
     """The pack's metadata."""
 
-    name: str = setting(doc="Names the pack in reports.", check=_non_empty)
+    name: str = setting(doc="Names the pack in reports.", check=non_empty)
     description: str = setting("", doc="For people.")
     labels: Mapping[str, Any] = setting(factory=_empty, doc="Free-form.", parse=_mapping, json=_ANY_MAPPING)
     annotations: Mapping[str, Any] = setting(
@@ -468,7 +464,7 @@ class PackSpecDoc:
 class WaiverMetaDoc:
     """The waiver's metadata."""
 
-    name: str = setting(doc="Unique over all packs.", check=_non_empty)
+    name: str = setting(doc="Unique over all packs.", check=non_empty)
     labels: Mapping[str, Any] = setting(factory=_empty, doc="Free-form.", parse=_mapping, json=_ANY_MAPPING)
     annotations: Mapping[str, Any] = setting(
         factory=_empty, doc="Free-form.", parse=_mapping, json=_ANY_MAPPING
@@ -479,9 +475,9 @@ class WaiverMetaDoc:
 class WorkloadDoc:
     """A workload by kind, namespace and name."""
 
-    kind: str = setting(doc="Object kind.", check=_non_empty)
+    kind: str = setting(doc="Object kind.", check=non_empty)
     namespace: str = setting(doc='Namespace ("" for cluster-scoped objects).')
-    name: str = setting(doc="Object name.", check=_non_empty)
+    name: str = setting(doc="Object name.", check=non_empty)
     api_version: str = setting("", doc="Optional; empty matches every apiVersion.", key="apiVersion")
 
 
@@ -489,7 +485,7 @@ class WorkloadDoc:
 class WaiverSpecDoc:
     """Which findings the waiver hides, why and until when."""
 
-    rule: str = setting(doc="A built-in or custom rule id.", check=_non_empty)
+    rule: str = setting(doc="A built-in or custom rule id.", check=non_empty)
     fingerprint: str | None = setting(
         None,
         doc="The finding's fingerprint (32 hex digits); or give workload.",
@@ -497,7 +493,7 @@ class WaiverSpecDoc:
         json={"type": "string", "pattern": "^[0-9a-fA-F]{32}$"},
     )
     workload: WorkloadDoc | None = setting(None, doc="Every finding of the rule on this workload.")
-    reason: str = setting(doc="Why the findings are accepted.", check=_non_empty)
+    reason: str = setting(doc="Why the findings are accepted.", check=non_empty)
     expires: date = setting(
         doc="YYYY-MM-DD; the waiver applies through that day (UTC).",
         parse=_expiry,

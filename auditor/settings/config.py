@@ -479,11 +479,6 @@ class Settings:
             warnings=warnings_for(self.targets, self.digest, where.file),
         )
 
-    @property
-    def audit(self) -> AuditSettings:
-        """The part of the settings the audit core reads."""
-        return AuditSettings.of(self)
-
     def target(self, name: str) -> TargetSettings:
         for t in self.targets:
             if t.name == name:

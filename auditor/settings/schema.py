@@ -15,6 +15,7 @@ checks across its fields (it may also return an adjusted copy, e.g. paths resolv
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import types
 import typing
@@ -122,6 +123,11 @@ def _accepts(tp: Any, value: Any) -> bool:
     if tp is float:
         return isinstance(value, int | float)
     return isinstance(value, tp)
+
+
+def non_empty(text: str) -> str | None:
+    """A `check` for strings that must say something."""
+    return None if text.strip() else "must not be empty"
 
 
 def kind_of(value: object) -> str:
@@ -349,8 +355,6 @@ def _type_schema(tp: Any, meta: Meta, defs: dict[str, JSON]) -> JSON:
 
 def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """(key path, default as YAML/JSON, description) of every setting, nested sections flattened."""
-    import json
-
     rows: list[tuple[str, str, str]] = []
     hints = _hints(cls)
     for f in dataclasses.fields(cast(Any, cls)):

@@ -51,7 +51,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from auditor import yamlio
-from auditor.settings.schema import Invalid, Where, setting
+from auditor.settings.schema import Invalid, Where, non_empty, setting
 from auditor.store.url import DatabaseURLError, check_url
 
 DEFAULT_SCHEDULE = "0 6 * * *"
@@ -101,10 +101,6 @@ def _relative_paths(paths: tuple[str, ...]) -> str | None:
         if Path(v).is_absolute() or ".." in Path(v).parts:
             return f"{v!r} must be a relative path inside the target"
     return None
-
-
-def _non_empty_text(text: str) -> str | None:
-    return None if text.strip() else "must not be empty"
 
 
 def _non_empty_strings(values: tuple[str, ...]) -> str | None:
@@ -196,7 +192,7 @@ class GitHubAppSettings:
 
     app_id: int = setting(doc="The App's id.", exclusive_minimum=0)
     private_key_file: str = setting(
-        doc="The App's PEM private key (signs the JWT).", path="resolve", check=_non_empty_text
+        doc="The App's PEM private key (signs the JWT).", path="resolve", check=non_empty
     )
     base_url: str = setting(
         "https://api.github.com",
@@ -297,8 +293,9 @@ class ServiceSettings:
         unit="seconds",
         exclusive_minimum=0,
     )
+    # Resolved against the config file's directory by Settings.validated, also when not given.
     git_cache_dir: str = setting(
-        ".auditor-cache/git", doc="Checkouts of git targets (relative to the config file).", path="resolve"
+        ".auditor-cache/git", doc="Checkouts of git targets (relative to the config file)."
     )
     git_timeout_seconds: int = setting(
         300, doc="One git clone or fetch may take this long.", unit="seconds", exclusive_minimum=0
