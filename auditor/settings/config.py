@@ -49,6 +49,7 @@ from auditor.model.objects import REGION_KEY, ZONE_KEY
 from auditor.reachability import cni as cni_settings
 from auditor.settings.schema import Invalid, Where, field_docs, json_schema, read, setting
 from auditor.settings.service import (
+    HTTP_URL,
     DatabaseSettings,
     DigestSettings,
     ReportSettings,
@@ -365,7 +366,7 @@ class PrometheusSettings:
     url: str = setting(
         "",
         doc="e.g. http://prometheus.monitoring:9090",
-        pattern=r"(https?://[^\s/]+.*)?",
+        pattern=f"({HTTP_URL})?",
         pattern_text="not an http(s) URL",
     )
     timeout_seconds: float = setting(

@@ -58,7 +58,7 @@ DEFAULT_SCHEDULE = "0 6 * * *"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Transports git may use for a target. Not `ext::` (runs a command) nor `fd::`.
 _GIT_URL_RE = re.compile(r"^(https?|ssh|git|file)://[^\s]+$|^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+$")
-_HTTP_URL = r"https?://[^\s/]+.*"
+HTTP_URL = r"https?://[^\s/]+.*"  # what a URL setting for an HTTP endpoint must look like
 
 
 def validate_cron(expr: str) -> str | None:
@@ -197,7 +197,7 @@ class GitHubAppSettings:
     base_url: str = setting(
         "https://api.github.com",
         doc="REST API root; GitHub Enterprise: https://HOST/api/v3.",
-        pattern=_HTTP_URL,
+        pattern=HTTP_URL,
         pattern_text="not a URL",
     )
     webhook_secret: str = setting("", doc="The webhook secret (prefer webhook_secret_env).", secret=True)
@@ -364,7 +364,7 @@ class GitHubSettings:
     base_url: str = setting(
         "https://api.github.com",
         doc="REST API root; GitHub Enterprise: https://HOST/api/v3.",
-        pattern=_HTTP_URL,
+        pattern=HTTP_URL,
         pattern_text="not a URL",
     )
     token: str = setting("", doc="A token (prefer token_env).", secret=True)
