@@ -126,17 +126,7 @@ class FleetStore:
         target_id = self._target_id(target)
         try:
             with self.sessions.begin() as session:
-                run = Run(
-                    target_id=target_id,
-                    task_key=task_key,
-                    slot=slot,
-                    trigger=trigger,
-                    status="running",
-                    owner=owner,
-                    started_at=now,
-                    heartbeat_at=now,
-                    errors=[],
-                )
+                run = Run.running(target_id, slot, trigger, owner, now, task_key)
                 session.add(run)
                 session.flush()
                 return KeyedRun(run.id, "new", "running")

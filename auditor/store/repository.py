@@ -209,16 +209,7 @@ class Store:
         now = self.clock()
         try:
             with self.sessions.begin() as session:
-                run = Run(
-                    target_id=self._target_id(session, target),
-                    slot=slot,
-                    trigger=trigger,
-                    status="running",
-                    owner=owner,
-                    started_at=now,
-                    heartbeat_at=now,
-                    errors=[],
-                )
+                run = Run.running(self._target_id(session, target), slot, trigger, owner, now)
                 session.add(run)
                 session.flush()
                 return run.id

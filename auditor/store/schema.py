@@ -108,6 +108,29 @@ class Run(Base):
     error: Mapped[str | None] = mapped_column(Text)
     errors: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)  # first load errors
 
+    @classmethod
+    def running(
+        cls,
+        target_id: int,
+        slot: str | None,
+        trigger: str,
+        owner: str,
+        now: datetime,
+        task_key: str | None = None,
+    ) -> Run:
+        """A run just claimed: `running`, started and heartbeating now."""
+        return cls(
+            target_id=target_id,
+            task_key=task_key,
+            slot=slot,
+            trigger=trigger,
+            status="running",
+            owner=owner,
+            started_at=now,
+            heartbeat_at=now,
+            errors=[],
+        )
+
 
 class Finding(Base):
     __tablename__ = "findings"
