@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from auditor import TOOL_NAME, __version__, gcpause, progress
 from auditor.audit.explain import ExplainError, explain, to_json, to_text
@@ -42,8 +42,10 @@ from auditor.resources import examples_dir
 from auditor.rules.packs import load_packs
 from auditor.settings.config import CONFIG_ENV, CONFIG_FILE_NAME, Settings, discover_config
 from auditor.settings.config import load_settings as _load_settings
-from auditor.sources.kubeapi import ClusterRead, ReadOptions
 from auditor.sources.manifests import Tools, load_inventory, repository_root
+
+if TYPE_CHECKING:  # the cluster reader (and msgspec) load only for the commands that read one
+    from auditor.sources.kubeapi import ClusterRead
 
 # 128 + SIGPIPE: what a shell reports for a producer whose reader closed the pipe (`yes | head`).
 EXIT_BROKEN_PIPE = 141
@@ -332,6 +334,7 @@ def cmd_connectivity(args: argparse.Namespace) -> int:
 
 def _read_cluster(args: argparse.Namespace) -> ClusterRead | None:
     from auditor.sources import cluster
+    from auditor.sources.kubeapi import ReadOptions
 
     if args.in_cluster and args.context:
         raise ConfigError("(arguments)", 0, "--in-cluster", "give --context or --in-cluster, not both")

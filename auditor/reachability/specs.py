@@ -21,10 +21,12 @@ def mapping(
         if optional:
             return {}
         raise PolicyError(field, "is required")
-    if not isinstance(obj, Mapping):
+    # dict first: what every loader gives, checked without the Mapping ABC's slower test.
+    if not isinstance(obj, (dict, Mapping)):
         raise PolicyError(field, f"must be a mapping, got {type_name(obj)}")
     if allowed is not None:
-        unknown = sorted(str(k) for k in obj if k not in set(allowed))
+        known = allowed if isinstance(allowed, (set, frozenset)) else set(allowed)
+        unknown = sorted(str(k) for k in obj if k not in known)
         if unknown:
             raise PolicyError(
                 f"{field}.{unknown[0]}" if field else unknown[0],

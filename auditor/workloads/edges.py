@@ -505,4 +505,16 @@ def comm_edges(
         else e
         for e in edges
     ]
-    return sorted(set(edges), key=lambda e: (str(e.source), str(e.destination), e.port or 0, e.ports))
+    # Roles of workloads declared twice (one name in two files) print alike: their sources
+    # break the tie, and duplicates go in the order found, never in a hash order.
+    return sorted(
+        dict.fromkeys(edges),
+        key=lambda e: (
+            str(e.source),
+            str(e.destination),
+            e.port or 0,
+            e.ports,
+            e.source.source,
+            e.destination.source,
+        ),
+    )

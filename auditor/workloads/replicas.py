@@ -69,14 +69,16 @@ def tests_in(tree: Any, keys: frozenset[str]) -> Iterator[ReplicaTest]:
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, Mapping):
+        if isinstance(node, (dict, Mapping)):  # dict first: cheaper than the ABC's test
             expr_key = node.get("key")
             if isinstance(expr_key, str) and _plain(expr_key) in keys:
                 found.extend(ReplicaTest(_plain(expr_key), "==", str(v)) for v in node.get("values") or ())
             for k, v in node.items():
-                if isinstance(k, str) and _plain(k) in keys and isinstance(v, (str, int)):
+                # (`k in keys` first: most keys are no replica key and carry no source prefix)
+                mentioned = k in keys or (isinstance(k, str) and ":" in k and _plain(k) in keys)
+                if mentioned and isinstance(v, (str, int)):
                     found.append(ReplicaTest(_plain(k), "==", str(v)))
-                if isinstance(v, (Mapping, list)) or (isinstance(v, str) and "/" in v):
+                if isinstance(v, (dict, list, Mapping)) or (isinstance(v, str) and "/" in v):
                     stack.append(v)
         elif isinstance(node, list):
             stack.extend(node)
