@@ -89,8 +89,10 @@ def test_workers_for_jobs() -> None:
 
 def test_automatic_workers_follow_the_idle_cpus() -> None:
     # our own process is one runnable task of the load average
-    assert parallel.workers_for(0, cpus=2, load=1.0) == 2
-    assert parallel.workers_for(0, cpus=2, load=2.0) == 1  # the other core is busy: no workers
+    assert parallel.workers_for(0, cpus=2, load=1.0) == 1  # two CPUs: workers do not pay
+    assert parallel.workers_for(0, cpus=3, load=1.0) == 3
+    assert parallel.workers_for(0, cpus=4, load=2.0) == 3
+    assert parallel.workers_for(0, cpus=4, load=3.0) == 1  # two idle: no workers
     assert parallel.workers_for(0, cpus=2, load=5.0) == 1
     assert parallel.workers_for(0, cpus=8, load=3.0) == 6
     assert parallel.workers_for(0, cpus=64, load=0.0) == parallel.MAX_WORKERS
