@@ -220,10 +220,6 @@ def _representative(edge: MapEdge, feasible: Mapping[str, tuple[str, ...]]) -> t
     return src[0], dst[0], False
 
 
-def edge_state(edge: MapEdge) -> str:
-    return "denied" if edge.denied else "allowed"
-
-
 def svg(group: GroupMap) -> str:
     """The map as one self-contained SVG element."""
     zones = group.zones

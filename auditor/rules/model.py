@@ -28,8 +28,6 @@ from auditor.reachability.ports import PortSet
 from auditor.rules.base import RuleMeta
 from auditor.workloads.edges import CommEdge, comm_edges
 
-SCOPE_NAMESPACE = "namespace"
-
 
 @dataclass(frozen=True, slots=True)
 class ZoneVerdict:
@@ -149,8 +147,17 @@ def object_ref(role: Role) -> ObjectRef:
     return ObjectRef(w.api_version, w.kind, w.namespace, w.name, w.source.file, w.source.line)
 
 
-def role_label(role: Role) -> str:
-    return role.label
+def role_finding(meta: RuleMeta, role: Role, message: str, certainty: str = "always") -> Finding:
+    """A finding of `meta`'s rule about one role of a workload."""
+    return Finding(
+        rule=meta.id,
+        severity=meta.severity,
+        certainty=certainty,
+        symptoms=meta.symptoms,
+        workload=object_ref(role),
+        message=message,
+        role=role.label,
+    )
 
 
 def mentions(deciders: Sequence[Decider]) -> tuple[PolicyMention, ...]:
