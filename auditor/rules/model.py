@@ -10,7 +10,7 @@ from typing import Literal
 
 from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_endpoint
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
-from auditor.model.objects import Node, Role, Workload
+from auditor.model.objects import Node, Role, Workload, WorkloadRef
 from auditor.placement.coupling import (
     PairContext,
     PairPlacement,
@@ -142,9 +142,13 @@ class AuditModel:
         return self.inventory.workloads
 
 
+def workload_object(ref: WorkloadRef) -> ObjectRef:
+    """A workload as findings and reports name it."""
+    return ObjectRef(ref.api_version, ref.kind, ref.namespace, ref.name, ref.source.file, ref.source.line)
+
+
 def object_ref(role: Role) -> ObjectRef:
-    w = role.workload
-    return ObjectRef(w.api_version, w.kind, w.namespace, w.name, w.source.file, w.source.line)
+    return workload_object(role.workload)
 
 
 def role_finding(meta: RuleMeta, role: Role, message: str, certainty: str = "always") -> Finding:
