@@ -539,18 +539,6 @@ def _self_colocation(role: Role, zones: Sequence[str], matches: _Matches, topolo
     return ""
 
 
-def place_role(
-    role: Role,
-    nodes: Sequence[Node],
-    zone_key: str,
-    volume_zones: Mapping[str, frozenset[str]] | None = None,
-    options: PlacementOptions | None = None,
-) -> RolePlacement:
-    """One role placed on its own (no other role's pods to follow or avoid)."""
-    opts = options or PlacementOptions(zone_key)
-    return place_roles([role], nodes, zone_key, {role: volume_zones or {}}, opts)[role]
-
-
 def place_roles(
     roles: Sequence[Role],
     nodes: Sequence[Node],
