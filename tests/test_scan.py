@@ -298,15 +298,16 @@ spec:
 """)
     from auditor.audit.explain import find_role
     from auditor.inventory import role_claim_zones
-    from auditor.placement.coupling import place_role
+    from auditor.placement.coupling import place_roles
     from auditor.settings.config import Settings
     from auditor.sources.manifests import load_inventory
 
     inv = load_inventory([tmp_path], Settings())
     role = find_role(inv, "ml/db")
-    assert place_role(role, inv.nodes, "topology.kubernetes.io/zone", role_claim_zones(inv, role)).zones == (
-        "zb",
+    placed = place_roles(
+        [role], inv.nodes, "topology.kubernetes.io/zone", {role: role_claim_zones(inv, role)}
     )
+    assert placed[role].zones == ("zb",)
 
 
 def test_two_findings_that_differ_only_in_their_workload_reference_sort(

@@ -42,7 +42,7 @@ from auditor.model.labels import LabelSelector
 from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, Toleration
 from auditor.model.scheduling import AffinityTerm, namespace_label_map
 from auditor.placement.filters import TOPOLOGY_KEYS, FilterResult, filter_node, node_label_keys
-from auditor.placement.podfilters import ExistingPod, InterPodAffinity, TopologySpread
+from auditor.placement.podfilters import ExistingPod, InterPodAffinity, TopologySpread, missing_topology_key
 from auditor.placement.resources import extended_resources
 from auditor.workloads.operators import (
     EXCLUSIVE,
@@ -284,16 +284,8 @@ def _static_filter(
         result = spread.filter(node)
         if not result.ok:
             return result
-    for term in template.scheduling.pod_affinity.required:
-        if term.topology_key not in node.label_map:
-            return FilterResult(
-                node.name,
-                False,
-                "InterPodAffinity",
-                f"node lacks the topology key {term.topology_key}",
-                "UnschedulableAndUnresolvable",
-            )
-    return FilterResult(node.name, True)
+    missing = missing_topology_key(template.scheduling.pod_affinity.required, node)
+    return FilterResult(node.name, True) if missing is None else missing
 
 
 def _feasible(
@@ -545,18 +537,6 @@ def _self_colocation(role: Role, zones: Sequence[str], matches: _Matches, topolo
         if key:
             return f"{role} requires podAffinity to its own pods on {_describe(key, topology)}"
     return ""
-
-
-def place_role(
-    role: Role,
-    nodes: Sequence[Node],
-    zone_key: str,
-    volume_zones: Mapping[str, frozenset[str]] | None = None,
-    options: PlacementOptions | None = None,
-) -> RolePlacement:
-    """One role placed on its own (no other role's pods to follow or avoid)."""
-    opts = options or PlacementOptions(zone_key)
-    return place_roles([role], nodes, zone_key, {role: volume_zones or {}}, opts)[role]
 
 
 def place_roles(

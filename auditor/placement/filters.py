@@ -103,11 +103,6 @@ def untolerated_taint(template: PodTemplate, node: Node) -> str | None:
     return None
 
 
-def claim_names(template: PodTemplate) -> list[str]:
-    """The PersistentVolumeClaims the pod mounts (spec.volumes[].persistentVolumeClaim.claimName)."""
-    return [c.name for c in template.claims]
-
-
 def volume_zone_conflict(
     template: PodTemplate, node: Node, volume_zones: Mapping[str, frozenset[str]]
 ) -> str | None:
@@ -122,7 +117,7 @@ def volume_zone_conflict(
     if not any(k in labels for k in TOPOLOGY_KEYS):
         return None
     zone = labels.get(ZONE_KEY, labels.get(BETA_ZONE_KEY))
-    for claim in claim_names(template):
+    for claim in (c.name for c in template.claims):  # spec.volumes[].persistentVolumeClaim
         allowed = volume_zones.get(claim)
         if allowed is not None and zone not in allowed:
             return claim

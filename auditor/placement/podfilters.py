@@ -21,9 +21,9 @@ namespaces default to its pod's namespace; `namespaceSelector` is matched agains
 (every namespace carries `kubernetes.io/metadata.name`); a null labelSelector matches no pod.
 
 Both filters judge one node against precomputed counts, as the scheduler's PreFilter/Filter do:
-build `TopologySpread`/`InterPodAffinity` once per pod and call `.filter(node)` for each node;
-`topology_spread_ok` and `inter_pod_affinity_ok` are one-node conveniences. Existing pods on a node
-that is not in `nodes` are ignored. Malformed selectors raise `SelectorError` (a `ValueError`).
+build `TopologySpread`/`InterPodAffinity` once per pod and call `.filter(node)` for each node.
+Existing pods on a node that is not in `nodes` are ignored. Malformed selectors raise
+`SelectorError` (a `ValueError`).
 """
 
 from __future__ import annotations
@@ -164,32 +164,23 @@ class TopologySpread:
         return FilterResult(node.name, True)
 
 
-def topology_spread_filter(
-    template: PodTemplate,
-    namespace: str,
-    node: Node,
-    nodes: Sequence[Node],
-    existing: Iterable[ExistingPod],
-    constraints: Sequence[SpreadConstraint] | None = None,
-) -> FilterResult:
-    return TopologySpread.build(template, namespace, nodes, existing, constraints).filter(node)
-
-
-def topology_spread_ok(
-    template: PodTemplate,
-    namespace: str,
-    node: Node,
-    nodes: Sequence[Node],
-    existing: Iterable[ExistingPod],
-    constraints: Sequence[SpreadConstraint] | None = None,
-) -> bool:
-    """Whether `node` satisfies the pod's hard spread constraints (default: its own)."""
-    return topology_spread_filter(template, namespace, node, nodes, existing, constraints).ok
-
-
 # --- InterPodAffinity --------------------------------------------------------------------------
 
 Pair = tuple[str, str]  # (topology key, value)
+
+
+def missing_topology_key(affinity: Sequence[AffinityTerm], node: Node) -> FilterResult | None:
+    """InterPodAffinity's rejection of a node lacking the topology key of a required term, or None."""
+    for t in affinity:
+        if t.topology_key not in node.label_map:
+            return FilterResult(
+                node.name,
+                False,
+                INTER_POD_AFFINITY,
+                f"node lacks the topology key {t.topology_key}",
+                UNRESOLVABLE,
+            )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,13 +234,13 @@ class InterPodAffinity:
         return InterPodAffinity(affinity, anti, self_match, aff, anti_counts, existing_anti)
 
     def filter(self, node: Node) -> FilterResult:
+        missing = missing_topology_key(self.affinity, node)
+        if missing is not None:
+            return missing
         labels = node.label_map
-        pods_exist = True
-        for t in self.affinity:
-            if t.topology_key not in labels:
-                return self._fail(node, f"node lacks the topology key {t.topology_key}", UNRESOLVABLE)
-            if self.affinity_counts.get((t.topology_key, labels[t.topology_key]), 0) <= 0:
-                pods_exist = False
+        pods_exist = all(
+            self.affinity_counts.get((t.topology_key, labels[t.topology_key]), 0) > 0 for t in self.affinity
+        )
         # The first pod of a self-attracting group may start anywhere while no matching pod exists.
         if not pods_exist and not (not self.affinity_counts and self.self_match):
             return self._fail(node, "no pod matching the required podAffinity in this topology", UNRESOLVABLE)
@@ -275,26 +266,3 @@ class InterPodAffinity:
     @staticmethod
     def _fail(node: Node, reason: str, code: str) -> FilterResult:
         return FilterResult(node.name, False, INTER_POD_AFFINITY, reason, code)
-
-
-def inter_pod_affinity_filter(
-    template: PodTemplate,
-    namespace: str,
-    node: Node,
-    nodes: Sequence[Node],
-    existing: Iterable[ExistingPod],
-    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
-) -> FilterResult:
-    return InterPodAffinity.build(template, namespace, nodes, existing, namespace_labels).filter(node)
-
-
-def inter_pod_affinity_ok(
-    template: PodTemplate,
-    namespace: str,
-    node: Node,
-    nodes: Sequence[Node],
-    existing: Iterable[ExistingPod],
-    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
-) -> bool:
-    """Whether `node` satisfies the pod's required inter-pod (anti-)affinity and the running pods'."""
-    return inter_pod_affinity_filter(template, namespace, node, nodes, existing, namespace_labels).ok

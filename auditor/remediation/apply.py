@@ -97,25 +97,19 @@ def _apply_role(
         root = yamledit.locate(text, line)
         if _exists(text, root, (*pod_spec, "affinity", affinity_key)):
             raise FixError(f"the pod template already has affinity.{affinity_key}; merge the change by hand")
-        if _exists(text, root, (*pod_spec, "affinity")):
-            text = yamledit.insert_keys(
-                text, root, (*pod_spec, "affinity"), render.block({affinity_key: fragment[affinity_key]})
-            )
-        else:
-            text = yamledit.insert_keys(
-                text, root, pod_spec, render.block({"affinity": {affinity_key: fragment[affinity_key]}})
-            )
+        text = _add_keys(text, root, pod_spec, "affinity", {affinity_key: fragment[affinity_key]})
     if fragment.get("annotations"):
-        root = yamledit.locate(text, line)
-        if _exists(text, root, (*meta, "annotations")):
-            text = yamledit.insert_keys(
-                text, root, (*meta, "annotations"), render.block(fragment["annotations"])
-            )
-        else:
-            text = yamledit.insert_keys(
-                text, root, meta, render.block({"annotations": fragment["annotations"]})
-            )
+        text = _add_keys(text, yamledit.locate(text, line), meta, "annotations", fragment["annotations"])
     return text
+
+
+def _add_keys(
+    text: str, root: yaml.Node, parent: tuple[PathPart, ...], key: str, value: Mapping[str, Any]
+) -> str:
+    """The keys of `value` added first in the mapping `key` under `parent`, created when absent."""
+    if _exists(text, root, (*parent, key)):
+        return yamledit.insert_keys(text, root, (*parent, key), render.block(value))
+    return yamledit.insert_keys(text, root, parent, render.block({key: value}))
 
 
 def _get(data: Any, path: Sequence[PathPart]) -> Any:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the protocol names the type; rendering never needs the pack
     from auditor.rules.packs import PolicyPack
 
 ACTIVE = ("new", "open", "reopened")
+# The columns a store row keeps of a finding, which win over its stored detail.
 _ROW_COLUMNS = (
     "rule",
     "severity",
@@ -83,14 +84,7 @@ def stored_finding(row: Mapping[str, Any]) -> Finding:
     """A stored finding row as the Finding it was (the store keeps `to_json` as its detail; the
     row's own columns win where the store updated them)."""
     detail = dict(row.get("detail") or {})
-    for key in (
-        "rule",
-        "severity",
-        "certainty",
-        "message",
-        "estimated_monthly_cost_usd",
-        "estimated_slowdown_pct",
-    ):
+    for key in _ROW_COLUMNS:
         if key in row:
             detail[key] = row[key]
     detail.setdefault("workload", {k: v for k, v in row.get("workload", {}).items() if k != "labels"})

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
 from auditor.audit.connectivity import ConnectivityMap
+from auditor.reports.zonemap import fit_text
 from auditor.rules.groups import Groups
 
 CELL_W, CELL_H, LABEL_W, SQ, GAP = 92, 30, 190, 14, 18
@@ -68,11 +69,6 @@ def _attr(value: str) -> str:
     return escape(value, {'"': "&quot;"})
 
 
-def _fit(text: str, width: float, size: float = 12) -> str:
-    room = max(1, int(width / (0.62 * size)))
-    return text if len(text) <= room else text[: room - 1] + "…"
-
-
 def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> str:
     zones = sorted({c.cell.zone for c in cmap.cells})
     namespaces = sorted({c.cell.namespace for c in cmap.cells})
@@ -107,11 +103,12 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
     out.append(f'<text class="m" x="8" y="{oy - 10}">from zone ↓ · to zone →</text>')
     for j, zb in enumerate(zones):
         out.append(
-            f'<text class="z" x="{ox + j * CELL_W + 6}" y="{oy - 10}">{escape(_fit(zb, CELL_W - 8))}</text>'
+            f'<text class="z" x="{ox + j * CELL_W + 6}" y="{oy - 10}">'
+            f"{escape(fit_text(zb, CELL_W - 8))}</text>"
         )
     for i, za in enumerate(zones):
         y = oy + i * row_h
-        out.append(f'<text class="z" x="8" y="{y + 16}">{escape(_fit(za, LABEL_W - 16))}</text>')
+        out.append(f'<text class="z" x="8" y="{y + 16}">{escape(fit_text(za, LABEL_W - 16))}</text>')
         for j, zb in enumerate(zones):
             states = Counter(_state(*within[(ns, za, zb)]) for ns in namespaces if (ns, za, zb) in within)
             states.pop("none", None)
@@ -138,7 +135,8 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
     gy = head
     for j, z in enumerate(zones):
         out.append(
-            f'<text class="z" x="{grid_x + j * CELL_W + 6}" y="{gy - 8}">{escape(_fit(z, CELL_W - 8))}</text>'
+            f'<text class="z" x="{grid_x + j * CELL_W + 6}" y="{gy - 8}">'
+            f"{escape(fit_text(z, CELL_W - 8))}</text>"
         )
     out.append(f'<text class="m" x="{matrix_x}" y="{gy - 8}">zone doors</text>')
     out.append(f'<text class="m" x="{count_x}" y="{gy - 8}">groups straddling zones</text>')
@@ -146,7 +144,7 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
         y = gy + r * CELL_H
         out.append(f'<g class="ns" data-namespace="{_attr(ns)}">')
         out.append(
-            f'<text class="n" x="8" y="{y + 19}">{escape(_fit(ns or "(cluster)", LABEL_W - 16))}'
+            f'<text class="n" x="8" y="{y + 19}">{escape(fit_text(ns or "(cluster)", LABEL_W - 16))}'
             f"<title>{escape(ns)}</title></text>"
         )
         for j, z in enumerate(zones):

@@ -18,7 +18,8 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from auditor import templating
-from auditor.reports import overview
+from auditor.model.findings import SEVERITY_RANK
+from auditor.reports import ACTIVE, overview
 from auditor.settings.service import DigestSettings, Team
 
 BLOCKED = ("cross-zone-blocked", "traffic-blocked")
@@ -47,8 +48,9 @@ def routed(team: Team, finding: Mapping[str, Any]) -> bool:
 
 
 def _blocked_first(findings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    rank = {"critical": 0, "high": 1, "medium": 2, "low": 3}
-    return sorted(findings, key=lambda f: (f["rule"] not in BLOCKED, rank.get(f["severity"], 9), f["id"]))
+    return sorted(
+        findings, key=lambda f: (f["rule"] not in BLOCKED, SEVERITY_RANK.get(f["severity"], 9), f["id"])
+    )
 
 
 def build(
@@ -62,7 +64,7 @@ def build(
     first: bool = False,
 ) -> Digest:
     """`first`: the team has had no digest yet (so nothing is "since the last digest")."""
-    active = [f for f in export["findings"] if f["status"] in ("new", "open", "reopened") and routed(team, f)]
+    active = [f for f in export["findings"] if f["status"] in ACTIVE and routed(team, f)]
     new = _blocked_first([f for f in changes.get("new", []) if routed(team, f)])
     reopened = _blocked_first([f for f in changes.get("reopened", []) if routed(team, f)])
     resolved = [f for f in changes.get("resolved", []) if routed(team, f)]

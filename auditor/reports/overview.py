@@ -10,9 +10,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-SEVERITIES = ("critical", "high", "medium", "low")
-RANK = {s: i for i, s in enumerate(SEVERITIES)}
-ACTIVE = ("new", "open", "reopened")
+from auditor.model.findings import SEVERITY_RANK
+from auditor.reports import ACTIVE
+
+SEVERITIES = tuple(SEVERITY_RANK)  # most severe first (the web pages read them from here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class Item:
 
 def order(item: Item) -> tuple[int, float, int]:
     """Severity first, then the costliest, then the newest."""
-    return (RANK.get(item.severity, 9), -(item.cost or 0.0), -item.id)
+    return (SEVERITY_RANK.get(item.severity, 9), -(item.cost or 0.0), -item.id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +99,7 @@ def top_groups(items: Iterable[Item], limit: int) -> tuple[list[TopGroup], int]:
                 target, kind, ns, name, worst.severity, len(mine), sum(i.cost or 0 for i in mine), worst.id
             )
         )
-    tops.sort(key=lambda g: (RANK.get(g.severity, 9), -g.cost, g.target, g.namespace, g.name))
+    tops.sort(key=lambda g: (SEVERITY_RANK.get(g.severity, 9), -g.cost, g.target, g.namespace, g.name))
     return tops[:limit], max(0, len(tops) - limit)
 
 

@@ -316,29 +316,19 @@ def publish(api_client: Any, docs: Sequence[Mapping[str, Any]], flavour: Flavour
         meta = doc["metadata"]
         ns = meta.get("namespace", "")
         what = f"{doc['kind']} {ns + '/' if ns else ''}{meta['name']}"
+        apply: dict[str, Any] = {
+            "field_manager": FIELD_MANAGER,
+            "force": True,
+            "_content_type": "application/apply-patch+yaml",
+        }
         try:
             if ns:
                 api.patch_namespaced_custom_object(
-                    flavour.group,
-                    flavour.version,
-                    ns,
-                    flavour.plural,
-                    meta["name"],
-                    dict(doc),
-                    field_manager=FIELD_MANAGER,
-                    force=True,
-                    _content_type="application/apply-patch+yaml",
+                    flavour.group, flavour.version, ns, flavour.plural, meta["name"], dict(doc), **apply
                 )
             else:
                 api.patch_cluster_custom_object(
-                    flavour.group,
-                    flavour.version,
-                    flavour.cluster_plural,
-                    meta["name"],
-                    dict(doc),
-                    field_manager=FIELD_MANAGER,
-                    force=True,
-                    _content_type="application/apply-patch+yaml",
+                    flavour.group, flavour.version, flavour.cluster_plural, meta["name"], dict(doc), **apply
                 )
         except ApiException as exc:
             raise PublishError(what, int(exc.status or 0), _reason(exc)) from None

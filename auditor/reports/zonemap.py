@@ -188,7 +188,7 @@ def _attr(value: str) -> str:
     return escape(value, {'"': "&quot;", "\n": "&#10;"})
 
 
-def _fit(text: str, width: float, size: float = FONT) -> str:
+def fit_text(text: str, width: float, size: float = FONT) -> str:
     """The text cut (with an ellipsis) to what fits `width` at the estimated character width."""
     room = max(1, int(width / (0.62 * size)))
     return text if len(text) <= room else text[: room - 1] + "…"
@@ -218,10 +218,6 @@ def _representative(edge: MapEdge, feasible: Mapping[str, tuple[str, ...]]) -> t
     if shared:
         return shared[0], shared[0], False
     return src[0], dst[0], False
-
-
-def edge_state(edge: MapEdge) -> str:
-    return "denied" if edge.denied else "allowed"
 
 
 def svg(group: GroupMap) -> str:
@@ -347,7 +343,7 @@ def svg(group: GroupMap) -> str:
         out.append(
             f'<rect class="zone" data-zone="{_attr(z)}" x="{x}" y="{HEAD_H - 26}" width="{col_w}" '
             f'height="{grid_bottom - HEAD_H + 26}" rx="8"/>'
-            f'<text class="zname" x="{x + 10}" y="{HEAD_H - 8}">{escape(_fit(z, col_w - 20, 14))}'
+            f'<text class="zname" x="{x + 10}" y="{HEAD_H - 8}">{escape(fit_text(z, col_w - 20, 14))}'
             f"<title>{escape(z)}</title></text>"
         )
     by_name = {r.name: r for r in roles}
@@ -363,9 +359,9 @@ def svg(group: GroupMap) -> str:
             f'<g class="box" data-role="{_attr(name)}" data-zone="{_attr(zone)}">'
             f'<rect class="{css}" x="{b.x:.1f}" y="{b.y:.1f}" width="{BOX_W}" height="{BOX_H}" rx="6"/>'
             f'<text class="rname" x="{b.x + 8:.1f}" y="{b.y + 19:.1f}">'
-            f"{escape(_fit(name, BOX_W - 16))}</text>"
+            f"{escape(fit_text(name, BOX_W - 16))}</text>"
             f'<text class="rmeta" x="{b.x + 8:.1f}" y="{b.y + 36:.1f}">'
-            f"{escape(_fit(second, BOX_W - 16, 11))}</text>"
+            f"{escape(fit_text(second, BOX_W - 16, 11))}</text>"
             f"<title>{escape(name)}: {escape(second)} in {escape(zone)}</title></g>"
         )
     out.extend(parts)
@@ -388,7 +384,7 @@ def svg(group: GroupMap) -> str:
     y = notes_y
     for note in group.notes:
         out.append(
-            f'<text class="note" x="{COL_PAD}" y="{y}">{escape(_fit(note, width - 2 * COL_PAD))}</text>'
+            f'<text class="note" x="{COL_PAD}" y="{y}">{escape(fit_text(note, width - 2 * COL_PAD))}</text>'
         )
         y += KEY_LINE
     out.append("</svg>")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from auditor.model.findings import ObjectRef
 from auditor.model.objects import Role, Workload, WorkloadRef
-from auditor.rules.model import AuditModel, EdgeAnalysis
+from auditor.rules.model import AuditModel, EdgeAnalysis, workload_object
 from auditor.workloads.edges import CommEdge, training_kind
 
 GENERIC = "generic"
@@ -84,17 +84,13 @@ class Groups:
         return sum(1 for g in self.groups if g.recognised_as != GENERIC)
 
 
-def _ref(r: WorkloadRef) -> ObjectRef:
-    return ObjectRef(r.api_version, r.kind, r.namespace, r.name, r.source.file, r.source.line)
-
-
 def _edge(edge: CommEdge, analysis: EdgeAnalysis | None, own: Workload) -> GroupEdge:
     other = edge.destination.workload
     verdicts = analysis.verdicts if analysis is not None else ()
     return GroupEdge(
         source=edge.source.name,
         destination=edge.destination.name,
-        destination_workload=None if other == own.ref else _ref(other),
+        destination_workload=None if other == own.ref else workload_object(other),
         port=edge.port,
         ports=edge.ports_text,
         protocol=edge.protocol,
@@ -138,11 +134,11 @@ def groups(model: AuditModel) -> Groups:
                 continue
         listed.append(
             Group(
-                _ref(w.ref),
+                workload_object(w.ref),
                 kind or GENERIC,
                 tuple(_role(r, model) for r in w.roles),
                 tuple(_edge(e, analyses.get(e), w) for e in edges),
-                tuple(sorted((_ref(r) for r in into), key=lambda r: r.identity)),
+                tuple(sorted((workload_object(r) for r in into), key=lambda r: r.identity)),
             )
         )
     listed.sort(key=lambda g: (g.workload.file, g.workload.line, g.workload.identity))

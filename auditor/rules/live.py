@@ -18,7 +18,7 @@ from auditor.model.objects import Role
 from auditor.placement.coupling import RolePlacement
 from auditor.placement.observed import Observation
 from auditor.rules import role_unschedulable
-from auditor.rules.model import object_ref
+from auditor.rules.model import role_finding
 
 EDGE_RULES = ("cross-zone-blocked", "traffic-blocked", "cross-zone-traffic", "data-ports-partly-denied")
 
@@ -32,7 +32,6 @@ def observed_edge_findings(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def pending_findings(observation: Observation, predicted: Mapping[Role, RolePlacement]) -> Iterator[Finding]:
-    meta = role_unschedulable.META
     for role, seen in sorted(observation.roles.items(), key=lambda item: str(item[0])):
         stuck = [p for p in seen.pending if p.unschedulable]
         if not stuck:
@@ -42,17 +41,12 @@ def pending_findings(observation: Observation, predicted: Mapping[Role, RolePlac
         if placement is not None and placement.unschedulable:
             reasons = Counter(f"{r.plugin}: {r.reason}" for r in placement.rejected)
             ours = "; predicted: " + "; ".join(f"{n} node(s) {why}" for why, n in reasons.most_common(3))
-        yield Finding(
-            rule=meta.id,
-            severity=meta.severity,
+        yield role_finding(
+            role_unschedulable.META,
+            role,
+            f"{len(stuck)} pod(s) of {role} are Pending (e.g. {stuck[0].name}); "
+            f"the scheduler says: {stuck[0].unschedulable}{ours}",
             certainty="observed",
-            symptoms=meta.symptoms,
-            workload=object_ref(role),
-            message=(
-                f"{len(stuck)} pod(s) of {role} are Pending (e.g. {stuck[0].name}); "
-                f"the scheduler says: {stuck[0].unschedulable}{ours}"
-            ),
-            role=role.label,
         )
 
 

@@ -10,7 +10,7 @@ from typing import Literal
 
 from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_endpoint
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
-from auditor.model.objects import Node, Role, Workload
+from auditor.model.objects import Node, Role, Workload, WorkloadRef
 from auditor.placement.coupling import (
     PairContext,
     PairPlacement,
@@ -27,8 +27,6 @@ from auditor.reachability.policy import Decider
 from auditor.reachability.ports import PortSet
 from auditor.rules.base import RuleMeta
 from auditor.workloads.edges import CommEdge, comm_edges
-
-SCOPE_NAMESPACE = "namespace"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +142,26 @@ class AuditModel:
         return self.inventory.workloads
 
 
+def workload_object(ref: WorkloadRef) -> ObjectRef:
+    """A workload as findings and reports name it."""
+    return ObjectRef(ref.api_version, ref.kind, ref.namespace, ref.name, ref.source.file, ref.source.line)
+
+
 def object_ref(role: Role) -> ObjectRef:
-    w = role.workload
-    return ObjectRef(w.api_version, w.kind, w.namespace, w.name, w.source.file, w.source.line)
+    return workload_object(role.workload)
 
 
-def role_label(role: Role) -> str:
-    return role.label
+def role_finding(meta: RuleMeta, role: Role, message: str, certainty: str = "always") -> Finding:
+    """A finding of `meta`'s rule about one role of a workload."""
+    return Finding(
+        rule=meta.id,
+        severity=meta.severity,
+        certainty=certainty,
+        symptoms=meta.symptoms,
+        workload=object_ref(role),
+        message=message,
+        role=role.label,
+    )
 
 
 def mentions(deciders: Sequence[Decider]) -> tuple[PolicyMention, ...]:

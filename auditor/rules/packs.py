@@ -114,7 +114,7 @@ from auditor.rules.cel_rules import (
     activations,
     compile_expression,
 )
-from auditor.rules.model import AuditModel
+from auditor.rules.model import AuditModel, workload_object
 from auditor.settings.schema import Invalid, Where, json_schema, kind_of, non_empty, read, setting
 
 API_VERSION = "placement-auditor.io/v1"
@@ -821,11 +821,6 @@ def load_packs(paths: Sequence[Path], include_default: bool = True) -> PolicyPac
 # Custom rules
 
 
-def _object(workload: Workload) -> ObjectRef:
-    ref = workload.ref
-    return ObjectRef(ref.api_version, ref.kind, ref.namespace, ref.name, ref.source.file, ref.source.line)
-
-
 def evaluate_custom_rules(pack: PolicyPack, model: AuditModel) -> tuple[list[Finding], list[LoadError]]:
     """Findings of the pack's enabled custom rules, and one error entry per failed evaluation
     (at most MAX_ERRORS_PER_RULE per rule, then a count). Scope is applied before evaluating."""
@@ -872,7 +867,7 @@ def evaluate_custom_rules(pack: PolicyPack, model: AuditModel) -> tuple[list[Fin
                         severity=settings.severity or rule.severity,
                         certainty=rule.certainty,
                         symptoms=rule.symptoms,
-                        workload=_object(activation.workload),
+                        workload=workload_object(activation.workload.ref),
                         message=message,
                         target=target,
                         role=role_label,
@@ -1012,7 +1007,7 @@ def apply_pack(findings: Sequence[Finding], model: AuditModel, pack: PolicyPack,
     A finding matched by several waivers is waived by the first active one (documents in load
     order, then annotations); every waiver it matched counts as used.
     """
-    workloads = {_object(w).identity: w for w in model.workloads()}
+    workloads = {workload_object(w.ref).identity: w for w in model.workloads()}
     waivers: list[Waiver] = list(pack.waivers)
     errors: list[LoadError] = []
     for workload in model.workloads():

@@ -28,7 +28,7 @@ from typing import Any
 
 from auditor.model.findings import Finding
 from auditor.rules.base import RuleMeta
-from auditor.rules.model import AuditModel, object_ref
+from auditor.rules.model import AuditModel, role_finding
 
 META = RuleMeta("role-unschedulable", "A role has no node it can land on", "high", ("blocked",))
 
@@ -53,12 +53,4 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
             )
         else:
             continue
-        yield Finding(
-            rule=META.id,
-            severity=META.severity,
-            certainty="always",
-            symptoms=META.symptoms,
-            workload=object_ref(role),
-            message=message,
-            role=role.label,
-        )
+        yield role_finding(META, role, message)

@@ -13,7 +13,7 @@ from typing import Any
 
 from auditor.model.findings import Finding
 from auditor.rules.base import RuleMeta
-from auditor.rules.model import AuditModel, object_ref
+from auditor.rules.model import AuditModel, role_finding
 
 META = RuleMeta(
     "zone-label-mismatch", "A zone label disagrees with where the pod can land", "high", ("blocked",)
@@ -30,15 +30,8 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
             if not key.lower().endswith("zone") or key in copied:
                 continue
             if value not in placement.zones:
-                yield Finding(
-                    rule=META.id,
-                    severity=META.severity,
-                    certainty="always",
-                    symptoms=META.symptoms,
-                    workload=object_ref(role),
-                    message=(
-                        f"{role} carries label {key}={value} but can land only in "
-                        f"{', '.join(placement.zones)}"
-                    ),
-                    role=role.label,
+                yield role_finding(
+                    META,
+                    role,
+                    f"{role} carries label {key}={value} but can land only in {', '.join(placement.zones)}",
                 )

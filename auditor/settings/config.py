@@ -1,37 +1,9 @@
 """Typed settings, validated once; unknown keys are rejected with the file, line and key.
 
-Every setting says its unit, default and why. The config file is YAML:
-
-    kubernetes:
-      version: "1.37"            # drives defaults that changed between releases
-      default_namespace: default # for manifests without metadata.namespace
-      extended_resource_toleration: false  # admission plugin: GPU pods tolerate their resource's taint
-    topology:
-      zone_key: topology.kubernetes.io/zone
-      region_key: topology.kubernetes.io/region
-      pod_zone_labels: null      # pod label → node label copied at binding; null = by version
-    network:
-      cni: auto                  # auto | generic | cilium | calico
-      ipblock_matches_pod_ips: true
-      host_network_pods: node    # node | pod: how a generic CNI treats hostNetwork pods
-      ephemeral_ports: 32768-60999  # nodes' net.ipv4.ip_local_port_range: NCCL/Gloo/MPI data ports
-      cilium:
-        enforcement_mode: default
-        labels: ""               # Cilium's `labels` setting (identity-relevant labels)
-        policy_cidr_match_mode: ""
-        enable_node_selector_labels: false
-        cluster_name: default
-    sources:
-      kustomize_remote: false    # allow Kustomize to fetch remote resources (URLs, git repos)
-      render_timeout_seconds: 120
-      max_render_bytes: 16777216 # output of one kubectl kustomize / helm template
-    cost: …                      # see CostSettings
-    cluster:
-      read_deadline_seconds: 300 # one live read, all pages and retries: past it the audit is partial
-      snapshot_annotations: []   # extra annotation keys (or prefixes ending in /) a snapshot keeps
-    database: …                  # the service's sections: see service_config.py
-    service: …
-    targets: […]
+Every setting says its unit, default and why (`schema.setting`). The config file is YAML with the
+sections declared below (`Settings`) and the service's ones (`auditor.settings.service`); a commented
+example is in docs/config.md, and docs/config-reference.md lists every key (generated from these
+declarations by `config_reference`).
 """
 
 from __future__ import annotations

@@ -1,41 +1,5 @@
-"""The service's part of the config file: `database`, `service` and `targets`.
-
-    database:
-      url: postgresql://auditor@db/auditor   # or sqlite:///auditor.db; AUDITOR_DATABASE_URL wins
-    service:
-      host: 127.0.0.1             # where `auditor serve` listens
-      port: 8080
-      api_token_env: AUDITOR_API_TOKEN  # environment variable holding the bearer token for writes
-      read_token_required: false  # true: reading the API and the pages needs the token too
-      timezone: UTC               # cron schedules are read in this zone
-      misfire_grace_seconds: 3600 # a daily run missed during a restart still runs within this time
-      catch_up: true              # on start, run a slot that fired while no service was up (within the grace)
-      run_on_start: false         # on start, audit every target once, whatever the schedule says
-      heartbeat_seconds: 15       # a running audit proves it is alive this often
-      stale_after_seconds: 300    # a `running` run without a heartbeat this long is `interrupted`
-      git_cache_dir: .auditor-cache/git
-      git_timeout_seconds: 300
-      broker:                     # fleet mode (docs/scale.md); absent: everything in-process
-        url_env: AUDITOR_BROKER_URL   # redis://… (default) or amqp://… (RabbitMQ)
-      github_app:                 # the GitHub App receiving webhooks at /hooks/github
-        app_id: 12345
-        private_key_file: app.pem
-        webhook_secret_env: AUDITOR_WEBHOOK_SECRET
-    targets:
-      - name: infra
-        schedule: "0 6 * * *"     # cron, five fields
-        git:
-          url: https://github.com/acme/infra.git   # https, ssh, git@host:path, file:// or a path
-          branch: main            # default: the remote's default branch
-          token_env: INFRA_GIT_TOKEN   # HTTPS token from the environment (never printed)
-          username: x-access-token
-        paths: [clusters/prod]    # inside the checkout; default: all of it
-        nodes: [nodes/prod.yaml]  # `kubectl get nodes -o yaml` dumps inside the checkout
-        policies: []              # extra policy packs inside the checkout
-      - name: lab
-        directory: ./manifests    # a plain directory, audited in place (no commit recorded)
-      - name: prod
-        cluster: {context: prod}  # a live cluster (kubeconfig context, or in_cluster: true)
+"""The service's part of the config file: `database`, `service`, `targets`, `digest` and `reports`
+(a commented example: docs/config.md; every key: docs/config-reference.md).
 
 Relative paths are read from the config file's directory. Unknown keys, bad cron expressions and
 bad URLs are rejected with the key's path (`targets[1].schedule`).
@@ -182,6 +146,16 @@ class BrokerSettings:
         return environ.get(self.url_env, "") if self.url_env and environ.get(self.url_env) else self.url
 
 
+def _github_api_url() -> Any:
+    """The REST API root setting of the GitHub App and of a target's fix pull requests."""
+    return setting(
+        "https://api.github.com",
+        doc="REST API root; GitHub Enterprise: https://HOST/api/v3.",
+        pattern=HTTP_URL,
+        pattern_text="not a URL",
+    )
+
+
 def _clone_url(url: str) -> str | None:
     return None if "{full_name}" in url else "must contain {full_name}"
 
@@ -194,12 +168,7 @@ class GitHubAppSettings:
     private_key_file: str = setting(
         doc="The App's PEM private key (signs the JWT).", path="resolve", check=non_empty
     )
-    base_url: str = setting(
-        "https://api.github.com",
-        doc="REST API root; GitHub Enterprise: https://HOST/api/v3.",
-        pattern=HTTP_URL,
-        pattern_text="not a URL",
-    )
+    base_url: str = _github_api_url()
     webhook_secret: str = setting("", doc="The webhook secret (prefer webhook_secret_env).", secret=True)
     webhook_secret_env: str = setting(
         "AUDITOR_WEBHOOK_SECRET", doc="Environment variable holding the webhook secret."
@@ -361,12 +330,7 @@ class GitHubSettings:
     repository: str = setting(
         doc="owner/name", pattern=r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", pattern_text="owner/name"
     )
-    base_url: str = setting(
-        "https://api.github.com",
-        doc="REST API root; GitHub Enterprise: https://HOST/api/v3.",
-        pattern=HTTP_URL,
-        pattern_text="not a URL",
-    )
+    base_url: str = _github_api_url()
     token: str = setting("", doc="A token (prefer token_env).", secret=True)
     token_env: str = setting("", doc="Environment variable holding a PAT or installation token.")
     app_id: int = setting(0, doc="GitHub App authentication (instead of a token): the App's id.")

@@ -135,28 +135,37 @@ def _with_label_keys(
     return selector.and_(LabelSelector(tuple(extra))) if extra else selector
 
 
+def _term_selector(raw: Mapping[str, Any], labels: Mapping[str, str], at: str) -> LabelSelector:
+    """A term's labelSelector with its label keys merged; a null one selects nothing (the API server
+    merges no label keys into a null selector)."""
+    if raw.get("labelSelector") is None:
+        return LabelSelector.nothing()
+    return _with_label_keys(
+        parse_label_selector(raw.get("labelSelector"), f"{at}.labelSelector"), raw, labels, at
+    )
+
+
+def _topology_key(raw: Mapping[str, Any], at: str) -> str:
+    # The API server requires a topologyKey; without one no node carries the key (the filter's view).
+    key = raw.get("topologyKey") or ""
+    if not isinstance(key, str):
+        raise SelectorError(f"{at}.topologyKey", "must be a node label key")
+    return key
+
+
 def affinity_term(raw: Any, labels: Mapping[str, str], at: str) -> AffinityTerm:
     """One PodAffinityTerm of a pod carrying `labels`."""
     if not isinstance(raw, Mapping):
         raise SelectorError(at, "must be a mapping (a PodAffinityTerm)")
-    if raw.get("labelSelector") is None:
-        selector = LabelSelector.nothing()  # the API server merges no label keys into a null selector
-    else:
-        selector = _with_label_keys(
-            parse_label_selector(raw.get("labelSelector"), f"{at}.labelSelector"), raw, labels, at
-        )
+    selector = _term_selector(raw, labels, at)
     names = raw.get("namespaces") or []
     if not isinstance(names, list):
         raise SelectorError(f"{at}.namespaces", "must be a list of namespace names")
     ns_raw = raw.get("namespaceSelector")
     ns_selector = None if ns_raw is None else parse_label_selector(ns_raw, f"{at}.namespaceSelector")
-    # The API server requires a topologyKey; without one no node carries the key (the filter's view).
-    key = raw.get("topologyKey") or ""
-    if not isinstance(key, str):
-        raise SelectorError(f"{at}.topologyKey", "must be a node label key")
     return AffinityTerm(
         selector,
-        key,
+        _topology_key(raw, at),
         frozenset(str(n) for n in names),
         ns_selector,
         own_namespace=not names and ns_raw is None,
@@ -216,15 +225,8 @@ def spread_constraint(raw: Any, labels: Mapping[str, str], at: str) -> SpreadCon
         raise SelectorError(
             f"{at}.whenUnsatisfiable", f"must be DoNotSchedule or ScheduleAnyway, got {mode!r}"
         )
-    key = raw.get("topologyKey") or ""
-    if not isinstance(key, str):
-        raise SelectorError(f"{at}.topologyKey", "must be a node label key")
-    if raw.get("labelSelector") is None:
-        selector = LabelSelector.nothing()
-    else:
-        selector = _with_label_keys(
-            parse_label_selector(raw.get("labelSelector"), f"{at}.labelSelector"), raw, labels, at
-        )
+    key = _topology_key(raw, at)
+    selector = _term_selector(raw, labels, at)
     return SpreadConstraint(
         max_skew=_positive_int(raw.get("maxSkew"), f"{at}.maxSkew"),
         topology_key=key,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from support import inventory
 
-from auditor.placement.coupling import PairContext, PlacementOptions, pair_placement, place_role, place_roles
+from auditor.placement.coupling import PairContext, PlacementOptions, pair_placement, place_roles
 
 ZONE = "topology.kubernetes.io/zone"
 NODES = """\
@@ -181,7 +181,7 @@ spec:
     roles = [r for w in inv.workloads for r in w.roles]
     grouped = place_roles(roles, inv.nodes, ZONE)
     for role in roles:
-        one_by_one = place_role(role, inv.nodes, ZONE)
+        one_by_one = place_roles([role], inv.nodes, ZONE)[role]
         assert grouped[role] == one_by_one, role
     by_name = {str(r): grouped[r] for r in roles}
     # Schedulable for a plain pod: no GPU taint (i % 4 != 0), not cordoned (i % 7 != 0).

@@ -14,7 +14,6 @@ from auditor.placement.podfilters import (
     InterPodAffinity,
     TopologySpread,
     existing_pod,
-    inter_pod_affinity_ok,
 )
 from auditor.placement.resources import (
     fits,
@@ -243,12 +242,11 @@ def test_pod_affinity_namespace_selector_matches_namespace_labels() -> None:
     state = InterPodAffinity.build(worker, "ml", nodes, [coordinator], ns_labels)
     assert [state.filter(n).ok for n in nodes] == [True, False]
     # Without the namespace's labels the selector matches nothing, and the worker waits.
-    assert not inter_pod_affinity_ok(worker, "ml", nodes[0], nodes, [coordinator])
+    assert not InterPodAffinity.build(worker, "ml", nodes, [coordinator]).filter(nodes[0]).ok
     # kubernetes.io/metadata.name is always there.
     by_name = {**term, "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}}}
-    assert inter_pod_affinity_ok(
-        _affinity_pod(by_name, {"role": "worker"}), "ml", nodes[0], nodes, [coordinator]
-    )
+    follower = _affinity_pod(by_name, {"role": "worker"})
+    assert InterPodAffinity.build(follower, "ml", nodes, [coordinator]).filter(nodes[0]).ok
 
 
 def test_first_pod_exemption_needs_a_pod_matching_its_own_term() -> None:

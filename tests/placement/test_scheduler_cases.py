@@ -25,8 +25,6 @@ from auditor.placement.podfilters import (
     InterPodAffinity,
     TopologySpread,
     existing_pod,
-    inter_pod_affinity_ok,
-    topology_spread_ok,
 )
 from auditor.sources.objects import RawObject, parse_node
 from auditor.workloads.podspec import parse_pod
@@ -118,16 +116,10 @@ def test_upstream_case(plugin: str, case: Mapping[str, Any]) -> None:
             spread = TopologySpread.build(template, namespace, nodes, existing)
             for node in nodes:
                 got[node.name] = _verdict(plugin, spread.filter(node))
-                assert topology_spread_ok(template, namespace, node, nodes, existing) == (
-                    got[node.name] == "Success"
-                )
         else:
             affinity = InterPodAffinity.build(template, namespace, nodes, existing)
             for node in nodes:
                 got[node.name] = _verdict(plugin, affinity.filter(node))
-                assert inter_pod_affinity_ok(template, namespace, node, nodes, existing) == (
-                    got[node.name] == "Success"
-                )
     # "Rejected": the upstream test only says the node does not match (no status code).
     want = {n: (got[n] if v == "Rejected" and got[n] != "Success" else v) for n, v in case["want"].items()}
     assert got == want
