@@ -10,8 +10,9 @@ grows with (situations × rules × pieces) bit operations, not with pods².
 
 `allowed(src, dst, protocol, port)` is then two row look-ups and two bit tests; `Row.bits_over`
 answers for a whole port range, which `auditor connectivity` (connectivity.py) aggregates per
-namespace × zone without numpy. The bulk counts over every pod pair (`allowed_pod_pairs`,
-`ConnectivityMap`, used by the benchmarks) need numpy: the optional extra `placement-auditor[matrix]`.
+namespace × zone. `ConnectivityMap` is the full map, in blocks of identity pairs, on Python ints
+too; only the bulk count of one probe over every pod pair (`allowed_pod_pairs`, used by the
+benchmarks) needs numpy: the optional extra `placement-auditor[matrix]`.
 
 The per-pair engine (engine.py) stays the reference: the tests check this matrix against it.
 """
@@ -364,10 +365,6 @@ class ConnectivityMap:
     """
 
     def __init__(self, matrix: ClassMatrix) -> None:
-        nd = _numpy()
-        n = len(matrix.identities)
-        self._n = n
-        self._weights = nd.array(matrix.weights, dtype=nd.float64)
         universe = matrix.all
         self._egress = _groups(matrix.row_of[Direction.EGRESS])
         self._ingress = _groups(matrix.row_of[Direction.INGRESS])
@@ -376,15 +373,20 @@ class ConnectivityMap:
             if id(row) not in parts:
                 parts[id(row)] = _row_parts(row, universe)
         self._parts = parts
+        n = len(matrix.identities)
         self._egress_group_of = _group_index(self._egress, n)
         self._ingress_group_of = _group_index(self._ingress, n)
-        ingress_index = nd.array(self._ingress_group_of, dtype=nd.int64)
+        ingress, ingress_group_of = self._ingress, self._ingress_group_of
         both: dict[tuple[ConnSet, ConnSet], ConnSet] = {}
         blocks: list[Block] = []
         for e_row, sources in self._egress:
             for conns, dst_bits in parts[id(e_row)]:
-                for g in nd.unique(ingress_index[_indexes(dst_bits, n)]).tolist():
-                    i_row, dst_group = self._ingress[g]
+                # The destination groups that meet the part, each found once through its lowest
+                # member left in the part.
+                rest = dst_bits
+                while rest:
+                    i_row, dst_group = ingress[ingress_group_of[(rest & -rest).bit_length() - 1]]
+                    rest &= ~dst_group
                     dsts = dst_bits & dst_group
                     for conns_in, src_bits in parts[id(i_row)]:
                         srcs = src_bits & sources
@@ -397,30 +399,40 @@ class ConnectivityMap:
                         if allowed:
                             blocks.append(Block(srcs, dsts, allowed))
         self.blocks: tuple[Block, ...] = tuple(blocks)
-        pods = float(self._weights.sum())
-        counts: dict[ConnSet, float] = {}
-        weight_cache: dict[int, float] = {}
+        weigh = _Weigher(matrix.weights)
+        pods = sum(matrix.weights)
+        counts: dict[ConnSet, int] = {}
         for b in blocks:
-            pairs = self._weight(b.sources, weight_cache) * self._weight(b.destinations, weight_cache)
-            pairs -= self._weight(b.sources & b.destinations, weight_cache)  # a pod with itself
-            counts[b.conns] = counts.get(b.conns, 0.0) + pairs
+            pairs = weigh(b.sources) * weigh(b.destinations) - weigh(b.sources & b.destinations)
+            counts[b.conns] = counts.get(b.conns, 0) + pairs  # minus each pod with itself
         empty = pods * (pods - 1) - sum(counts.values())
         if empty:
             counts[ConnSet.none()] = empty
-        self.pod_pairs: dict[ConnSet, int] = {c: round(v) for c, v in counts.items() if round(v)}
-
-    def _weight(self, bits: int, cache: dict[int, float]) -> float:
-        """Pods in these identities."""
-        found = cache.get(bits)
-        if found is None:
-            found = cache[bits] = float(self._weights[_indexes(bits, self._n)].sum()) if bits else 0.0
-        return found
+        self.pod_pairs: dict[ConnSet, int] = {c: v for c, v in counts.items() if v}
 
     def between(self, src_identity: int, dst_identity: int) -> ConnSet:
         e_row = self._egress[self._egress_group_of[src_identity]][0]
         i_row = self._ingress[self._ingress_group_of[dst_identity]][0]
         out = _part_of(self._parts[id(e_row)], dst_identity)
         return out & _part_of(self._parts[id(i_row)], src_identity) if out else out
+
+
+class _Weigher:
+    """Pods in a set of identities: identities grouped by their pod count, so a set weighs one bit
+    count per distinct count (replica numbers are few), cached per set."""
+
+    def __init__(self, weights: Sequence[int]) -> None:
+        by_weight: dict[int, int] = {}
+        for i, w in enumerate(weights):
+            by_weight[w] = by_weight.get(w, 0) | (1 << i)
+        self._by_weight = tuple(by_weight.items())
+        self._cache: dict[int, int] = {}
+
+    def __call__(self, bits: int) -> int:
+        found = self._cache.get(bits)
+        if found is None:
+            found = self._cache[bits] = sum(w * (bits & m).bit_count() for w, m in self._by_weight)
+        return found
 
 
 def _groups(rows: Sequence[Row]) -> list[tuple[Row, int]]:
@@ -477,14 +489,6 @@ def _part_of(parts: tuple[tuple[ConnSet, int], ...], peer: int) -> ConnSet:
         if bits >> peer & 1:
             return conns
     return ConnSet.none()
-
-
-def _indexes(bits: int, n: int) -> np.ndarray:
-    """The set bits of `bits` (< n) as an index array."""
-    nd = _numpy()
-    packed = nd.frombuffer(bits.to_bytes((n + 7) // 8, "little"), dtype=nd.uint8)
-    found: np.ndarray = nd.flatnonzero(nd.unpackbits(packed, bitorder="little")[:n])
-    return found
 
 
 def _bits_matrix(rows: Sequence[Row], protocol: str, port: int, n: int) -> np.ndarray:
