@@ -153,6 +153,9 @@ class ClassMatrix:
             else None
         )
         self._peer_bits: dict[Peer, int] = {}
+        # (id(rule), direction, host-network hits, named ports) → (the rule, kept so its id
+        # stays its own, and its hits)
+        self._hits: dict[tuple[object, ...], tuple[Rule, list[tuple[ConnSet, int]]]] = {}
         self._rows: dict[tuple[object, ...], Row] = {}
         self.row_of: dict[Direction, list[Row]] = {d: [self._row(i, d) for i in range(n)] for d in Direction}
 
@@ -196,14 +199,26 @@ class ClassMatrix:
         views = self.engine.views
         if rule.local is not None and not rule.local.matches(subject, views, subject):
             return []
-        peers = 0
+        host_hits = 0
+        for i in _bit_indexes(self.host):
+            if rule.peer_matches(self.identities[i], views, subject):
+                host_hits |= 1 << i
+        # Past the subject's own-side criteria, the hits depend on the subject only through the
+        # host-network peers it sees and, for ingress, its named ports: rules shared by many
+        # situations (a namespace's policies) are worked out once per such variant.
+        by_subject = direction is Direction.INGRESS and (rule.ports.named or rule.ports.exclude_named)
+        key = (id(rule), direction, host_hits, subject.named_ports if by_subject else ())
+        found = self._hits.get(key)
+        if found is None:
+            found = self._hits[key] = (rule, self._compute_rule_hits(rule, subject, direction, host_hits))
+        return found[1]
+
+    def _compute_rule_hits(
+        self, rule: Rule, subject: PodEndpoint, direction: Direction, host_hits: int
+    ) -> list[tuple[ConnSet, int]]:
+        peers = host_hits
         for p in rule.peers:
             peers |= self.peer_bits(p)
-        host_hits = [
-            i for i in _bit_indexes(self.host) if rule.peer_matches(self.identities[i], views, subject)
-        ]
-        for i in host_hits:
-            peers |= 1 << i
         if not peers:
             return []
         if direction is Direction.INGRESS or not (rule.ports.named or rule.ports.exclude_named):
@@ -269,49 +284,49 @@ class ClassMatrix:
             compiled.append((tier, bool(policies), isolating, rules))
         pieces = []
         for proto in PROTOCOLS:
-            ordered = tuple(sorted(starts[proto]))
-            pieces.append((proto, ordered, tuple(self._piece(compiled, proto, s) for s in ordered)))
+            ordered = sorted(starts[proto])
+            pieces.append((proto, tuple(ordered), self._pieces(compiled, proto, ordered)))
         return Row(tuple(pieces))
 
-    def _piece(self, compiled: list[_CompiledTier], protocol: str, port: int) -> int:
-        """Allowed peer identities at one (protocol, port): the engine's tier walk, on bitsets."""
-        pending = self.all
-        allowed = 0
+    def _pieces(self, compiled: list[_CompiledTier], protocol: str, starts: list[int]) -> tuple[int, ...]:
+        """Allowed peer identities on each piece of one protocol (the pieces begin at `starts`,
+        where no rule in play changes inside a piece): the engine's tier walk, on bitsets, for
+        every piece side by side."""
+        n = len(starts)
+        pending = [self.all] * n
+        allowed = [0] * n
         for tier, applies, isolating, rules in compiled:
             always = tier.always_isolate
-            if not pending:
+            if not any(pending):
                 break
             if not applies and not always:
                 continue
-            hits = [(action, _hit(h, protocol, port)) for action, h in rules]
-            end_deny = tier.end_action == "deny"
             if tier.mode == UNION:
-                denied = 0
-                for action, bits in hits:
-                    if action is Action.DENY:
-                        denied |= bits
-                denied &= pending
-                allow = 0
-                for action, bits in hits:
-                    if action is Action.ALLOW:
-                        allow |= bits
-                allow &= pending & ~denied
-                allowed |= allow
-                rest = pending & ~denied & ~allow
-                pending = 0 if (isolating or always) else rest
+                deny = _piece_bits(_of_action(rules, Action.DENY), protocol, starts)
+                allow = _piece_bits(_of_action(rules, Action.ALLOW), protocol, starts)
+                closes = isolating or always
+                for k in range(n):
+                    left = pending[k]
+                    denied = deny[k] & left
+                    let = allow[k] & left & ~denied
+                    allowed[k] |= let
+                    pending[k] = 0 if closes else left & ~denied & ~let
             else:
-                remaining, passed = pending, 0
-                for action, bits in hits:
-                    h = bits & remaining
-                    if not h:
-                        continue
-                    if action is Action.ALLOW:
-                        allowed |= h
-                    elif action is Action.PASS:
-                        passed |= h
-                    remaining &= ~h
-                pending = passed if (end_deny and isolating) else passed | remaining
-        return allowed | pending
+                ordered = [(a, _piece_bits(hits, protocol, starts)) for a, hits in rules]
+                closes = tier.end_action == "deny" and isolating
+                for k in range(n):
+                    remaining, passed = pending[k], 0
+                    for action, bits in ordered:
+                        h = bits[k] & remaining
+                        if not h:
+                            continue
+                        if action is Action.ALLOW:
+                            allowed[k] |= h
+                        elif action is Action.PASS:
+                            passed |= h
+                        remaining &= ~h
+                    pending[k] = passed if closes else passed | remaining
+        return tuple(a | p for a, p in zip(allowed, pending, strict=True))
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -500,12 +515,22 @@ def _bits_matrix(rows: Sequence[Row], protocol: str, port: int, n: int) -> np.nd
     return unpacked
 
 
-def _hit(hits: list[tuple[ConnSet, int]], protocol: str, port: int) -> int:
-    bits = 0
+def _of_action(
+    rules: list[tuple[Action, list[tuple[ConnSet, int]]]], action: Action
+) -> list[tuple[ConnSet, int]]:
+    return [h for a, hits in rules if a is action for h in hits]
+
+
+def _piece_bits(hits: list[tuple[ConnSet, int]], protocol: str, starts: list[int]) -> list[int]:
+    """The peers the hits cover on each piece of `protocol` (pieces begin at `starts`; every
+    interval of the hits begins a piece and the port after it begins the next one)."""
+    out = [0] * len(starts)
     for conns, peers in hits:
-        if conns.contains(protocol, port):
-            bits |= peers
-    return bits
+        ports = conns.ports(protocol)
+        for lo, hi in ports.intervals:
+            for k in range(bisect.bisect_right(starts, lo) - 1, bisect.bisect_right(starts, hi)):
+                out[k] |= peers
+    return out
 
 
 def _bit_indexes(bits: int) -> list[int]:
