@@ -243,7 +243,13 @@ class ClassMatrix:
             engine.settings.cni == "cilium" and engine.settings.cilium.enforcement_mode == "never"
         ):
             return self._rows.setdefault(("open",), Row(tuple((p, (1,), (self.all,)) for p in PROTOCOLS)))
-        tiers = [(t, engine.applicable(subject, direction, t.name)) for t in engine.tiers]
+        # engine.applicable for every tier, in one pass over the policies selecting the subject
+        # (an identity: no name, so selecting() is what applicable() reads).
+        by_tier: dict[str, list[CompiledPolicy]] = {}
+        for p in engine.selecting(subject):
+            if p.direction(direction).applies:
+                by_tier.setdefault(p.tier, []).append(p)
+        tiers = [(t, tuple(by_tier.get(t.name, ()))) for t in engine.tiers]
         locals_ = tuple(
             r.local.matches(subject, engine.views, subject)
             for _, ps in tiers
