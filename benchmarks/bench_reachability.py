@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -98,21 +99,30 @@ def _cpu() -> float:
 
 
 def child_map(directory: str) -> dict[str, Any]:
+    gc.disable()  # as cmd_connectivity does (gcpause.paused): the collector would walk the load for nothing
     t0, c0 = time.perf_counter(), _cpu()
     docs, errors = yamlio.load_paths(_files(Path(directory)))
+    c_yaml = _cpu()
     inv = build_inventory(docs, Settings(), errors)
+    c_inventory = _cpu()
     eps = _endpoints(inv)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), _cpu()
     matrix = ClassMatrix(policy_engine(inv), eps)
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), _cpu()
     cmap = ConnectivityMap(matrix)
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), _cpu()
     return {
         "seconds": t3 - t0,
-        "cpu_seconds": _cpu() - c0,
+        "cpu_seconds": c3 - c0,
         "load_s": t1 - t0,
         "matrix_s": t2 - t1,
         "map_s": t3 - t2,
+        # CPU per step: YAML (yamlio), typed objects (build_inventory), endpoints, matrix, map
+        "cpu_yaml_s": c_yaml - c0,
+        "cpu_inventory_s": c_inventory - c_yaml,
+        "cpu_endpoints_s": c1 - c_inventory,
+        "cpu_matrix_s": c2 - c1,
+        "cpu_map_s": c3 - c2,
         "pods": len(eps),
         "identities": len(matrix.identities),
         "errors": len(inv.errors),
@@ -146,10 +156,14 @@ def run_child(*args: str, product: str | None = None) -> dict[str, Any]:
     env = dict(os.environ)
     if product:
         env["PYTHONPATH"] = product + os.pathsep + env.get("PYTHONPATH", "")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
         [sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=True, env=env
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    # The whole child process: interpreter start, imports (this script's too), the work, exit.
+    result["process_cpu_seconds"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return result
 
 
@@ -257,6 +271,15 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
+_STEPS = ("yaml", "inventory", "endpoints", "matrix", "map")
+
+
+def _cpu_steps(runs: list[dict[str, Any]]) -> str:
+    """CPU per step (medians), and the whole child process with interpreter start and imports."""
+    steps = ", ".join(f"{s} {_median(runs, f'cpu_{s}_s'):.2f}s" for s in _STEPS)
+    return f"cpu by step: {steps}; whole process {_median(runs, 'process_cpu_seconds'):.2f}s"
+
+
 def versus_nca(args: argparse.Namespace) -> int:
     pods = args.pods
     status = 0
@@ -278,6 +301,7 @@ def versus_nca(args: argparse.Namespace) -> int:
             f"{_median(ours, 'matrix_s'):.2f}s, map {_median(ours, 'map_s'):.2f}s), "
             f"cpu {_median(ours, 'cpu_seconds'):.2f}s, peak RSS {_median(ours, 'peak_rss_mib'):.0f} MiB"
         )
+        print("  " + _cpu_steps(ours))
         if before:
             old = _median(before, "seconds")
             print(
@@ -285,6 +309,7 @@ def versus_nca(args: argparse.Namespace) -> int:
                 f"{_median(before, 'cpu_seconds'):.2f}s → after/before {mine / old:.2f}× "
                 f"(map {_median(ours, 'map_s') / _median(before, 'map_s'):.2f}×)"
             )
+            print("  before " + _cpu_steps(before))
             if before[0]["pod_pairs_with_connections"] != ours[0]["pod_pairs_with_connections"]:
                 print("WRONG: before and after count different allowed pod pairs", file=sys.stderr)
                 status = 1
@@ -321,19 +346,26 @@ def versus_nca(args: argparse.Namespace) -> int:
 
 def growth_runs(args: argparse.Namespace) -> int:
     status = 0
-    phases: dict[str, list[float]] = {"seconds": [], "map_s": []}
+    phases: dict[str, list[float]] = {"seconds": [], "cpu_seconds": [], "after_yaml": [], "map_s": []}
     sizes = [args.pods * f for f in growth.FACTORS]
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="bench-reach-") as tmp:
             nca_baseline.write_inputs(size, Path(tmp))
             r = run_child("map", tmp)
         phases["seconds"].append(r["seconds"])
+        phases["cpu_seconds"].append(r["cpu_seconds"])
+        phases["after_yaml"].append(r["cpu_seconds"] - r["cpu_yaml_s"])
         phases["map_s"].append(r["map_s"])
         print(
             f"  {size} pods: {r['seconds']:.2f}s (map {r['map_s']:.2f}s), {r['identities']} identities, "
-            f"peak RSS {r['peak_rss_mib']:.0f} MiB"
+            f"peak RSS {r['peak_rss_mib']:.0f} MiB; {_cpu_steps([r])}"
         )
-    for key, label in (("seconds", "reachability total"), ("map_s", "ConnectivityMap step")):
+    for key, label in (
+        ("seconds", "reachability total"),
+        ("cpu_seconds", "reachability total cpu"),
+        ("after_yaml", "cpu after the YAML load (typed objects, endpoints, matrix, map)"),
+        ("map_s", "ConnectivityMap step"),
+    ):
         k = growth.exponent(sizes, phases[key])
         print(f"growth {label}: exponent {k:.2f} over {sizes} pods")
     return status

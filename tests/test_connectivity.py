@@ -86,7 +86,7 @@ def test_bad_port_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert "a port or range" in capsys.readouterr().err
 
 
-def test_numpy_is_only_needed_for_the_bulk_pair_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_numpy_is_only_needed_for_the_bulk_probe_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     import subprocess
 
     loaded = subprocess.run(
@@ -106,5 +106,7 @@ def test_numpy_is_only_needed_for_the_bulk_pair_counts(monkeypatch: pytest.Monke
     from auditor.reachability.matrix import ConnectivityMap
 
     eps = [role_endpoint(inv, r, None, None) for w in inv.workloads for r in w.roles]
+    matrix = ClassMatrix(policy_engine(inv), eps)
+    assert ConnectivityMap(matrix).blocks  # the full map is Python ints too
     with pytest.raises(ImportError, match=r"pip install 'placement-auditor\[matrix\]'"):
-        ConnectivityMap(ClassMatrix(policy_engine(inv), eps))
+        matrix.allowed_pod_pairs("TCP", 8080)

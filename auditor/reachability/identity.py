@@ -10,7 +10,6 @@ what makes the cost grow with the number of distinct identities, not with pods²
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import ipaddress
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -136,11 +135,14 @@ class IdentityProjection:
 
     def _project(self, ep: PodEndpoint) -> PodEndpoint:
         host = ep.host_network and not self.settings.host_network_pods_are_pods()
-        return dataclasses.replace(
-            ep,
+        keys, names = self.label_keys, self.port_names
+        return PodEndpoint(
+            namespace=ep.namespace,
             name="",
-            labels=tuple(kv for kv in ep.labels if kv[0] in self.label_keys),
-            named_ports=tuple(p for p in ep.named_ports if p.name in self.port_names),
+            labels=tuple(kv for kv in ep.labels if kv[0] in keys),
+            namespace_labels=ep.namespace_labels,
+            service_account=ep.service_account,
+            named_ports=tuple(p for p in ep.named_ports if p.name in names),
             ips=tuple(dict.fromkeys(map(self._region, ep.ips))) if self.reads_ips else (),
             # Where a pod runs matters for a host-network pod (it speaks as its node) and for
             # Cilium's host/remote-node entities.

@@ -10,8 +10,9 @@ grows with (situations × rules × pieces) bit operations, not with pods².
 
 `allowed(src, dst, protocol, port)` is then two row look-ups and two bit tests; `Row.bits_over`
 answers for a whole port range, which `auditor connectivity` (connectivity.py) aggregates per
-namespace × zone without numpy. The bulk counts over every pod pair (`allowed_pod_pairs`,
-`ConnectivityMap`, used by the benchmarks) need numpy: the optional extra `placement-auditor[matrix]`.
+namespace × zone. `ConnectivityMap` is the full map, in blocks of identity pairs, on Python ints
+too; only the bulk count of one probe over every pod pair (`allowed_pod_pairs`, used by the
+benchmarks) needs numpy: the optional extra `placement-auditor[matrix]`.
 
 The per-pair engine (engine.py) stays the reference: the tests check this matrix against it.
 """
@@ -152,6 +153,9 @@ class ClassMatrix:
             else None
         )
         self._peer_bits: dict[Peer, int] = {}
+        # (id(rule), direction, host-network hits, named ports) → (the rule, kept so its id
+        # stays its own, and its hits)
+        self._hits: dict[tuple[object, ...], tuple[Rule, list[tuple[ConnSet, int]]]] = {}
         self._rows: dict[tuple[object, ...], Row] = {}
         self.row_of: dict[Direction, list[Row]] = {d: [self._row(i, d) for i in range(n)] for d in Direction}
 
@@ -195,14 +199,26 @@ class ClassMatrix:
         views = self.engine.views
         if rule.local is not None and not rule.local.matches(subject, views, subject):
             return []
-        peers = 0
+        host_hits = 0
+        for i in _bit_indexes(self.host):
+            if rule.peer_matches(self.identities[i], views, subject):
+                host_hits |= 1 << i
+        # Past the subject's own-side criteria, the hits depend on the subject only through the
+        # host-network peers it sees and, for ingress, its named ports: rules shared by many
+        # situations (a namespace's policies) are worked out once per such variant.
+        by_subject = direction is Direction.INGRESS and (rule.ports.named or rule.ports.exclude_named)
+        key = (id(rule), direction, host_hits, subject.named_ports if by_subject else ())
+        found = self._hits.get(key)
+        if found is None:
+            found = self._hits[key] = (rule, self._compute_rule_hits(rule, subject, direction, host_hits))
+        return found[1]
+
+    def _compute_rule_hits(
+        self, rule: Rule, subject: PodEndpoint, direction: Direction, host_hits: int
+    ) -> list[tuple[ConnSet, int]]:
+        peers = host_hits
         for p in rule.peers:
             peers |= self.peer_bits(p)
-        host_hits = [
-            i for i in _bit_indexes(self.host) if rule.peer_matches(self.identities[i], views, subject)
-        ]
-        for i in host_hits:
-            peers |= 1 << i
         if not peers:
             return []
         if direction is Direction.INGRESS or not (rule.ports.named or rule.ports.exclude_named):
@@ -227,7 +243,13 @@ class ClassMatrix:
             engine.settings.cni == "cilium" and engine.settings.cilium.enforcement_mode == "never"
         ):
             return self._rows.setdefault(("open",), Row(tuple((p, (1,), (self.all,)) for p in PROTOCOLS)))
-        tiers = [(t, engine.applicable(subject, direction, t.name)) for t in engine.tiers]
+        # engine.applicable for every tier, in one pass over the policies selecting the subject
+        # (an identity: no name, so selecting() is what applicable() reads).
+        by_tier: dict[str, list[CompiledPolicy]] = {}
+        for p in engine.selecting(subject):
+            if p.direction(direction).applies:
+                by_tier.setdefault(p.tier, []).append(p)
+        tiers = [(t, tuple(by_tier.get(t.name, ()))) for t in engine.tiers]
         locals_ = tuple(
             r.local.matches(subject, engine.views, subject)
             for _, ps in tiers
@@ -268,49 +290,49 @@ class ClassMatrix:
             compiled.append((tier, bool(policies), isolating, rules))
         pieces = []
         for proto in PROTOCOLS:
-            ordered = tuple(sorted(starts[proto]))
-            pieces.append((proto, ordered, tuple(self._piece(compiled, proto, s) for s in ordered)))
+            ordered = sorted(starts[proto])
+            pieces.append((proto, tuple(ordered), self._pieces(compiled, proto, ordered)))
         return Row(tuple(pieces))
 
-    def _piece(self, compiled: list[_CompiledTier], protocol: str, port: int) -> int:
-        """Allowed peer identities at one (protocol, port): the engine's tier walk, on bitsets."""
-        pending = self.all
-        allowed = 0
+    def _pieces(self, compiled: list[_CompiledTier], protocol: str, starts: list[int]) -> tuple[int, ...]:
+        """Allowed peer identities on each piece of one protocol (the pieces begin at `starts`,
+        where no rule in play changes inside a piece): the engine's tier walk, on bitsets, for
+        every piece side by side."""
+        n = len(starts)
+        pending = [self.all] * n
+        allowed = [0] * n
         for tier, applies, isolating, rules in compiled:
             always = tier.always_isolate
-            if not pending:
+            if not any(pending):
                 break
             if not applies and not always:
                 continue
-            hits = [(action, _hit(h, protocol, port)) for action, h in rules]
-            end_deny = tier.end_action == "deny"
             if tier.mode == UNION:
-                denied = 0
-                for action, bits in hits:
-                    if action is Action.DENY:
-                        denied |= bits
-                denied &= pending
-                allow = 0
-                for action, bits in hits:
-                    if action is Action.ALLOW:
-                        allow |= bits
-                allow &= pending & ~denied
-                allowed |= allow
-                rest = pending & ~denied & ~allow
-                pending = 0 if (isolating or always) else rest
+                deny = _piece_bits(_of_action(rules, Action.DENY), protocol, starts)
+                allow = _piece_bits(_of_action(rules, Action.ALLOW), protocol, starts)
+                closes = isolating or always
+                for k in range(n):
+                    left = pending[k]
+                    denied = deny[k] & left
+                    let = allow[k] & left & ~denied
+                    allowed[k] |= let
+                    pending[k] = 0 if closes else left & ~denied & ~let
             else:
-                remaining, passed = pending, 0
-                for action, bits in hits:
-                    h = bits & remaining
-                    if not h:
-                        continue
-                    if action is Action.ALLOW:
-                        allowed |= h
-                    elif action is Action.PASS:
-                        passed |= h
-                    remaining &= ~h
-                pending = passed if (end_deny and isolating) else passed | remaining
-        return allowed | pending
+                ordered = [(a, _piece_bits(hits, protocol, starts)) for a, hits in rules]
+                closes = tier.end_action == "deny" and isolating
+                for k in range(n):
+                    remaining, passed = pending[k], 0
+                    for action, bits in ordered:
+                        h = bits[k] & remaining
+                        if not h:
+                            continue
+                        if action is Action.ALLOW:
+                            allowed[k] |= h
+                        elif action is Action.PASS:
+                            passed |= h
+                        remaining &= ~h
+                    pending[k] = passed if closes else passed | remaining
+        return tuple(a | p for a, p in zip(allowed, pending, strict=True))
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -364,10 +386,6 @@ class ConnectivityMap:
     """
 
     def __init__(self, matrix: ClassMatrix) -> None:
-        nd = _numpy()
-        n = len(matrix.identities)
-        self._n = n
-        self._weights = nd.array(matrix.weights, dtype=nd.float64)
         universe = matrix.all
         self._egress = _groups(matrix.row_of[Direction.EGRESS])
         self._ingress = _groups(matrix.row_of[Direction.INGRESS])
@@ -376,15 +394,20 @@ class ConnectivityMap:
             if id(row) not in parts:
                 parts[id(row)] = _row_parts(row, universe)
         self._parts = parts
+        n = len(matrix.identities)
         self._egress_group_of = _group_index(self._egress, n)
         self._ingress_group_of = _group_index(self._ingress, n)
-        ingress_index = nd.array(self._ingress_group_of, dtype=nd.int64)
+        ingress, ingress_group_of = self._ingress, self._ingress_group_of
         both: dict[tuple[ConnSet, ConnSet], ConnSet] = {}
         blocks: list[Block] = []
         for e_row, sources in self._egress:
             for conns, dst_bits in parts[id(e_row)]:
-                for g in nd.unique(ingress_index[_indexes(dst_bits, n)]).tolist():
-                    i_row, dst_group = self._ingress[g]
+                # The destination groups that meet the part, each found once through its lowest
+                # member left in the part.
+                rest = dst_bits
+                while rest:
+                    i_row, dst_group = ingress[ingress_group_of[(rest & -rest).bit_length() - 1]]
+                    rest &= ~dst_group
                     dsts = dst_bits & dst_group
                     for conns_in, src_bits in parts[id(i_row)]:
                         srcs = src_bits & sources
@@ -397,30 +420,40 @@ class ConnectivityMap:
                         if allowed:
                             blocks.append(Block(srcs, dsts, allowed))
         self.blocks: tuple[Block, ...] = tuple(blocks)
-        pods = float(self._weights.sum())
-        counts: dict[ConnSet, float] = {}
-        weight_cache: dict[int, float] = {}
+        weigh = _Weigher(matrix.weights)
+        pods = sum(matrix.weights)
+        counts: dict[ConnSet, int] = {}
         for b in blocks:
-            pairs = self._weight(b.sources, weight_cache) * self._weight(b.destinations, weight_cache)
-            pairs -= self._weight(b.sources & b.destinations, weight_cache)  # a pod with itself
-            counts[b.conns] = counts.get(b.conns, 0.0) + pairs
+            pairs = weigh(b.sources) * weigh(b.destinations) - weigh(b.sources & b.destinations)
+            counts[b.conns] = counts.get(b.conns, 0) + pairs  # minus each pod with itself
         empty = pods * (pods - 1) - sum(counts.values())
         if empty:
             counts[ConnSet.none()] = empty
-        self.pod_pairs: dict[ConnSet, int] = {c: round(v) for c, v in counts.items() if round(v)}
-
-    def _weight(self, bits: int, cache: dict[int, float]) -> float:
-        """Pods in these identities."""
-        found = cache.get(bits)
-        if found is None:
-            found = cache[bits] = float(self._weights[_indexes(bits, self._n)].sum()) if bits else 0.0
-        return found
+        self.pod_pairs: dict[ConnSet, int] = {c: v for c, v in counts.items() if v}
 
     def between(self, src_identity: int, dst_identity: int) -> ConnSet:
         e_row = self._egress[self._egress_group_of[src_identity]][0]
         i_row = self._ingress[self._ingress_group_of[dst_identity]][0]
         out = _part_of(self._parts[id(e_row)], dst_identity)
         return out & _part_of(self._parts[id(i_row)], src_identity) if out else out
+
+
+class _Weigher:
+    """Pods in a set of identities: identities grouped by their pod count, so a set weighs one bit
+    count per distinct count (replica numbers are few), cached per set."""
+
+    def __init__(self, weights: Sequence[int]) -> None:
+        by_weight: dict[int, int] = {}
+        for i, w in enumerate(weights):
+            by_weight[w] = by_weight.get(w, 0) | (1 << i)
+        self._by_weight = tuple(by_weight.items())
+        self._cache: dict[int, int] = {}
+
+    def __call__(self, bits: int) -> int:
+        found = self._cache.get(bits)
+        if found is None:
+            found = self._cache[bits] = sum(w * (bits & m).bit_count() for w, m in self._by_weight)
+        return found
 
 
 def _groups(rows: Sequence[Row]) -> list[tuple[Row, int]]:
@@ -479,14 +512,6 @@ def _part_of(parts: tuple[tuple[ConnSet, int], ...], peer: int) -> ConnSet:
     return ConnSet.none()
 
 
-def _indexes(bits: int, n: int) -> np.ndarray:
-    """The set bits of `bits` (< n) as an index array."""
-    nd = _numpy()
-    packed = nd.frombuffer(bits.to_bytes((n + 7) // 8, "little"), dtype=nd.uint8)
-    found: np.ndarray = nd.flatnonzero(nd.unpackbits(packed, bitorder="little")[:n])
-    return found
-
-
 def _bits_matrix(rows: Sequence[Row], protocol: str, port: int, n: int) -> np.ndarray:
     nd = _numpy()
     nbytes = (n + 7) // 8
@@ -496,12 +521,22 @@ def _bits_matrix(rows: Sequence[Row], protocol: str, port: int, n: int) -> np.nd
     return unpacked
 
 
-def _hit(hits: list[tuple[ConnSet, int]], protocol: str, port: int) -> int:
-    bits = 0
+def _of_action(
+    rules: list[tuple[Action, list[tuple[ConnSet, int]]]], action: Action
+) -> list[tuple[ConnSet, int]]:
+    return [h for a, hits in rules if a is action for h in hits]
+
+
+def _piece_bits(hits: list[tuple[ConnSet, int]], protocol: str, starts: list[int]) -> list[int]:
+    """The peers the hits cover on each piece of `protocol` (pieces begin at `starts`; every
+    interval of the hits begins a piece and the port after it begins the next one)."""
+    out = [0] * len(starts)
     for conns, peers in hits:
-        if conns.contains(protocol, port):
-            bits |= peers
-    return bits
+        ports = conns.ports(protocol)
+        for lo, hi in ports.intervals:
+            for k in range(bisect.bisect_right(starts, lo) - 1, bisect.bisect_right(starts, hi)):
+                out[k] |= peers
+    return out
 
 
 def _bit_indexes(bits: int) -> list[int]:

@@ -107,3 +107,178 @@ def test_connectivity_map_blocks_are_disjoint_and_cover_exactly_the_allowed_pair
             assert seen.get((s, d)) == (want or None), (s, d)
     # Far fewer blocks than identity pairs: the map never visits pairs one by one.
     assert len(cmap.blocks) < n * n / 20
+
+
+def _first_match_world(seed: int, calico: bool) -> list[dict[str, Any]]:
+    """Namespaces and pods with a few labels and named ports, NetworkPolicies, and policies of
+    first-match tiers with Allow, Deny and Pass rules on ports, ranges and named ports: Calico
+    policies in two tiers, or AdminNetworkPolicies and a BaselineAdminNetworkPolicy."""
+    rng = random.Random(seed)
+    houses, apps = ("red", "blue"), ("a", "b", "c")
+    objects: list[dict[str, Any]] = []
+    for n in range(4):
+        labels = {"house": houses[n % 2], "kubernetes.io/metadata.name": f"ns{n}"}
+        objects.append(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"ns{n}", "labels": labels}}
+        )
+    for i in range(48):
+        ports = [{"name": "http", "containerPort": rng.choice((80, 8080)), "protocol": "TCP"}]
+        if rng.random() < 0.5:
+            ports.append({"name": "dns", "containerPort": 53, "protocol": "UDP"})
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"p{i}",
+                    "namespace": f"ns{i % 4}",
+                    "labels": {"app": rng.choice(apps), "role": rng.choice(("x", "y"))},
+                },
+                "spec": {"containers": [{"name": "c", "image": "i", "ports": ports}]},
+            }
+        )
+    for k in range(6):
+        ns = f"ns{k % 4}"
+        rule: dict[str, Any] = {"from": [{"podSelector": {"matchLabels": {"role": rng.choice(("x", "y"))}}}]}
+        if rng.random() < 0.7:
+            rule["ports"] = [{"port": rng.choice((80, 8080, "http")), "protocol": "TCP"}]
+        spec = {"podSelector": {"matchLabels": {"app": rng.choice(apps)}}, "ingress": [rule]}
+        objects.append(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {"name": f"np{k}", "namespace": ns},
+                "spec": spec,
+            }
+        )
+    actions = ("Allow", "Deny", "Pass")
+    if calico:
+        objects.append(
+            {
+                "apiVersion": "projectcalico.org/v3",
+                "kind": "Tier",
+                "metadata": {"name": "security"},
+                "spec": {"order": 100},
+            }
+        )
+        for k in range(10):
+
+            def calico_rule(direction: str) -> dict[str, Any]:
+                peer: dict[str, Any] = {"selector": f"app == '{rng.choice(apps)}'"}
+                local: dict[str, Any] = {}
+                if rng.random() < 0.3:  # criteria on the policy's own side too
+                    local["selector"] = f"app != '{rng.choice(apps)}'"
+                destination = peer if direction == "egress" else local
+                if rng.random() < 0.6:
+                    destination["ports"] = rng.sample(
+                        [80, "1000:2000", 8080, "http", "50:90"], rng.randint(1, 2)
+                    )
+                source = local if direction == "egress" else peer
+                rule = {"action": rng.choice(actions), "protocol": rng.choice(("TCP", "UDP"))}
+                return {**rule, "source": source, "destination": destination}
+
+            spec: dict[str, Any] = {
+                "order": rng.randint(1, 5),
+                "selector": f"role == '{rng.choice(('x', 'y'))}'",
+                "types": ["Ingress", "Egress"],
+                "ingress": [calico_rule("ingress") for _ in range(rng.randint(0, 3))],
+                "egress": [calico_rule("egress") for _ in range(rng.randint(0, 3))],
+            }
+            if rng.random() < 0.5:
+                spec["tier"] = "security"
+            objects.append(
+                {
+                    "apiVersion": "projectcalico.org/v3",
+                    "kind": "NetworkPolicy",
+                    "metadata": {"name": f"{spec.get('tier', 'default')}.c{k}", "namespace": f"ns{k % 4}"},
+                    "spec": spec,
+                }
+            )
+        return objects
+
+    def ports() -> list[dict[str, Any]]:
+        choices: list[dict[str, Any]] = [
+            {"portNumber": {"protocol": "TCP", "port": 80}},
+            {"portRange": {"protocol": "TCP", "start": 1000, "end": 8080}},
+            {"namedPort": "http"},
+            {"portNumber": {"protocol": "UDP", "port": 53}},
+        ]
+        return rng.sample(choices, rng.randint(1, 2))
+
+    def admin_rules(direction: str) -> list[dict[str, Any]]:
+        out = []
+        for j in range(rng.randint(1, 3)):
+            peer = (
+                {"namespaces": {"matchLabels": {"house": rng.choice(houses)}}}
+                if rng.random() < 0.5
+                else {
+                    "pods": {
+                        "namespaceSelector": {},
+                        "podSelector": {"matchLabels": {"app": rng.choice(apps)}},
+                    }
+                }
+            )
+            rule: dict[str, Any] = {
+                "name": f"{direction}-{j}",
+                "action": rng.choice(actions),
+                "from" if direction == "ingress" else "to": [peer],
+            }
+            if rng.random() < 0.7:
+                rule["ports"] = ports()
+            out.append(rule)
+        return out
+
+    for k in range(6):
+        objects.append(
+            {
+                "apiVersion": "policy.networking.k8s.io/v1alpha1",
+                "kind": "AdminNetworkPolicy",
+                "metadata": {"name": f"anp{k}"},
+                "spec": {
+                    "priority": rng.randint(1, 20),
+                    "subject": {
+                        "pods": {
+                            "namespaceSelector": {"matchLabels": {"house": rng.choice(houses)}},
+                            "podSelector": {"matchLabels": {"role": rng.choice(("x", "y"))}},
+                        }
+                    },
+                    "ingress": admin_rules("ingress"),
+                    "egress": admin_rules("egress"),
+                },
+            }
+        )
+    baseline = {
+        "subject": {"namespaces": {}},
+        "ingress": [r for r in admin_rules("ingress") if r["action"] != "Pass"],
+        "egress": [r for r in admin_rules("egress") if r["action"] != "Pass"],
+    }
+    objects.append(
+        {
+            "apiVersion": "policy.networking.k8s.io/v1alpha1",
+            "kind": "BaselineAdminNetworkPolicy",
+            "metadata": {"name": "default"},
+            "spec": baseline,
+        }
+    )
+    return objects
+
+
+@pytest.mark.parametrize(("calico", "seed"), [(False, 1), (False, 2), (True, 3), (True, 4)])
+def test_matrix_matches_engine_on_first_match_tiers(calico: bool, seed: int) -> None:
+    """Admin/Baseline and Calico tiers (first match, Pass, end-of-tier deny): the connections the
+    map gives every identity pair are the engine's, on every port."""
+    inv = inventory(objects=_first_match_world(seed, calico), cni="calico" if calico else "generic")
+    assert not inv.errors, inv.errors[:3]
+    engine = policy_engine(inv)
+    assert {p.tier for p in engine.policies} - {"namespace", "calico:default"}, "no first-match policy loaded"
+    eps = list(pod_endpoints(inv).values())
+    matrix = ClassMatrix(engine, eps)
+    cmap = ConnectivityMap(matrix)
+    wrong = []
+    for i, a in enumerate(eps):
+        for j, b in enumerate(eps):
+            want = engine.flow(a, b).allowed_conns()
+            if cmap.between(matrix.pod_identity[i], matrix.pod_identity[j]) != want:
+                wrong.append((str(a), str(b), str(want)))
+    assert not wrong, wrong[:5]
+    assert len({str(c) for c in cmap.pod_pairs}) > 3  # the world is not trivially open or closed

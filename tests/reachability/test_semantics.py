@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 
 import pytest
 from support import inventory
@@ -355,3 +356,42 @@ def test_shared_verdicts_still_see_the_subjects_node_and_named_ports() -> None:
     assert not engine.directional(server, Direction.INGRESS, client).at("TCP", 9090).allowed
     assert engine.directional(other_port, Direction.INGRESS, client).at("TCP", 9090).allowed
     assert not engine.directional(other_port, Direction.INGRESS, client).at("TCP", 8080).allowed
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "10.1.2.3",
+        " 10.1.2.3\n",
+        "0.0.0.0",
+        "255.255.255.255",
+        "01.2.3.4",
+        "1.2.3.04",
+        "000.1.2.3",
+        "256.1.1.1",
+        "1.2.3",
+        "1.2.3.4.5",
+        "1..2.3",
+        "0x1.2.3.4",
+        "+1.2.3.4",
+        "1.2.3.4/32",
+        "١.2.3.4",
+        "1.2.3.4\x00",
+        "",
+        "::1",
+        "::ffff:1.2.3.4",
+        "fe80::1%eth0",
+        "2001:db8::1",
+    ],
+)
+def test_parse_ip_is_ipaddress_on_the_stripped_text(text: str) -> None:
+    """The inet_pton fast path for dotted quads changes no answer and no error message."""
+    try:
+        want: object = ipaddress.ip_address(text.strip())
+    except ValueError as exc:
+        with pytest.raises(ValueError) as got:
+            parse_ip(text)
+        assert str(got.value) == str(exc)
+        return
+    ip = parse_ip(text)
+    assert (ip, type(ip)) == (want, type(want))
