@@ -701,17 +701,19 @@ def _from_events(loader: Any, line_offset: int, limits: YamlLimits) -> tuple[Any
             continue
         else:  # an alias, or anything unforeseen
             raise _NeedsFullConstructor
+        if is_map and key is None:
+            if value in container:
+                raise _NeedsFullConstructor  # a duplicate key: reported by the full path
+            key, key_line = value, line
+            continue
+        # Counted as the composed path counts (one node per mapping entry or sequence item, keys
+        # not apart), so a document that path accepts is not read here twice.
         nodes += 1
         if nodes > max_nodes:
             raise _NeedsFullConstructor
         if container is None:
             root, root_line = value, line
         elif is_map:
-            if key is None:
-                if value in container:
-                    raise _NeedsFullConstructor  # a duplicate key: reported by the full path
-                key, key_line = value, line
-                continue
             container[key] = value
             container.key_lines[key] = key_line
             key = None
