@@ -552,16 +552,18 @@ def cmd_findings(args: argparse.Namespace) -> int:
     except SQLAlchemyError as exc:
         raise _store_unavailable(exc) from exc
     if args.format == "json":
-        print(json.dumps({"items": page.items, "next_cursor": page.next_cursor}, indent=2))
+        from auditor.service import wire
+
+        print(json.dumps(wire.page_json(page), indent=2))
         return EXIT_OK
     if not page.items:
         print("no findings match")
     for f in page.items:
-        w = f["workload"]
+        w = f.workload
         print(
             table.clean(
-                f"{f['id']:>7}  {f['status']:<9} {f['severity']:<8} {f['rule']:<28} "
-                f"{f['target']}: {w['kind']} {w['namespace']}/{w['name']}"
+                f"{f.id:>7}  {f.status:<9} {f.severity:<8} {f.rule:<28} "
+                f"{f.target}: {w.kind} {w.namespace}/{w.name}"
             )
         )
     if page.next_cursor:
@@ -706,7 +708,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     store = _build_store(settings)
     if args.target:
         settings.target(args.target)
-    export = store.export(args.target, since)
+    from auditor.service import wire
+
+    export = wire.export_json(store.export(args.target, since))
     if args.format in ("sarif", "junit", "policyreport", "openreports"):
         export = _checkout_relative(export, settings)
     report = compliance.build(export, settings.reports, store.clock(), since)
