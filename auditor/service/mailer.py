@@ -25,7 +25,7 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 
 from auditor.settings.service import SmtpSettings, address_problem, team_name_problem
-from auditor.store.records import PendingDigest
+from auditor.store.records import DigestRecord
 from auditor.store.repository import Store
 
 _POLICY = policy.default.clone(max_line_length=998)
@@ -48,7 +48,7 @@ def message_id(team: str, day: date, domain: str) -> str:
     return f"<digest-{slug}-{day.isoformat()}-{digest}@{domain}>"
 
 
-def message(smtp: SmtpSettings, digest: PendingDigest, now_header: str) -> EmailMessage:
+def message(smtp: SmtpSettings, digest: DigestRecord, now_header: str) -> EmailMessage:
     """The e-mail of one outbox row; MailError (permanent) when the row cannot make a safe one."""
     team = digest.team
     problem = team_name_problem(team)
@@ -63,7 +63,6 @@ def message(smtp: SmtpSettings, digest: PendingDigest, now_header: str) -> Email
             raise MailError(f"recipient {problem}", permanent=True)
     ident = digest.message_id
     if not ident:
-        assert digest.period_end is not None
         ident = message_id(team, digest.period_end.date(), smtp.message_id_domain)
     # Headers unfolded up to SMTP's line limit: a Message-ID on one line, as naive receivers expect.
     msg = EmailMessage(policy=_POLICY)

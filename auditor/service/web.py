@@ -15,9 +15,9 @@ import hashlib
 import re
 import threading
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Protocol, TypeVar
 
 from fastapi import FastAPI, HTTPException, Path, Query
 from fastapi.responses import HTMLResponse, Response
@@ -39,6 +39,8 @@ Choice = Annotated[str | None, Query(max_length=20, pattern=r"^[a-z-]*$")]
 TargetName = Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 K8sName = Annotated[str, Path(max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 PER_PAGE = 100
+K = TypeVar("K")
+V = TypeVar("V")
 # Two zones and a shut door, as the tab's icon (browsers ask for /favicon.ico).
 FAVICON = (
     '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
@@ -123,47 +125,41 @@ class _Analyses:
         self.guard = threading.Lock()
 
     def get(self, target: str) -> Analysis:
-        if self.analyser is None:
-            raise HTTPException(503, "maps need the target's manifests: this server has no runner")
-        runs = self.store.runs(target, 1).items
-        key = runs[0].id if runs else None
-        with self.guard:
-            lock = self.locks.setdefault(target, threading.Lock())
-        with lock:
-            hit = self.cache.get(target)
-            if hit is not None and hit[0] == key:
-                return hit[1]
-            try:
-                analysis = self.analyser.analyse(target)
-            except (ValueError, OSError, GitError) as exc:
-                raise HTTPException(409, f"cannot read target {target}: {exc}") from None
-            with self.guard:
-                self.cache[target] = (key, analysis)
-                while len(self.cache) > self.keep:
-                    self.cache.pop(next(iter(self.cache)))
-            return analysis
+        analyser = self._analyser("maps")
+        return self._kept(self.cache, target, target, self.keep, lambda: analyser.analyse(target))
 
     def fix(self, target: str, fingerprint: str) -> FixPreview:
         """A fix preview, kept like the analysis until the target's next run."""
+        analyser = self._analyser("fix previews")
+        read = lambda: analyser.preview_fix(target, fingerprint)  # noqa: E731
+        return self._kept(self.fixes, (target, fingerprint), target, 100, read)
+
+    def _analyser(self, what: str) -> Analyser:
         if self.analyser is None:
-            raise HTTPException(503, "fix previews need the target's manifests: this server has no runner")
+            raise HTTPException(503, f"{what} need the target's manifests: this server has no runner")
+        return self.analyser
+
+    def _kept(
+        self, cache: dict[K, tuple[int | None, V]], key: K, target: str, keep: int, read: Callable[[], V]
+    ) -> V:
+        """`read()`, or what it gave since the target's last run (the `keep` latest are kept)."""
         runs = self.store.runs(target, 1).items
-        key = runs[0].id if runs else None
+        last = runs[0].id if runs else None
         with self.guard:
             lock = self.locks.setdefault(target, threading.Lock())
         with lock:
-            hit = self.fixes.get((target, fingerprint))
-            if hit is not None and hit[0] == key:
+            hit = cache.get(key)
+            if hit is not None and hit[0] == last:
                 return hit[1]
             try:
-                preview = self.analyser.preview_fix(target, fingerprint)
+                value = read()
             except (ValueError, OSError, GitError) as exc:
                 raise HTTPException(409, f"cannot read target {target}: {exc}") from None
             with self.guard:
-                self.fixes[(target, fingerprint)] = (key, preview)
-                while len(self.fixes) > 100:
-                    self.fixes.pop(next(iter(self.fixes)))
-            return preview
+                cache[key] = (last, value)
+                while len(cache) > keep:
+                    cache.pop(next(iter(cache)))
+            return value
 
 
 @dataclass(frozen=True, slots=True)

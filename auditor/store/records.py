@@ -160,26 +160,20 @@ class Changes:
 
 
 @dataclass(frozen=True, slots=True)
-class PendingDigest:
+class DigestRecord:
+    """A digest in the outbox."""
+
     id: int
     team: str
+    status: str  # pending | sent | failed
+    attempts: int
+    last_error: str | None
+    message_id: str | None
     recipients: tuple[str, ...]
     subject: str
     text: str
     html: str
-    attempts: int
-    message_id: str | None
-    period_end: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class DigestRecord:
-    id: int
-    team: str
-    status: str
-    attempts: int
-    last_error: str | None
-    message_id: str | None
+    period_end: datetime
 
 
 @dataclass(frozen=True, slots=True)

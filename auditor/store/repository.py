@@ -30,7 +30,6 @@ from auditor.store.records import (
     HistoryEntry,
     MetricsSnapshot,
     Page,
-    PendingDigest,
     PullRequestRecord,
     RuleCost,
     RunRecord,
@@ -202,15 +201,9 @@ class Store:
 
     def targets(self) -> list[TargetRecord]:
         with self.sessions() as session:
-            last_ok = dict(
-                session.execute(
-                    select(Run.target_id, func.max(Run.finished_at))
-                    .where(Run.status == "succeeded")
-                    .group_by(Run.target_id)
-                ).all()
-            )
+            last_ok = _last_success(session)
             return [
-                _record(TargetRecord, t, last_successful_run_at=_as_utc(last_ok.get(t.id)))
+                _record(TargetRecord, t, last_successful_run_at=last_ok.get(t.id))
                 for t in session.scalars(select(Target).order_by(Target.name))
             ]
 
@@ -575,10 +568,10 @@ class Store:
             session.flush()
             return row.id
 
-    def pending_digests(self) -> list[PendingDigest]:
+    def pending_digests(self) -> list[DigestRecord]:
         with self.sessions() as session:
             query = select(Digest).where(Digest.status == "pending").order_by(Digest.id)
-            return [_record(PendingDigest, d) for d in session.scalars(query)]
+            return [_record(DigestRecord, d) for d in session.scalars(query)]
 
     def digest_attempt(
         self, digest_id: int, error: str | None, *, permanent: bool = False, note: str | None = None
@@ -673,49 +666,36 @@ class Store:
         return {str(severity): int(n) for severity, n in rows}
 
     def metrics_snapshot(self) -> MetricsSnapshot:
+        active = FindingRow.status.in_(ACTIVE_STATUSES)
         with self.sessions() as session:
             names = dict(session.execute(select(Target.id, Target.name)).all())
+
+            def per_target(value: Any, *where: Any) -> dict[str, Any]:
+                query = select(FindingRow.target_id, value).where(*where).group_by(FindingRow.target_id)
+                return {names[t]: v for t, v in session.execute(query)}
+
             runs = tuple(
                 (names[t], s, n)
                 for t, s, n in session.execute(
                     select(Run.target_id, Run.status, func.count()).group_by(Run.target_id, Run.status)
                 )
             )
-            last_ok = {
-                names[t]: _as_utc(at)
-                for t, at in session.execute(
-                    select(Run.target_id, func.max(Run.finished_at))
-                    .where(Run.status == "succeeded")
-                    .group_by(Run.target_id)
-                )
-            }
+            last_ok = {names[t]: at for t, at in _last_success(session).items()}
             open_findings = tuple(
                 (str(severity), str(rule), int(n))
                 for severity, rule, n in session.execute(
                     select(FindingRow.severity, FindingRow.rule, func.count())
-                    .where(FindingRow.status.in_(ACTIVE_STATUSES))
+                    .where(active)
                     .group_by(FindingRow.severity, FindingRow.rule)
                 )
             )
             cost = {
-                names[t]: c or 0.0
-                for t, c in session.execute(
-                    select(FindingRow.target_id, func.sum(FindingRow.estimated_monthly_cost_usd))
-                    .where(FindingRow.status.in_(ACTIVE_STATUSES))
-                    .group_by(FindingRow.target_id)
-                )
+                t: c or 0.0
+                for t, c in per_target(func.sum(FindingRow.estimated_monthly_cost_usd), active).items()
             }
-            blocked = {
-                names[t]: n
-                for t, n in session.execute(
-                    select(FindingRow.target_id, func.count())
-                    .where(
-                        FindingRow.status.in_(ACTIVE_STATUSES),
-                        FindingRow.rule.in_(("cross-zone-blocked", "traffic-blocked")),
-                    )
-                    .group_by(FindingRow.target_id)
-                )
-            }
+            blocked = per_target(
+                func.count(), active, FindingRow.rule.in_(("cross-zone-blocked", "traffic-blocked"))
+            )
         return MetricsSnapshot(tuple(sorted(names.values())), runs, last_ok, open_findings, cost, blocked)
 
 
@@ -770,30 +750,10 @@ def _write_findings(
             .values(status="resolved", resolved_at=now)
             .execution_options(synchronize_session=False)
         )
-    observations = [
-        {
-            "finding_id": ids[c.fingerprint],
-            "run_id": run_id,
-            "status": c.transition.status,
-            "severity": c.finding.severity,
-            "certainty": c.finding.certainty,
-            "estimated_monthly_cost_usd": c.finding.estimated_monthly_cost_usd,
-            "estimated_slowdown_pct": c.finding.estimated_slowdown_pct,
-        }
-        for c in plan.seen
-    ]
-    observations.extend(
-        {
-            "finding_id": s.id,
-            "run_id": run_id,
-            "status": "resolved",
-            "severity": s.severity,
-            "certainty": s.certainty,
-            "estimated_monthly_cost_usd": None,
-            "estimated_slowdown_pct": None,
-        }
-        for s in plan.resolved
-    )
+    columns = "finding_id run_id status severity certainty estimated_monthly_cost_usd estimated_slowdown_pct"
+    observed = [(ids[c.fingerprint], run_id, c.transition.status, *_observed(c.finding)) for c in plan.seen]
+    observed += [(s.id, run_id, "resolved", s.severity, s.certainty, None, None) for s in plan.resolved]
+    observations = [dict(zip(columns.split(), row, strict=True)) for row in observed]
     for chunk in _chunks(observations, 10000):
         session.execute(insert(_OBSERVATIONS), chunk)
     for rule in sorted(plan.count_by_rule):
@@ -807,6 +767,10 @@ def _write_findings(
                 at=now,
             )
         )
+
+
+def _observed(f: Finding) -> tuple[str, str, float | None, float | None]:
+    return f.severity, f.certainty, f.estimated_monthly_cost_usd, f.estimated_slowdown_pct
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
@@ -829,6 +793,12 @@ def _finding_values(f: Finding) -> dict[str, Any]:
         "estimated_monthly_cost_usd": f.estimated_monthly_cost_usd,
         "estimated_slowdown_pct": f.estimated_slowdown_pct,
     }
+
+
+def _last_success(session: Session) -> dict[int, datetime | None]:
+    """When each target's last successful run finished, by target id."""
+    query = select(Run.target_id, func.max(Run.finished_at)).where(Run.status == "succeeded")
+    return {t: _as_utc(at) for t, at in session.execute(query.group_by(Run.target_id))}
 
 
 def _finding_record(f: FindingRow, target: str, **extras: Any) -> FindingRecord:
