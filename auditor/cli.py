@@ -10,12 +10,13 @@ of stdout went away (`auditor scan … | head`), quietly, as a program stopped b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -77,8 +78,15 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(found) if found is not None else Settings()
 
 
-def _store_unavailable(exc: Exception) -> AuditFailed:
-    return AuditFailed(f"the findings store is not available: {type(exc).__name__}: {exc}")
+@contextlib.contextmanager
+def _store_errors() -> Iterator[None]:
+    """A database error as the CLI's failure (SQLAlchemy imported here: a scan never loads it)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise AuditFailed(f"the findings store is not available: {type(exc).__name__}: {exc}") from exc
 
 
 def example_path(name: str) -> Path:
@@ -459,14 +467,10 @@ def _service_settings(args: argparse.Namespace, fallback: str = _Fallback.NONE) 
 
 
 def _build_store(settings: Settings) -> Any:
-    from sqlalchemy.exc import SQLAlchemyError  # here: a scan never loads SQLAlchemy
-
     from auditor import bootstrap
 
-    try:
+    with _store_errors():
         return bootstrap.build_store(settings)
-    except SQLAlchemyError as exc:
-        raise _store_unavailable(exc) from exc
 
 
 def cmd_db(args: argparse.Namespace) -> int:
@@ -488,16 +492,11 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from sqlalchemy.exc import SQLAlchemyError  # here: a scan never loads SQLAlchemy
-
     from auditor import bootstrap
 
     settings = _service_settings(args)
     settings.target(args.target)
-    try:
-        store = bootstrap.build_store(settings)
-    except SQLAlchemyError as exc:
-        raise _store_unavailable(exc) from exc
+    store = _build_store(settings)
     runner = bootstrap.build_runner(settings, store)
     runner.recover()
     result = runner.run(args.target, None, "cli")
@@ -539,32 +538,30 @@ def _since(text: str | None) -> datetime | None:
 
 
 def cmd_findings(args: argparse.Namespace) -> int:
-    from sqlalchemy.exc import SQLAlchemyError  # here: a scan never loads SQLAlchemy
-
-    from auditor import bootstrap
     from auditor.store.repository import BadCursor, FindingFilter
 
     settings = _service_settings(args, _Fallback.DEFAULTS)
-    since = _since(args.since)
+    flt = FindingFilter(
+        args.target, args.rule, args.severity, args.status, args.namespace, _since(args.since)
+    )
     try:
-        store = bootstrap.build_store(settings)
-        flt = FindingFilter(args.target, args.rule, args.severity, args.status, args.namespace, since)
-        page = store.findings(flt, args.limit, args.cursor)
+        with _store_errors():
+            page = _build_store(settings).findings(flt, args.limit, args.cursor)
     except BadCursor as exc:
         raise ConfigError("(arguments)", 0, "--cursor", str(exc)) from None
-    except SQLAlchemyError as exc:
-        raise _store_unavailable(exc) from exc
     if args.format == "json":
-        print(json.dumps({"items": page.items, "next_cursor": page.next_cursor}, indent=2))
+        from auditor.service import wire
+
+        print(json.dumps(wire.page_json(page), indent=2))
         return EXIT_OK
     if not page.items:
         print("no findings match")
     for f in page.items:
-        w = f["workload"]
+        w = f.workload
         print(
             table.clean(
-                f"{f['id']:>7}  {f['status']:<9} {f['severity']:<8} {f['rule']:<28} "
-                f"{f['target']}: {w['kind']} {w['namespace']}/{w['name']}"
+                f"{f.id:>7}  {f.status:<9} {f.severity:<8} {f.rule:<28} "
+                f"{f.target}: {w.kind} {w.namespace}/{w.name}"
             )
         )
     if page.next_cursor:
@@ -573,8 +570,6 @@ def cmd_findings(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from sqlalchemy.exc import SQLAlchemyError  # here: a scan never loads SQLAlchemy
-
     from auditor import bootstrap
 
     settings = _service_settings(args, _Fallback.DEMO)
@@ -583,17 +578,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # The app checks Host headers when it listens on loopback: it must know the real address.
     service = dataclasses.replace(settings.service, host=host, port=port)
     settings = dataclasses.replace(settings, service=service)
-    try:
+    with _store_errors():
         bootstrap.serve(settings, host, port)
-    except SQLAlchemyError as exc:
-        raise _store_unavailable(exc) from exc
     return EXIT_OK
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """A Celery worker executing audits, PR checks and digests (fleet mode: service.broker)."""
-    from sqlalchemy.exc import SQLAlchemyError
-
     from auditor import bootstrap
 
     settings = _service_settings(args)
@@ -601,10 +592,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise ConfigError(
             settings.source, 0, "service.broker", "`auditor worker` needs service.broker (a broker URL)"
         )
-    try:
+    with _store_errors():
         bootstrap.work(settings, args.concurrency, args.pool, args.hostname)
-    except SQLAlchemyError as exc:
-        raise _store_unavailable(exc) from exc
     return EXIT_OK
 
 
@@ -709,7 +698,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     store = _build_store(settings)
     if args.target:
         settings.target(args.target)
-    export = store.export(args.target, since)
+    from auditor.service import wire
+
+    export = wire.export_json(store.export(args.target, since))
     if args.format in ("sarif", "junit", "policyreport", "openreports"):
         export = _checkout_relative(export, settings)
     report = compliance.build(export, settings.reports, store.clock(), since)

@@ -50,6 +50,7 @@ from auditor.rules.packs import load_packs
 from auditor.settings.config import Settings
 from auditor.settings.service import GitHubSettings, TargetSettings
 from auditor.sources.manifests import Tools
+from auditor.store.records import PullRequestRecord
 from auditor.store.repository import Store
 
 log = logging.getLogger("auditor.pulls")
@@ -411,16 +412,16 @@ def _one(
     branch = branch_for(proposals[0].finding.workload, fix_id)
     files = _files(root, proposals)
     mine = store.pull_requests(target, fix_id=fix_id)
-    refused = next((r for r in mine if r["closed_by_human"]), None)
+    refused = next((r for r in mine if r.closed_by_human), None)
     if refused is not None:
         return PullOutcome(
             identity,
             branch,
             "skipped",
-            f"a human closed #{refused['number']} for this fix",
-            refused["number"],
+            f"a human closed #{refused.number} for this fix",
+            refused.number,
         )
-    closed_by_us = {r["number"] for r in mine if r["state"] == "superseded"}
+    closed_by_us = {r.number for r in mine if r.state == "superseded"}
     owner = gh.repository.split("/")[0]
     # What GitHub says of the PRs on the fix's branch: their state, never their body.
     pulls = list(repo.get_pulls(state="all", head=f"{owner}:{branch}"))
@@ -436,9 +437,7 @@ def _one(
         return PullOutcome(identity, branch, "up-to-date", "", open_pr.number)
     # Open PRs of earlier fixes for this workload: closed as superseded once the new one exists.
     earlier = [
-        r
-        for r in store.pull_requests(target, workload=identity)
-        if r["state"] == "open" and r["fix_id"] != fix_id
+        r for r in store.pull_requests(target, workload=identity) if r.state == "open" and r.fix_id != fix_id
     ]
     remote = git.run(["ls-remote", "origin", f"refs/heads/{branch}"], root, env).split()
     remote_sha = remote[0] if remote else ""
@@ -510,12 +509,12 @@ def _one(
 
 
 def _supersede(
-    repo: Any, store: Store, target: str, identity: str, row: Mapping[str, Any], by: int
+    repo: Any, store: Store, target: str, identity: str, row: PullRequestRecord, by: int
 ) -> int | None:
     """Close the open PR of an earlier fix (recorded `superseded`, so it never counts as refused);
     one a human closed meanwhile is recorded as refused instead. The PR's number when closed here."""
-    old = repo.get_pull(int(row["number"]))
-    number, branch, fix_id = int(row["number"]), str(row["branch"]), str(row["fix_id"])
+    old = repo.get_pull(row.number)
+    number, branch, fix_id = row.number, row.branch, row.fix_id
     if old.state == "open":
         # Recorded first: should closing fail half-way, the tool still knows the close was its own.
         store.record_pull_request(target, identity, branch, number, old.html_url, "superseded", fix_id)

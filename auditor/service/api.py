@@ -35,10 +35,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from auditor import __version__
 from auditor.errors import ConfigError
-from auditor.service import web
+from auditor.service import web, wire
 from auditor.service.metrics import registry_for
 from auditor.service.runner import AuditRunner, TargetBusy
 from auditor.store import database
+from auditor.store.records import FindingRecord, Page, RunRecord
 from auditor.store.repository import BadCursor, FindingFilter, SlotTaken, Store, UnknownTarget
 
 log = logging.getLogger("auditor.api")
@@ -192,6 +193,12 @@ def create_app(
                 401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
             )
 
+    def paged(read: Callable[[], Page[FindingRecord] | Page[RunRecord]]) -> dict[str, Any]:
+        try:
+            return wire.page_json(read())
+        except BadCursor as exc:
+            raise HTTPException(400, str(exc)) from None
+
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
         """The process is alive."""
@@ -241,11 +248,7 @@ def create_app(
             namespace,
             since,
         )
-        try:
-            page = store.findings(flt, limit, cursor)
-        except BadCursor as exc:
-            raise HTTPException(400, str(exc)) from None
-        return {"items": page.items, "next_cursor": page.next_cursor}
+        return paged(lambda: store.findings(flt, limit, cursor))
 
     @app.get("/api/v1/findings/{finding_id}", tags=["findings"])
     def finding(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> dict[str, Any]:
@@ -253,7 +256,7 @@ def create_app(
         found = store.finding(finding_id)
         if found is None:
             raise HTTPException(404, "no such finding")
-        return found
+        return wire.finding_json(found)
 
     @app.get("/api/v1/runs", tags=["runs"])
     def runs(
@@ -262,23 +265,19 @@ def create_app(
         cursor: Annotated[str | None, Query(max_length=64)] = None,
     ) -> dict[str, Any]:
         """Runs, newest first."""
-        try:
-            page = store.runs(target, limit, cursor)
-        except BadCursor as exc:
-            raise HTTPException(400, str(exc)) from None
-        return {"items": page.items, "next_cursor": page.next_cursor}
+        return paged(lambda: store.runs(target, limit, cursor))
 
     @app.get("/api/v1/runs/{run_id}", tags=["runs"])
     def run(run_id: Annotated[int, Path(ge=1, le=2**62)]) -> dict[str, Any]:
         found = store.run(run_id)
         if found is None:
             raise HTTPException(404, "no such run")
-        return found
+        return wire.run_json(found)
 
     @app.get("/api/v1/targets", tags=["targets"])
     def targets() -> dict[str, Any]:
         """The targets, with their schedule and last successful run."""
-        return {"items": store.targets()}
+        return {"items": [wire.target_json(t) for t in store.targets()]}
 
     @app.post(
         "/api/v1/targets/{name}/runs",

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 from auditor.reports import digest as digests
-from auditor.service import mailer
+from auditor.service import mailer, wire
 from auditor.settings.config import Settings
 from auditor.store.repository import Store
 
@@ -21,13 +21,14 @@ def build_all(settings: Settings, store: Store) -> list[tuple[digests.Digest, da
     if settings.digest is None or not settings.digest.teams:
         raise NoDigestConfig("no digest section with teams in the config")
     now = store.clock()
-    export = store.export()
-    trends = {t["name"]: store.trend(t["name"]) for t in export["targets"]}
+    stored = store.export()
+    export = wire.export_json(stored)
+    trends = {t.name: [wire.run_json(r) for r in store.trend(t.name)] for t in stored.targets}
     out: list[tuple[digests.Digest, datetime, datetime]] = []
     for team in settings.digest.teams:
         last = store.last_digest_end(team.name)
         since = last or now - timedelta(days=1)
-        changes = store.changes_since(since)
+        changes = wire.changes_json(store.changes_since(since))
         built = digests.build(team, settings.digest, export, changes, trends, since, now, first=last is None)
         out.append((built, since, now))
     return out

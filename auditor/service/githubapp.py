@@ -250,25 +250,15 @@ class CheckRuns:
                 external_id=self.external_id(head_sha),
             )
         elif run.status == "completed":
-            self.fleet.record_check_run(
-                repository,
-                head_sha,
-                self.kind,
-                check_run_id=run.id,
-                status="completed",
-                conclusion=run.conclusion,
-            )
+            self._record(repository, head_sha, run, status="completed", conclusion=run.conclusion)
             return None
-        self.fleet.record_check_run(
-            repository,
-            head_sha,
-            self.kind,
-            check_run_id=run.id,
-            status="in_progress",
-            task_key=task_key,
-            annotations_sent=sent,
+        self._record(
+            repository, head_sha, run, status="in_progress", task_key=task_key, annotations_sent=sent
         )
         return run, sent
+
+    def _record(self, repository: str, head_sha: str, run: Any, **values: Any) -> None:
+        self.fleet.record_check_run(repository, head_sha, self.kind, check_run_id=run.id, **values)
 
     def finish(self, repository: str, head_sha: str, run: Any, output: CheckOutput, sent: int = 0) -> None:
         """Send the annotations not sent yet (batches of 50, progress recorded after each), then
@@ -278,23 +268,11 @@ class CheckRuns:
         for part in parts[:-1]:
             run.edit(output={**base, "annotations": part})
             sent += len(part)
-            self.fleet.record_check_run(
-                repository,
-                head_sha,
-                self.kind,
-                check_run_id=run.id,
-                status="in_progress",
-                annotations_sent=sent,
-            )
+            self._record(repository, head_sha, run, status="in_progress", annotations_sent=sent)
         run.edit(status="completed", conclusion=output.conclusion, output={**base, "annotations": parts[-1]})
-        self.fleet.record_check_run(
-            repository,
-            head_sha,
-            self.kind,
-            check_run_id=run.id,
-            status="completed",
-            conclusion=output.conclusion,
-            annotations_sent=sent + len(parts[-1]),
+        done = sent + len(parts[-1])
+        self._record(
+            repository, head_sha, run, status="completed", conclusion=output.conclusion, annotations_sent=done
         )
 
 

@@ -19,12 +19,13 @@ import re
 import smtplib
 import ssl
 from collections.abc import Mapping
-from datetime import date, datetime
+from datetime import date
 from email import policy
 from email.message import EmailMessage
 from email.utils import format_datetime
 
 from auditor.settings.service import SmtpSettings, address_problem, team_name_problem
+from auditor.store.records import DigestRecord
 from auditor.store.repository import Store
 
 _POLICY = policy.default.clone(max_line_length=998)
@@ -47,36 +48,34 @@ def message_id(team: str, day: date, domain: str) -> str:
     return f"<digest-{slug}-{day.isoformat()}-{digest}@{domain}>"
 
 
-def message(smtp: SmtpSettings, digest: Mapping[str, object], now_header: str) -> EmailMessage:
+def message(smtp: SmtpSettings, digest: DigestRecord, now_header: str) -> EmailMessage:
     """The e-mail of one outbox row; MailError (permanent) when the row cannot make a safe one."""
-    team = str(digest["team"])
+    team = digest.team
     problem = team_name_problem(team)
     if problem:
         raise MailError(f"team name: {problem}", permanent=True)
-    recipients = digest["recipients"]
-    if not isinstance(recipients, list) or not recipients:
+    recipients = digest.recipients
+    if not recipients:
         raise MailError("no recipients", permanent=True)
     for address in recipients:
         problem = address_problem(address)
         if problem:
             raise MailError(f"recipient {problem}", permanent=True)
-    ident = digest.get("message_id")
+    ident = digest.message_id
     if not ident:
-        end = digest["period_end"]
-        assert isinstance(end, datetime)
-        ident = message_id(team, end.date(), smtp.message_id_domain)
+        ident = message_id(team, digest.period_end.date(), smtp.message_id_domain)
     # Headers unfolded up to SMTP's line limit: a Message-ID on one line, as naive receivers expect.
     msg = EmailMessage(policy=_POLICY)
     try:
         msg["From"] = smtp.sender
         msg["To"] = ", ".join(str(a) for a in recipients)
-        msg["Subject"] = str(digest["subject"])
+        msg["Subject"] = digest.subject
         msg["Date"] = now_header
-        msg["Message-ID"] = str(ident)
+        msg["Message-ID"] = ident
     except ValueError as exc:  # a line break in a header value: an injected header
         raise MailError(f"unsafe header: {exc}", permanent=True) from None
-    msg.set_content(str(digest["text"]))
-    msg.add_alternative(str(digest["html"]), subtype="html")
+    msg.set_content(digest.text)
+    msg.add_alternative(digest.html, subtype="html")
     return msg
 
 
@@ -145,18 +144,18 @@ def flush(store: Store, smtp: SmtpSettings, environ: Mapping[str, str]) -> tuple
     (sent, errors)."""
     sent, errors = 0, []
     for digest in store.pending_digests():
-        ident = int(digest["id"])
+        ident = digest.id
         try:
             refused = send(smtp, message(smtp, digest, format_datetime(store.clock())), environ)
         except MailError as exc:
             store.digest_attempt(ident, str(exc), permanent=exc.permanent)
             state = "failed" if exc.permanent else "kept for a retry"
-            errors.append(f"digest {ident} for {digest['team']!r} {state}: {exc}")
+            errors.append(f"digest {ident} for {digest.team!r} {state}: {exc}")
             continue
         note = None
         if refused:
             note = "refused recipients: " + "; ".join(f"{a}: {r}" for a, r in sorted(refused.items()))
-            errors.append(f"digest {ident} for {digest['team']!r} sent; {note}")
+            errors.append(f"digest {ident} for {digest.team!r} sent; {note}")
         store.digest_attempt(ident, None, note=note)
         sent += 1
     return sent, errors

@@ -36,7 +36,7 @@ class StoreCollector(Collector):
         runs = CounterMetricFamily(
             "auditor_runs", "Audit runs by target and final status", labels=["target", "status"]
         )
-        for target, status, count in snap["runs"]:
+        for target, status, count in snap.runs:
             runs.add_metric([target, status], count)
         yield runs
         last = GaugeMetricFamily(
@@ -44,7 +44,7 @@ class StoreCollector(Collector):
             "Unix time of the last successful run per target",
             labels=["target"],
         )
-        for target, at in sorted(snap["last_success"].items()):
+        for target, at in sorted(snap.last_success.items()):
             if at is not None:
                 last.add_metric([target], at.timestamp())
         yield last
@@ -53,7 +53,7 @@ class StoreCollector(Collector):
             "Findings new, open or reopened, by severity and rule",
             labels=["severity", "rule"],
         )
-        for severity, rule, count in snap["open_findings"]:
+        for severity, rule, count in snap.open_findings:
             open_findings.add_metric([severity, rule], count)
         yield open_findings
         cost = GaugeMetricFamily(
@@ -61,16 +61,16 @@ class StoreCollector(Collector):
             "Estimated monthly inter-AZ transfer cost of the open findings per target (USD)",
             labels=["target"],
         )
-        for target in snap["targets"]:
-            cost.add_metric([target], float(snap["cost"].get(target, 0.0)))
+        for target in snap.targets:
+            cost.add_metric([target], float(snap.cost.get(target, 0.0)))
         yield cost
         blocked = GaugeMetricFamily(
             "auditor_blocked_groups",
             "Open cross-zone-blocked and traffic-blocked findings per target",
             labels=["target"],
         )
-        for target in snap["targets"]:
-            blocked.add_metric([target], snap["blocked"].get(target, 0))
+        for target in snap.targets:
+            blocked.add_metric([target], snap.blocked.get(target, 0))
         yield blocked
 
 

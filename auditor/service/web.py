@@ -15,8 +15,9 @@ import hashlib
 import re
 import threading
 import urllib.parse
-from collections.abc import Sequence
-from typing import Annotated, Any, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Protocol, TypeVar
 
 from fastapi import FastAPI, HTTPException, Path, Query
 from fastapi.responses import HTMLResponse, Response
@@ -28,7 +29,9 @@ from auditor.gitops.git import GitError
 from auditor.remediation.fix import FIXABLE
 from auditor.reports import clustermap, links, overview, zonemap
 from auditor.rules import RULES
+from auditor.service import wire
 from auditor.service.runner import Analysis, FixPreview
+from auditor.store.records import FindingRecord, RunRecord, TargetRecord
 from auditor.store.repository import FindingFilter, Store
 
 Name = Annotated[str | None, Query(max_length=253, pattern=r"^[\w./:@-]*$")]
@@ -36,6 +39,8 @@ Choice = Annotated[str | None, Query(max_length=20, pattern=r"^[a-z-]*$")]
 TargetName = Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 K8sName = Annotated[str, Path(max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 PER_PAGE = 100
+K = TypeVar("K")
+V = TypeVar("V")
 # Two zones and a shut door, as the tab's icon (browsers ask for /favicon.ico).
 FAVICON = (
     '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
@@ -120,59 +125,80 @@ class _Analyses:
         self.guard = threading.Lock()
 
     def get(self, target: str) -> Analysis:
-        if self.analyser is None:
-            raise HTTPException(503, "maps need the target's manifests: this server has no runner")
-        runs = self.store.runs(target, 1).items
-        key = runs[0]["id"] if runs else None
-        with self.guard:
-            lock = self.locks.setdefault(target, threading.Lock())
-        with lock:
-            hit = self.cache.get(target)
-            if hit is not None and hit[0] == key:
-                return hit[1]
-            try:
-                analysis = self.analyser.analyse(target)
-            except (ValueError, OSError, GitError) as exc:
-                raise HTTPException(409, f"cannot read target {target}: {exc}") from None
-            with self.guard:
-                self.cache[target] = (key, analysis)
-                while len(self.cache) > self.keep:
-                    self.cache.pop(next(iter(self.cache)))
-            return analysis
+        analyser = self._analyser("maps")
+        return self._kept(self.cache, target, target, self.keep, lambda: analyser.analyse(target))
 
     def fix(self, target: str, fingerprint: str) -> FixPreview:
         """A fix preview, kept like the analysis until the target's next run."""
+        analyser = self._analyser("fix previews")
+        read = lambda: analyser.preview_fix(target, fingerprint)  # noqa: E731
+        return self._kept(self.fixes, (target, fingerprint), target, 100, read)
+
+    def _analyser(self, what: str) -> Analyser:
         if self.analyser is None:
-            raise HTTPException(503, "fix previews need the target's manifests: this server has no runner")
+            raise HTTPException(503, f"{what} need the target's manifests: this server has no runner")
+        return self.analyser
+
+    def _kept(
+        self, cache: dict[K, tuple[int | None, V]], key: K, target: str, keep: int, read: Callable[[], V]
+    ) -> V:
+        """`read()`, or what it gave since the target's last run (the `keep` latest are kept)."""
         runs = self.store.runs(target, 1).items
-        key = runs[0]["id"] if runs else None
+        last = runs[0].id if runs else None
         with self.guard:
             lock = self.locks.setdefault(target, threading.Lock())
         with lock:
-            hit = self.fixes.get((target, fingerprint))
-            if hit is not None and hit[0] == key:
+            hit = cache.get(key)
+            if hit is not None and hit[0] == last:
                 return hit[1]
             try:
-                preview = self.analyser.preview_fix(target, fingerprint)
+                value = read()
             except (ValueError, OSError, GitError) as exc:
                 raise HTTPException(409, f"cannot read target {target}: {exc}") from None
             with self.guard:
-                self.fixes[(target, fingerprint)] = (key, preview)
-                while len(self.fixes) > 100:
-                    self.fixes.pop(next(iter(self.fixes)))
-            return preview
+                cache[key] = (last, value)
+                while len(cache) > keep:
+                    cache.pop(next(iter(cache)))
+            return value
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A target, the revision of its last successful run (of its last 20) and that run."""
+
+    target: TargetRecord
+    revision: str | None
+    last_run: RunRecord | None
+
+
+def _item(f: FindingRecord) -> overview.Item:
+    w = f.workload
+    return overview.Item(
+        f.id,
+        f.target,
+        f.rule,
+        f.severity,
+        f.status,
+        w.kind,
+        w.namespace,
+        w.name,
+        w.file,
+        w.line,
+        f.estimated_monthly_cost_usd,
+    )
 
 
 def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
     env = templating.sandbox("web", autoescape=True)
+    env.filters["iso"] = wire.iso
     rules = [r.META.id for r in RULES]
     analyses = _Analyses(analyser, store)
 
     def page(template: str, **values: Any) -> HTMLResponse:
         return HTMLResponse(env.get_template(template).render(targets=store.targets(), **values))
 
-    def every(flt: FindingFilter) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def every(flt: FindingFilter) -> list[FindingRecord]:
+        out: list[FindingRecord] = []
         cursor = None
         while True:
             result = store.findings(flt, 5000, cursor)
@@ -181,18 +207,21 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
                 return out
             cursor = result.next_cursor
 
-    def evidence() -> dict[str, dict[str, Any]]:
+    def evidence() -> dict[str, Evidence]:
         """Per target: its location and the revision of its last successful run."""
         out = {}
         for t in store.targets():
-            last = next((r for r in store.runs(t["name"], 20).items if r["status"] == "succeeded"), None)
-            out[t["name"]] = {**t, "revision": last["revision"] if last else None, "last_run": last}
+            last = next((r for r in store.runs(t.name, 20).items if r.status == "succeeded"), None)
+            out[t.name] = Evidence(t, last.revision if last else None, last)
         return out
 
-    def source_link(target: dict[str, Any] | None, revision: str | None, file: str, line: int) -> str | None:
-        if target is None or target["kind"] != "git":
+    def trends(names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        return {n: [wire.run_json(r) for r in store.trend(n)] for n in names}
+
+    def source_link(e: Evidence | None, revision: str | None, file: str, line: int) -> str | None:
+        if e is None or e.target.kind != "git":
             return None
-        return links.file_url(target["location"], revision, file, line)
+        return links.file_url(e.target.location, revision, file, line)
 
     @app.get("/favicon.ico", include_in_schema=False)
     def favicon() -> Response:
@@ -200,12 +229,11 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def fleet_page() -> HTMLResponse:
-        items = [overview.Item.from_json(f) for f in every(FindingFilter())]
-        names = [t["name"] for t in store.targets()]
-        trends = {n: store.trend(n) for n in names}
-        fleet = overview.overview(items, trends)
+        items = [_item(f) for f in every(FindingFilter())]
+        runs = trends([t.name for t in store.targets()])
+        fleet = overview.overview(items, runs)
         per_target = {
-            n: overview.overview([i for i in items if i.target == n], {n: trends[n]}, 0) for n in names
+            n: overview.overview([i for i in items if i.target == n], {n: r}, 0) for n, r in runs.items()
         }
         chart = line_chart(
             [(p.label, float(p.findings)) for p in fleet.trend], label="active findings over runs"
@@ -236,16 +264,15 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
             raise HTTPException(422, "unknown status")
         flt = FindingFilter(target or None, rule or None, severity or None, status or None, namespace or None)
         rows = every(flt)
-        by_id = {f["id"]: f for f in rows}
-        ordered = sorted((overview.Item.from_json(f) for f in rows), key=overview.order)
+        by_id = {f.id: f for f in rows}
+        ordered = sorted(map(_item, rows), key=overview.order)
         start = (page_no - 1) * PER_PAGE
         shown = [by_id[i.id] for i in ordered[start : start + PER_PAGE]]
         info = evidence()
+        urls = {}
         for f in shown:
-            t = info.get(f["target"])
-            f["source_url"] = source_link(
-                t, t["revision"] if t else None, f["workload"]["file"], f["workload"]["line"]
-            )
+            e = info.get(f.target)
+            urls[f.id] = source_link(e, e.revision if e else None, f.workload.file, f.workload.line)
         query = {
             k: v
             for k, v in (
@@ -262,6 +289,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         return page(
             "findings.html.j2",
             items=shown,
+            urls=urls,
             total=len(ordered),
             first=start + 1,
             f=flt,
@@ -274,33 +302,33 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         item = store.finding(finding_id)
         if item is None:
             raise HTTPException(404, "no such finding")
-        w = item["workload"]
-        title = f"{w['kind']} {w['namespace']}/{w['name']}"
+        w, detail = item.workload, item.detail or {}
+        title = f"{w.kind} {w.namespace}/{w.name}"
         # The group's map from every stored finding of the same workload (a fresh read of the
         # target draws the whole group: the link under the map).
         siblings = [
             f
-            for f in every(FindingFilter(item["target"], namespace=w["namespace"]))
-            if f["workload"]["name"] == w["name"]
-            and f["workload"]["kind"] == w["kind"]
-            and f["status"] != "resolved"
-            and f["id"] != finding_id
+            for f in every(FindingFilter(item.target, namespace=w.namespace))
+            if f.workload.name == w.name
+            and f.workload.kind == w.kind
+            and f.status != "resolved"
+            and f.id != finding_id
         ][:30]
         details = [
-            item["detail"],
-            *(d["detail"] for d in map(store.finding, (s["id"] for s in siblings)) if d),
+            detail,
+            *(d.detail for d in map(store.finding, (s.id for s in siblings)) if d and d.detail),
         ]
-        drawn = zonemap.svg(zonemap.from_findings(title, details)) if item["detail"].get("edge") else ""
-        t = evidence().get(item["target"])
-        revision = next((h["revision"] for h in reversed(item["history"]) if h["revision"]), None)
+        drawn = zonemap.svg(zonemap.from_findings(title, details)) if detail.get("edge") else ""
+        e = evidence().get(item.target)
+        revision = next((h.revision for h in reversed(item.history or ()) if h.revision), None)
         return page(
             "finding.html.j2",
             item=item,
             map=Markup(drawn),
-            source_url=source_link(t, revision, w["file"], w["line"]),
+            source_url=source_link(e, revision, w.file, w.line),
             revision=revision,
-            can_read=analyser is not None and t is not None and t["kind"] != "cluster",
-            fixable=item["rule"] in FIXABLE and item["status"] != "resolved",
+            can_read=analyser is not None and e is not None and e.target.kind != "cluster",
+            fixable=item.rule in FIXABLE and item.status != "resolved",
         )
 
     @app.get("/findings/{finding_id}/fix", response_class=HTMLResponse, include_in_schema=False)
@@ -308,7 +336,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         item = store.finding(finding_id)
         if item is None:
             raise HTTPException(404, "no such finding")
-        preview = analyses.fix(item["target"], item["fingerprint"])
+        preview = analyses.fix(item.target, item.fingerprint)
         return page("fix.html.j2", item=item, preview=preview)
 
     @app.get("/targets/{name}", response_class=HTMLResponse, include_in_schema=False)
@@ -317,13 +345,13 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         if name not in info:
             raise HTTPException(404, "no such target")
         runs = store.trend(name)
-        items = [overview.Item.from_json(f) for f in every(FindingFilter(name))]
-        o = overview.overview(items, {name: runs})
+        items = [_item(f) for f in every(FindingFilter(name))]
+        o = overview.overview(items, trends([name]))
         findings_chart = line_chart(
-            [(r["finished_at"] or "", float(r["findings"])) for r in runs], label="findings over runs"
+            [(wire.iso(r.finished_at) or "", float(r.findings)) for r in runs], label="findings over runs"
         )
         cost_chart = line_chart(
-            [(r["finished_at"] or "", float(r["estimated_monthly_cost_usd"] or 0)) for r in runs],
+            [(wire.iso(r.finished_at) or "", float(r.estimated_monthly_cost_usd or 0)) for r in runs],
             " USD",
             "monthly cost over runs",
         )
@@ -339,7 +367,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
 
     @app.get("/targets/{name}/map", response_class=HTMLResponse, include_in_schema=False)
     def cluster_map_page(name: TargetName) -> HTMLResponse:
-        if name not in {t["name"] for t in store.targets()}:
+        if name not in {t.name for t in store.targets()}:
             raise HTTPException(404, "no such target")
         a = analyses.get(name)
         cmap = connectivity(a.inventory, "TCP", a.inventory.settings.network.ephemeral_ports)
@@ -359,7 +387,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         "/targets/{name}/groups/{namespace}/{workload}", response_class=HTMLResponse, include_in_schema=False
     )
     def group_page(name: TargetName, namespace: K8sName, workload: K8sName) -> HTMLResponse:
-        if name not in {t["name"] for t in store.targets()}:
+        if name not in {t.name for t in store.targets()}:
             raise HTTPException(404, "no such target")
         a = analyses.get(name)
         groups = a.result.groups

@@ -11,17 +11,34 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, date, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Engine, Select, Table, func, insert, select, update
+from sqlalchemy import ColumnElement, Engine, Select, Table, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, defer, sessionmaker
 
 from auditor.clock import Clock
 from auditor.model.findings import Finding
 from auditor.store import lifecycle
+from auditor.store.records import (
+    Changes,
+    DigestRecord,
+    Export,
+    FindingRecord,
+    HistoryEntry,
+    MetricsSnapshot,
+    Page,
+    PullRequestRecord,
+    RuleCost,
+    RunRecord,
+    TargetEvidence,
+    TargetRecord,
+    WaiverNote,
+    WaiverRecord,
+    WorkloadRecord,
+)
 from auditor.store.schema import (
     ACTIVE_STATUSES,
     CostEstimate,
@@ -109,12 +126,6 @@ class FindingFilter:
     since: datetime | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
-    items: list[dict[str, Any]]
-    next_cursor: str | None
-
-
 def encode_cursor(last_id: int) -> str:
     return base64.urlsafe_b64encode(f"v1:{last_id}".encode()).decode().rstrip("=")
 
@@ -137,9 +148,24 @@ def _as_utc(value: datetime | None) -> datetime | None:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def _iso(value: datetime | None) -> str | None:
-    value = _as_utc(value)
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+R = TypeVar("R")
+
+
+def _record(cls: type[R], row: object, **given: Any) -> R:
+    """A record of an ORM row: each field the row's attribute of that name (times as UTC, lists
+    as tuples) unless `given`; an extra field (records.extra) only when given."""
+    values = dict(given)
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name not in given and not f.metadata.get("extra"):
+            value = getattr(row, f.name)
+            values[f.name] = (
+                _as_utc(value)
+                if isinstance(value, datetime)
+                else tuple(value)
+                if isinstance(value, list)
+                else value
+            )
+    return cls(**values)
 
 
 class Store:
@@ -173,26 +199,11 @@ class Store:
                         setattr(row, k, v)
                     row.updated_at = now
 
-    def targets(self) -> list[dict[str, Any]]:
+    def targets(self) -> list[TargetRecord]:
         with self.sessions() as session:
-            last_ok = dict(
-                session.execute(
-                    select(Run.target_id, func.max(Run.finished_at))
-                    .where(Run.status == "succeeded")
-                    .group_by(Run.target_id)
-                ).all()
-            )
+            last_ok = _last_success(session)
             return [
-                {
-                    "name": t.name,
-                    "kind": t.kind,
-                    "location": t.location,
-                    "branch": t.branch,
-                    "paths": t.paths,
-                    "node_files": t.node_files,
-                    "schedule": t.schedule,
-                    "last_successful_run_at": _iso(last_ok.get(t.id)),
-                }
+                _record(TargetRecord, t, last_successful_run_at=last_ok.get(t.id))
                 for t in session.scalars(select(Target).order_by(Target.name))
             ]
 
@@ -332,7 +343,7 @@ class Store:
                 existing[(w.fingerprint, w.source)] = row
             row.reason, row.expires, row.expired, row.last_run_id = w.reason, w.expires, w.expired, run_id
 
-    def runs(self, target: str | None = None, limit: int = 50, cursor: str | None = None) -> Page:
+    def runs(self, target: str | None = None, limit: int = 50, cursor: str | None = None) -> Page[RunRecord]:
         query = select(Run, Target.name).join(Target, Run.target_id == Target.id)
         if target is not None:
             query = query.where(Target.name == target)
@@ -341,24 +352,22 @@ class Store:
         query = query.order_by(Run.id.desc()).limit(limit + 1)
         with self.sessions() as session:
             rows = session.execute(query).all()
-        items = [_run_json(run, name) for run, name in rows[:limit]]
-        more = len(rows) > limit
-        return Page(items, encode_cursor(rows[limit - 1][0].id) if more else None)
+        return _page([_run_record(run, name) for run, name in rows], limit)
 
-    def run(self, run_id: int) -> dict[str, Any] | None:
+    def run(self, run_id: int) -> RunRecord | None:
         with self.sessions() as session:
             row = session.execute(
                 select(Run, Target.name).join(Target, Run.target_id == Target.id).where(Run.id == run_id)
             ).first()
             if row is None:
                 return None
-            out = _run_json(row[0], row[1])
-            out["load_errors"] = row[0].errors
-            out["cost_by_rule"] = {
-                c.rule: {"findings": c.findings, "monthly_usd": c.monthly_usd}
-                for c in session.scalars(select(CostEstimate).where(CostEstimate.run_id == run_id))
-            }
-            return out
+            costs = session.scalars(select(CostEstimate).where(CostEstimate.run_id == run_id))
+            return _run_record(
+                row[0],
+                row[1],
+                load_errors=tuple(row[0].errors),
+                cost_by_rule={c.rule: RuleCost(c.findings, c.monthly_usd) for c in costs},
+            )
 
     # -- findings -----------------------------------------------------------------------------
 
@@ -394,7 +403,7 @@ class Store:
                 )
         return query
 
-    def findings(self, flt: FindingFilter, limit: int = 50, cursor: str | None = None) -> Page:
+    def findings(self, flt: FindingFilter, limit: int = 50, cursor: str | None = None) -> Page[FindingRecord]:
         """A page of findings, newest first (keyset pagination on the id)."""
         before = decode_cursor(cursor) if cursor is not None else None
         with self.sessions() as session:
@@ -408,11 +417,9 @@ class Store:
                 query = query.where(FindingRow.id < before)
             query = query.order_by(FindingRow.id.desc()).limit(limit + 1)
             rows = session.execute(query).all()
-        items = [_finding_json(f, name) for f, name in rows[:limit]]
-        more = len(rows) > limit
-        return Page(items, encode_cursor(rows[limit - 1][0].id) if more else None)
+        return _page([_finding_record(f, name) for f, name in rows], limit)
 
-    def finding(self, finding_id: int) -> dict[str, Any] | None:
+    def finding(self, finding_id: int) -> FindingRecord | None:
         """A finding with its history: one entry per run that saw or resolved it."""
         with self.sessions() as session:
             row = session.execute(
@@ -422,32 +429,31 @@ class Store:
             ).first()
             if row is None:
                 return None
-            out = _finding_json(row[0], row[1])
-            out["detail"] = row[0].detail
             history = session.execute(
                 select(Observation, Run)
                 .join(Run, Observation.run_id == Run.id)
                 .where(Observation.finding_id == finding_id)
                 .order_by(Run.started_at, Run.id)
             ).all()
-            out["history"] = [
-                {
-                    "run_id": run.id,
-                    "at": _iso(run.finished_at or run.started_at),
-                    "revision": run.revision,
-                    "status": obs.status,
-                    "severity": obs.severity,
-                    "certainty": obs.certainty,
-                    "estimated_monthly_cost_usd": obs.estimated_monthly_cost_usd,
-                    "estimated_slowdown_pct": obs.estimated_slowdown_pct,
-                }
-                for obs, run in history
-            ]
-            return out
+            return _finding_record(
+                row[0],
+                row[1],
+                detail=row[0].detail,
+                history=tuple(
+                    _record(
+                        HistoryEntry,
+                        obs,
+                        run_id=run.id,
+                        at=_as_utc(run.finished_at or run.started_at),
+                        revision=run.revision,
+                    )
+                    for obs, run in history
+                ),
+            )
 
     # -- exports (reports, digests, web pages) ------------------------------------------------
 
-    def export(self, target: str | None = None, since: datetime | None = None) -> dict[str, Any]:
+    def export(self, target: str | None = None, since: datetime | None = None) -> Export:
         """What a compliance report or a digest needs: targets with their last runs (evidence),
         findings (active and waived; resolved ones since `since`), waivers, and the runs of the
         period."""
@@ -458,62 +464,41 @@ class Store:
             targets = list(session.scalars(tq))
             ids = [t.id for t in targets]
             names = {t.id: t.name for t in targets}
-            out_targets = []
-            for t in targets:
-                last = session.scalars(
-                    select(Run)
-                    .where(Run.target_id == t.id, Run.status != "running")
-                    .order_by(Run.id.desc())
-                    .limit(1)
+
+            def last(t: Target, status: Any) -> RunRecord | None:
+                run = session.scalars(
+                    select(Run).where(Run.target_id == t.id, status).order_by(Run.id.desc()).limit(1)
                 ).first()
-                ok = session.scalars(
-                    select(Run)
-                    .where(Run.target_id == t.id, Run.status == "succeeded")
-                    .order_by(Run.id.desc())
-                    .limit(1)
-                ).first()
-                out_targets.append(
-                    {
-                        "name": t.name,
-                        "kind": t.kind,
-                        "location": t.location,
-                        "last_run": _run_json(last, t.name) if last else None,
-                        "last_successful_run": _run_json(ok, t.name) if ok else None,
-                    }
+                return _run_record(run, t.name) if run else None
+
+            evidence = tuple(
+                _record(
+                    TargetEvidence,
+                    t,
+                    last_run=last(t, Run.status != "running"),
+                    last_successful_run=last(t, Run.status == "succeeded"),
                 )
-            fq = select(FindingRow).where(FindingRow.target_id.in_(ids))
+                for t in targets
+            )
+            shown: ColumnElement[bool] = FindingRow.status.in_((*ACTIVE_STATUSES, "waived"))
             if since is not None:
-                fq = fq.where(
-                    FindingRow.status.in_((*ACTIVE_STATUSES, "waived")) | (FindingRow.resolved_at >= since)
-                )
-            else:
-                fq = fq.where(FindingRow.status.in_((*ACTIVE_STATUSES, "waived")))
-            findings = []
-            for f in session.scalars(fq.order_by(FindingRow.id)):
-                item = _finding_json(f, names[f.target_id])
-                item["detail"] = f.detail
-                findings.append(item)
-            waivers = [
-                {
-                    "target": names[w.target_id],
-                    "fingerprint": w.fingerprint,
-                    "source": w.source,
-                    "reason": w.reason,
-                    "expires": w.expires.isoformat(),
-                    "expired": w.expired,
-                }
-                for w in session.scalars(select(Waiver).where(Waiver.target_id.in_(ids)).order_by(Waiver.id))
-            ]
+                shown = shown | (FindingRow.resolved_at >= since)
+            fq = select(FindingRow).where(FindingRow.target_id.in_(ids), shown).order_by(FindingRow.id)
+            findings = tuple(
+                _finding_record(f, names[f.target_id], detail=f.detail) for f in session.scalars(fq)
+            )
+            wq = select(Waiver).where(Waiver.target_id.in_(ids)).order_by(Waiver.id)
+            waivers = tuple(_record(WaiverRecord, w, target=names[w.target_id]) for w in session.scalars(wq))
             rq = select(Run).where(Run.target_id.in_(ids), Run.status != "running")
             if since is not None:
                 rq = rq.where(Run.started_at >= since)
-            runs = [
-                _run_json(r, names[r.target_id])
+            runs = tuple(
+                _run_record(r, names[r.target_id])
                 for r in session.scalars(rq.order_by(Run.id.desc()).limit(500))
-            ]
-        return {"targets": out_targets, "findings": findings, "waivers": waivers, "runs": runs}
+            )
+        return Export(evidence, findings, waivers, runs)
 
-    def trend(self, target: str, limit: int = 90) -> list[dict[str, Any]]:
+    def trend(self, target: str, limit: int = 90) -> list[RunRecord]:
         """Per successful or partial run of a target: when, findings and estimated cost (oldest first)."""
         with self.sessions() as session:
             rows = session.execute(
@@ -523,13 +508,13 @@ class Store:
                 .order_by(Run.id.desc())
                 .limit(limit)
             ).scalars()
-            return [_run_json(r, target) for r in reversed(list(rows))]
+            return [_run_record(r, target) for r in reversed(list(rows))]
 
-    def changes_since(self, since: datetime) -> dict[str, list[dict[str, Any]]]:
+    def changes_since(self, since: datetime) -> Changes:
         """Findings that became new, reopened or resolved at or after `since` (for digests)."""
         with self.sessions() as session:
             names = dict(session.execute(select(Target.id, Target.name)).all())
-            out: dict[str, list[dict[str, Any]]] = {"new": [], "reopened": [], "resolved": []}
+            out: dict[str, list[FindingRecord]] = {"new": [], "reopened": [], "resolved": []}
             rows = session.execute(
                 select(FindingRow, Observation.status)
                 .join(Observation, Observation.finding_id == FindingRow.id)
@@ -539,13 +524,10 @@ class Store:
             ).all()
             seen: set[tuple[int, str]] = set()
             for f, status in rows:
-                if (f.id, status) in seen:
-                    continue
-                seen.add((f.id, status))
-                item = _finding_json(f, names[f.target_id])
-                item["detail"] = f.detail
-                out[status].append(item)
-            return out
+                if (f.id, status) not in seen:
+                    seen.add((f.id, status))
+                    out[status].append(_finding_record(f, names[f.target_id], detail=f.detail))
+            return Changes(*(tuple(out[k]) for k in ("new", "reopened", "resolved")))
 
     # -- the digest outbox --------------------------------------------------------------------
 
@@ -586,22 +568,10 @@ class Store:
             session.flush()
             return row.id
 
-    def pending_digests(self) -> list[dict[str, Any]]:
+    def pending_digests(self) -> list[DigestRecord]:
         with self.sessions() as session:
-            return [
-                {
-                    "id": d.id,
-                    "team": d.team,
-                    "recipients": d.recipients,
-                    "subject": d.subject,
-                    "text": d.text,
-                    "html": d.html,
-                    "attempts": d.attempts,
-                    "message_id": d.message_id,
-                    "period_end": _as_utc(d.period_end),
-                }
-                for d in session.scalars(select(Digest).where(Digest.status == "pending").order_by(Digest.id))
-            ]
+            query = select(Digest).where(Digest.status == "pending").order_by(Digest.id)
+            return [_record(DigestRecord, d) for d in session.scalars(query)]
 
     def digest_attempt(
         self, digest_id: int, error: str | None, *, permanent: bool = False, note: str | None = None
@@ -618,19 +588,9 @@ class Store:
                 if permanent:
                     row.status = "failed"
 
-    def digests(self) -> list[dict[str, Any]]:
+    def digests(self) -> list[DigestRecord]:
         with self.sessions() as session:
-            return [
-                {
-                    "id": d.id,
-                    "team": d.team,
-                    "status": d.status,
-                    "attempts": d.attempts,
-                    "last_error": d.last_error,
-                    "message_id": d.message_id,
-                }
-                for d in session.scalars(select(Digest).order_by(Digest.id))
-            ]
+            return [_record(DigestRecord, d) for d in session.scalars(select(Digest).order_by(Digest.id))]
 
     # -- pull requests ------------------------------------------------------------------------
 
@@ -677,7 +637,7 @@ class Store:
 
     def pull_requests(
         self, target: str, *, workload: str | None = None, fix_id: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[PullRequestRecord]:
         """The fix pull requests recorded for a target (of one workload, or of one fix)."""
         query = (
             select(PullRequest)
@@ -690,19 +650,7 @@ class Store:
         if fix_id is not None:
             query = query.where(PullRequest.fix_id == fix_id)
         with self.sessions() as session:
-            rows = session.scalars(query)
-            return [
-                {
-                    "workload": r.workload,
-                    "branch": r.branch,
-                    "number": r.number,
-                    "url": r.url,
-                    "state": r.state,
-                    "fix_id": r.fix_id,
-                    "closed_by_human": r.closed_by_human,
-                }
-                for r in rows
-            ]
+            return [_record(PullRequestRecord, r) for r in session.scalars(query)]
 
     # -- aggregates for metrics ---------------------------------------------------------------
 
@@ -717,57 +665,38 @@ class Store:
             ).all()
         return {str(severity): int(n) for severity, n in rows}
 
-    def metrics_snapshot(self) -> dict[str, Any]:
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        active = FindingRow.status.in_(ACTIVE_STATUSES)
         with self.sessions() as session:
             names = dict(session.execute(select(Target.id, Target.name)).all())
-            runs = [
+
+            def per_target(value: Any, *where: Any) -> dict[str, Any]:
+                query = select(FindingRow.target_id, value).where(*where).group_by(FindingRow.target_id)
+                return {names[t]: v for t, v in session.execute(query)}
+
+            runs = tuple(
                 (names[t], s, n)
                 for t, s, n in session.execute(
                     select(Run.target_id, Run.status, func.count()).group_by(Run.target_id, Run.status)
                 )
-            ]
-            last_ok = {
-                names[t]: _as_utc(at)
-                for t, at in session.execute(
-                    select(Run.target_id, func.max(Run.finished_at))
-                    .where(Run.status == "succeeded")
-                    .group_by(Run.target_id)
-                )
-            }
-            open_findings = list(
-                session.execute(
+            )
+            last_ok = {names[t]: at for t, at in _last_success(session).items()}
+            open_findings = tuple(
+                (str(severity), str(rule), int(n))
+                for severity, rule, n in session.execute(
                     select(FindingRow.severity, FindingRow.rule, func.count())
-                    .where(FindingRow.status.in_(ACTIVE_STATUSES))
+                    .where(active)
                     .group_by(FindingRow.severity, FindingRow.rule)
-                ).all()
+                )
             )
             cost = {
-                names[t]: c or 0.0
-                for t, c in session.execute(
-                    select(FindingRow.target_id, func.sum(FindingRow.estimated_monthly_cost_usd))
-                    .where(FindingRow.status.in_(ACTIVE_STATUSES))
-                    .group_by(FindingRow.target_id)
-                )
+                t: c or 0.0
+                for t, c in per_target(func.sum(FindingRow.estimated_monthly_cost_usd), active).items()
             }
-            blocked = {
-                names[t]: n
-                for t, n in session.execute(
-                    select(FindingRow.target_id, func.count())
-                    .where(
-                        FindingRow.status.in_(ACTIVE_STATUSES),
-                        FindingRow.rule.in_(("cross-zone-blocked", "traffic-blocked")),
-                    )
-                    .group_by(FindingRow.target_id)
-                )
-            }
-        return {
-            "targets": sorted(names.values()),
-            "runs": runs,
-            "last_success": last_ok,
-            "open_findings": open_findings,
-            "cost": cost,
-            "blocked": blocked,
-        }
+            blocked = per_target(
+                func.count(), active, FindingRow.rule.in_(("cross-zone-blocked", "traffic-blocked"))
+            )
+        return MetricsSnapshot(tuple(sorted(names.values())), runs, last_ok, open_findings, cost, blocked)
 
 
 def _write_findings(
@@ -821,30 +750,10 @@ def _write_findings(
             .values(status="resolved", resolved_at=now)
             .execution_options(synchronize_session=False)
         )
-    observations = [
-        {
-            "finding_id": ids[c.fingerprint],
-            "run_id": run_id,
-            "status": c.transition.status,
-            "severity": c.finding.severity,
-            "certainty": c.finding.certainty,
-            "estimated_monthly_cost_usd": c.finding.estimated_monthly_cost_usd,
-            "estimated_slowdown_pct": c.finding.estimated_slowdown_pct,
-        }
-        for c in plan.seen
-    ]
-    observations.extend(
-        {
-            "finding_id": s.id,
-            "run_id": run_id,
-            "status": "resolved",
-            "severity": s.severity,
-            "certainty": s.certainty,
-            "estimated_monthly_cost_usd": None,
-            "estimated_slowdown_pct": None,
-        }
-        for s in plan.resolved
-    )
+    columns = "finding_id run_id status severity certainty estimated_monthly_cost_usd estimated_slowdown_pct"
+    observed = [(ids[c.fingerprint], run_id, c.transition.status, *_observed(c.finding)) for c in plan.seen]
+    observed += [(s.id, run_id, "resolved", s.severity, s.certainty, None, None) for s in plan.resolved]
+    observations = [dict(zip(columns.split(), row, strict=True)) for row in observed]
     for chunk in _chunks(observations, 10000):
         session.execute(insert(_OBSERVATIONS), chunk)
     for rule in sorted(plan.count_by_rule):
@@ -858,6 +767,10 @@ def _write_findings(
                 at=now,
             )
         )
+
+
+def _observed(f: Finding) -> tuple[str, str, float | None, float | None]:
+    return f.severity, f.certainty, f.estimated_monthly_cost_usd, f.estimated_slowdown_pct
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
@@ -882,54 +795,42 @@ def _finding_values(f: Finding) -> dict[str, Any]:
     }
 
 
-def _finding_json(f: FindingRow, target: str) -> dict[str, Any]:
-    return {
-        "id": f.id,
-        "target": target,
-        "fingerprint": f.fingerprint,
-        "rule": f.rule,
-        "severity": f.severity,
-        "certainty": f.certainty,
-        "status": f.status,
-        "workload": {
-            "kind": f.kind,
-            "namespace": f.namespace,
-            "name": f.workload,
-            "file": f.file,
-            "line": f.line,
-            "labels": dict(f.labels or {}),
-        },
-        "message": f.message,
-        "estimated_monthly_cost_usd": f.estimated_monthly_cost_usd,
-        "estimated_slowdown_pct": f.estimated_slowdown_pct,
-        "first_seen_at": _iso(f.first_seen_at),
-        "last_seen_at": _iso(f.last_seen_at),
-        "resolved_at": _iso(f.resolved_at),
-        "waiver": (
-            {"reason": f.waiver_reason, "expires": f.waiver_expires.isoformat() if f.waiver_expires else None}
-            if f.status == "waived"
-            else None
-        ),
-    }
+def _last_success(session: Session) -> dict[int, datetime | None]:
+    """When each target's last successful run finished, by target id."""
+    query = select(Run.target_id, func.max(Run.finished_at)).where(Run.status == "succeeded")
+    return {t: _as_utc(at) for t, at in session.execute(query.group_by(Run.target_id))}
 
 
-def _run_json(r: Run, target: str) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "target": target,
-        "slot": r.slot,
-        "trigger": r.trigger,
-        "status": r.status,
-        "revision": r.revision,
-        "started_at": _iso(r.started_at),
-        "finished_at": _iso(r.finished_at),
-        "findings": r.findings_count,
-        "new": r.new_count,
-        "reopened": r.reopened_count,
-        "resolved": r.resolved_count,
-        "waived": r.waived_count,
-        "errors": r.errors_count,
-        "audited_objects": r.audited_objects,
-        "estimated_monthly_cost_usd": r.estimated_monthly_cost_usd,
-        "error": r.error,
-    }
+def _finding_record(f: FindingRow, target: str, **extras: Any) -> FindingRecord:
+    return _record(
+        FindingRecord,
+        f,
+        target=target,
+        workload=WorkloadRecord(f.kind, f.namespace, f.workload, f.file, f.line, dict(f.labels or {})),
+        waiver=WaiverNote(f.waiver_reason, f.waiver_expires) if f.status == "waived" else None,
+        **extras,
+    )
+
+
+def _run_record(r: Run, target: str, **extras: Any) -> RunRecord:
+    return _record(
+        RunRecord,
+        r,
+        target=target,
+        findings=r.findings_count,
+        new=r.new_count,
+        reopened=r.reopened_count,
+        resolved=r.resolved_count,
+        waived=r.waived_count,
+        errors=r.errors_count,
+        **extras,
+    )
+
+
+Keyed = TypeVar("Keyed", FindingRecord, RunRecord)
+
+
+def _page(items: list[Keyed], limit: int) -> Page[Keyed]:
+    """The first `limit` of `items` (read one over the limit) and the cursor to the rest."""
+    more = len(items) > limit
+    return Page(items[:limit], encode_cursor(items[limit - 1].id) if more else None)

@@ -84,4 +84,4 @@ def test_a_stalled_cluster_target_run_is_stored_partial(tmp_path: Path) -> None:
         result = AuditRunner(settings, store, Tools(None, None)).run("lab-cluster")
         assert result is not None and result.status == "partial", result
         run = store.run(result.run_id)
-        assert run is not None and "read deadline" in run["load_errors"][0]["message"]
+        assert run is not None and "read deadline" in run.load_errors[0]["message"]

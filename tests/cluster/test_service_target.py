@@ -37,17 +37,17 @@ def test_cluster_target_runs_and_stores_observed_findings(tmp_path: Path) -> Non
         first = runner.run("lab-cluster")
         assert first is not None and first.status == "succeeded", first
         [finding] = store.findings(FindingFilter(target="lab-cluster"), 10).items
-        assert (finding["rule"], finding["certainty"], finding["status"]) == (
+        assert (finding.rule, finding.certainty, finding.status) == (
             "cross-zone-blocked",
             "observed",
             "new",
         )
-        assert store.run(first.run_id)["revision"] == "v1.34.2"  # type: ignore[index]
+        assert store.run(first.run_id).revision == "v1.34.2"  # type: ignore[union-attr]
         # A read the service account is not allowed to complete: partial, nothing resolved.
         fake.faults.forbidden.add("/api/v1/pods")
         clock.advance(days=1)
         second = runner.run("lab-cluster")
         assert second is not None and second.status == "partial"
         run = store.run(second.run_id)
-        assert run is not None and 'resources: ["pods"]' in run["load_errors"][0]["message"]
-        assert store.findings(FindingFilter(target="lab-cluster"), 10).items[0]["status"] == "open"
+        assert run is not None and 'resources: ["pods"]' in run.load_errors[0]["message"]
+        assert store.findings(FindingFilter(target="lab-cluster"), 10).items[0].status == "open"

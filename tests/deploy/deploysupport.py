@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from auditor.store.records import MetricsSnapshot
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUSTOMIZE = DEPLOY / "kustomize"
@@ -129,15 +131,15 @@ def metric_names(expr: str) -> set[str]:
 class _Snapshot:
     """Stands in for the Store: one of everything, so every metric has a sample."""
 
-    def metrics_snapshot(self) -> dict[str, Any]:
-        return {
-            "runs": [("prod", "succeeded", 3)],
-            "last_success": {"prod": datetime(2026, 1, 1, tzinfo=UTC)},
-            "open_findings": [("critical", "cross-zone-blocked", 1)],
-            "targets": ["prod"],
-            "cost": {"prod": 12.5},
-            "blocked": {"prod": 1},
-        }
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        return MetricsSnapshot(
+            targets=("prod",),
+            runs=(("prod", "succeeded", 3),),
+            last_success={"prod": datetime(2026, 1, 1, tzinfo=UTC)},
+            open_findings=(("critical", "cross-zone-blocked", 1),),
+            cost={"prod": 12.5},
+            blocked={"prod": 1},
+        )
 
 
 def exported_metrics() -> set[str]:

@@ -66,8 +66,8 @@ def test_one_pr_per_workload_and_running_twice_leaves_one(lab: Lab) -> None:
     assert "re-audit: the finding is gone" in pr["body"]
     # The branch and the store name the fix; the body's marker only repeats it for humans.
     [row] = lab.store.pull_requests("infra")
-    assert pr["head"] == f"placement-auditor/job-ml-demo-trainer-workers-{row['fix_id']}"
-    assert MARKER.findall(pr["body"]) == [row["fix_id"]]
+    assert pr["head"] == f"placement-auditor/job-ml-demo-trainer-workers-{row.fix_id}"
+    assert MARKER.findall(pr["body"]) == [row.fix_id]
     # The branch holds one commit by the bot on top of main, with the fix.
     log = git("log", "--format=%ae %s", f"main..{pr['head']}", cwd=lab.hub.bare)
     assert log.startswith(
@@ -79,7 +79,7 @@ def test_one_pr_per_workload_and_running_twice_leaves_one(lab: Lab) -> None:
     [again] = lab.sync()
     assert again.action == "up-to-date" and len(lab.hub.pulls) == 1
     assert [r for r in lab.hub.requests[before:] if not r.startswith("GET")] == []
-    assert [p["state"] for p in lab.store.pull_requests("infra")] == ["open"]
+    assert [p.state for p in lab.store.pull_requests("infra")] == ["open"]
 
 
 def test_a_pr_closed_by_a_human_is_not_reopened(lab: Lab) -> None:
@@ -89,7 +89,7 @@ def test_a_pr_closed_by_a_human_is_not_reopened(lab: Lab) -> None:
     assert first.action == "skipped" and "closed unmerged by a human" in first.detail
     [second] = lab.sync()
     assert second.action == "skipped" and "a human closed" in second.detail
-    assert len(lab.hub.pulls) == 1 and lab.store.pull_requests("infra")[0]["closed_by_human"]
+    assert len(lab.hub.pulls) == 1 and lab.store.pull_requests("infra")[0].closed_by_human
 
 
 def _workload(**replace: str) -> str:
@@ -144,13 +144,13 @@ def test_a_human_closed_pr_stays_closed_until_the_fix_itself_changes(lab: Lab) -
     assert again.action == "skipped" and again.branch == first_branch and "closed unmerged" in again.detail
     assert len(lab.hub.pulls) == 1 and _writes(lab, before) == []
     [row] = lab.store.pull_requests("infra")
-    assert row["closed_by_human"] and row["number"] == opened.number
+    assert row.closed_by_human and row.number == opened.number
     # The fix itself changes (the GPU nodes moved to zone-b): a new fix, a new branch, a new PR.
     lab.origin.commit(_zones_swapped())  # type: ignore[attr-defined]
     [new] = lab.sync()
     assert new.action == "opened" and new.number == 2 and new.branch != first_branch
     assert lab.hub.pulls[1]["title"].endswith(" in zone-b") and lab.hub.pulls[0]["state"] == "closed"
-    assert [r["state"] for r in lab.store.pull_requests("infra")] == ["closed", "open"]
+    assert [r.state for r in lab.store.pull_requests("infra")] == ["closed", "open"]
 
 
 def test_the_pr_body_is_never_read_back_as_state(lab: Lab) -> None:
@@ -181,7 +181,7 @@ def test_a_changed_fix_replaces_the_open_pr(lab: Lab) -> None:
     ]
     assert new["state"] == "open" and new["head"] != first_branch
     rows = lab.store.pull_requests("infra")
-    assert [(r["number"], r["state"], r["closed_by_human"]) for r in rows] == [
+    assert [(r.number, r.state, r.closed_by_human) for r in rows] == [
         (1, "superseded", False),
         (2, "open", False),
     ]
@@ -263,7 +263,7 @@ def test_hostile_names_labels_and_paths_are_escaped(tmp_path: Path) -> None:
         assert "@\u200borg/admins" in text and "#\u200b12" in text
     assert "`" not in title
     # The body: the one marker is the tool's; no tag, comment, link or code span from a name or path.
-    assert MARKER.findall(body) == [row["fix_id"]] and body.count("<!--") == 1
+    assert MARKER.findall(body) == [row.fix_id] and body.count("<!--") == 1
     assert "<img" not in body and "<b>" not in body and "&lt;img src=x onerror=alert\\(1\\)&gt;" in body
     assert "](javascript" not in body and "\\]\\(javascript" in body
     prose = re.sub(r"```mermaid\n.*?\n```", "", body, flags=re.S)

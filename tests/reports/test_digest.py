@@ -134,11 +134,11 @@ def test_a_refused_digest_stays_in_the_outbox_and_is_retried(tmp_path: Path, smt
         store, _clock, settings = seeded_store(tmp_path, engine, _config(port))
         queued, sent, errors = digests.run(settings, store, {})  # type: ignore[arg-type]
         assert queued == 2 and sent == 1 and len(errors) == 1 and "451" in errors[0]
-        assert sorted(d["status"] for d in store.digests()) == ["pending", "sent"]
+        assert sorted(d.status for d in store.digests()) == ["pending", "sent"]
         queued, sent, errors = digests.run(settings, store, {})  # type: ignore[arg-type]
         assert (queued, sent, errors) == (0, 1, [])
-        assert len(inbox.messages) == 2 and {d["status"] for d in store.digests()} == {"sent"}
-        assert max(d["attempts"] for d in store.digests()) == 2
+        assert len(inbox.messages) == 2 and {d.status for d in store.digests()} == {"sent"}
+        assert max(d.attempts for d in store.digests()) == 2
 
 
 class _Auth:
@@ -170,7 +170,7 @@ def test_rejected_authentication_and_a_server_that_is_down(tmp_path: Path) -> No
             )
             _, sent, errors = digests.run(settings, store, {"SMTP_PASSWORD": "wrong"})  # type: ignore[arg-type]
             assert sent == 0 and len(errors) == 2 and "refused the login" in errors[0]
-            assert {d["status"] for d in store.digests()} == {"pending"}
+            assert {d.status for d in store.digests()} == {"pending"}
             _, sent, errors = digests.run(settings, store, {"SMTP_PASSWORD": "right"})  # type: ignore[arg-type]
             assert (sent, errors) == (2, [])
             assert inbox.messages and "wrong" not in str(store.digests())
@@ -185,7 +185,7 @@ def test_rejected_authentication_and_a_server_that_is_down(tmp_path: Path) -> No
             sent == 0
             and errors
             and "failed" in errors[0]
-            and {d["status"] for d in store.digests()} == {"pending"}
+            and {d.status for d in store.digests()} == {"pending"}
         )
 
 
@@ -205,7 +205,7 @@ def test_teams_routed_by_workload_label(tmp_path: Path, smtp: tuple[Inbox, int],
     with engine_for(backend, tmp_path) as engine:
         store, _clock, settings = seeded_store(tmp_path, engine, config)
         page = store.findings(FindingFilter(target="lab"), 10)
-        assert [f["workload"]["labels"] for f in page.items] == [{"app": "trainer"}]
+        assert [f.workload.labels for f in page.items] == [{"app": "trainer"}]
         assert digests.run(settings, store, {})[1] == 3  # type: ignore[arg-type]
         by_rcpt = {tuple(r): _parts(m)["text/plain"] for r, m in inbox.messages}
         assert "trainer-workers" in by_rcpt[("trainers@example.com",)]
@@ -280,7 +280,7 @@ def test_a_resend_after_a_late_acknowledgement_carries_the_same_message_id(
         queued, sent, errors = digests.run(settings, store, {})  # type: ignore[arg-type]
         assert (queued, sent) == (2, 1) and len(errors) == 1 and "kept for a retry" in errors[0]
         assert "TimeoutError" in errors[0] or "timed out" in errors[0]
-        [late] = [d for d in store.digests() if d["status"] == "pending"]
+        [late] = [d for d in store.digests() if d.status == "pending"]
         # The server did accept it: the message is there, the client just never heard.
         deadline = time.monotonic() + 10
         while len(inbox.messages) < 2 and time.monotonic() < deadline:
@@ -298,8 +298,8 @@ def test_a_resend_after_a_late_acknowledgement_carries_the_same_message_id(
         day = clock.now.astimezone(UTC).date().isoformat()
         team = "ml-platform" if first[0] == ["ml@example.com"] else "lab-owners"
         assert re.fullmatch(rf"<digest-{team}-{day}-[0-9a-f]{{12}}@placement-auditor\.invalid>", ids[0])
-        assert {d["message_id"] for d in store.digests()} == set(ids)
-        assert late["message_id"] == resent[1]["Message-ID"]
+        assert {d.message_id for d in store.digests()} == set(ids)
+        assert late.message_id == resent[1]["Message-ID"]
         # The next day: new Message-IDs.
         clock.advance(days=1)
         digests.run(settings, store, {})  # type: ignore[arg-type]
@@ -323,23 +323,23 @@ def test_a_permanent_failure_marks_that_digest_failed_and_the_others_are_sent(
         store.enqueue_digest("bad-address", now, now, ["a@b.example>, victim@example.com"], "s", "t", "h")
         queued, sent, errors = digests.run(settings, store, {})  # type: ignore[arg-type]
         assert (queued, sent) == (2, 1) and len(errors) == 3
-        rows = {d["team"]: d for d in store.digests()}
-        assert rows["ml-platform"]["status"] == "sent"
+        rows = {d.team: d for d in store.digests()}
+        assert rows["ml-platform"].status == "sent"
         assert (
-            rows["lab-owners"]["status"] == "failed"
-            and "550 5.1.1 no such user" in rows["lab-owners"]["last_error"]
+            rows["lab-owners"].status == "failed"
+            and "550 5.1.1 no such user" in rows["lab-owners"].last_error
         )
-        assert rows["evil\r\nBcc: victim@example.com"]["status"] == "failed"
-        assert "team name" in rows["evil\r\nBcc: victim@example.com"]["last_error"]
+        assert rows["evil\r\nBcc: victim@example.com"].status == "failed"
+        assert "team name" in rows["evil\r\nBcc: victim@example.com"].last_error
         assert (
-            rows["bad-address"]["status"] == "failed"
-            and "not a plain e-mail address" in rows["bad-address"]["last_error"]
+            rows["bad-address"].status == "failed"
+            and "not a plain e-mail address" in rows["bad-address"].last_error
         )
         assert [r for r, _ in inbox.messages] == [["ml@example.com"]]
         assert all("victim" not in str(m) for _, m in inbox.messages)
         # Failed rows are not retried.
         assert digests.run(settings, store, {}) == (0, 0, [])  # type: ignore[arg-type]
-        assert {d["team"]: d["attempts"] for d in store.digests()}["lab-owners"] == 1
+        assert {d.team: d.attempts for d in store.digests()}["lab-owners"] == 1
 
 
 def test_a_temporarily_refused_recipient_stays_queued(tmp_path: Path) -> None:
@@ -348,7 +348,7 @@ def test_a_temporarily_refused_recipient_stays_queued(tmp_path: Path) -> None:
         store, _clock, settings = seeded_store(tmp_path, engine, _config(port))
         _, sent, errors = digests.run(settings, store, {})  # type: ignore[arg-type]
         assert sent == 1 and len(errors) == 1 and "450 4.2.1" in errors[0]
-        assert {d["team"]: d["status"] for d in store.digests()} == {
+        assert {d.team: d.status for d in store.digests()} == {
             "ml-platform": "pending",
             "lab-owners": "sent",
         }
@@ -417,7 +417,7 @@ def test_the_largest_digest_stays_under_the_clipping_size(tmp_path: Path, smtp: 
         store, _, settings = seeded_store(tmp_path, engine, _config(port))
         store.sync_targets(
             [
-                *(TargetSpec(t["name"], t["kind"], t["location"]) for t in store.targets()),
+                *(TargetSpec(t.name, t.kind, t.location) for t in store.targets()),
                 TargetSpec("big", "git", "https://example.com/big.git"),
             ]
         )

@@ -64,26 +64,26 @@ def test_sigkill_mid_run_leaves_no_half_run_and_loses_nothing(tmp_path: Path, ba
         engine = database.make_engine(url)
         store = Store(engine, Clock())
         deadline = time.monotonic() + 60
-        while not [r for r in store.runs("lab", 5).items if r["status"] == "running"]:
+        while not [r for r in store.runs("lab", 5).items if r.status == "running"]:
             assert time.monotonic() < deadline and victim.poll() is None, "the run never started"
             time.sleep(0.05)
         time.sleep(0.3)
         victim.send_signal(signal.SIGKILL)
         victim.wait(30)
         runs = store.runs("lab", 5).items
-        assert [r["status"] for r in runs] == ["running", "succeeded"]
+        assert [r.status for r in runs] == ["running", "succeeded"]
         [finding] = store.findings(FindingFilter(target="lab"), 10).items
-        assert finding["status"] == "new"
+        assert finding.status == "new"
         # Restart: the killed run is marked interrupted; the next run goes on from the stored state.
         again = _auditor(["run", "--target", "lab", "--config", str(ok)], env, tmp_path)
         assert again.wait(120) == 1
         runs = store.runs("lab", 5).items
-        assert [r["status"] for r in runs] == ["succeeded", "interrupted", "succeeded"]
-        assert "stopped before it finished" in runs[1]["error"]
+        assert [r.status for r in runs] == ["succeeded", "interrupted", "succeeded"]
+        assert "stopped before it finished" in runs[1].error
         [finding] = store.findings(FindingFilter(target="lab"), 10).items
-        assert finding["status"] == "open"
-        detail = store.finding(finding["id"])
-        assert detail is not None and [h["status"] for h in detail["history"]] == ["new", "open"]
+        assert finding.status == "open"
+        detail = store.finding(finding.id)
+        assert detail is not None and [h.status for h in detail.history] == ["new", "open"]
         engine.dispose()
     stall.close()
 
@@ -122,10 +122,10 @@ def test_database_away_and_back_during_serve(tmp_path: Path) -> None:
         runner.recover()  # the failure that could not be written is written now
         after = runner.run("lab")
         assert after is not None and after.status == "succeeded"
-        statuses = [(r["id"], r["status"]) for r in store.runs("lab", 10).items]
+        statuses = [(r.id, r.status) for r in store.runs("lab", 10).items]
         assert statuses == [(after.run_id, "succeeded"), (run_id, "failed"), (first.run_id, "succeeded")]
         [finding] = store.findings(FindingFilter(target="lab"), 10).items
-        assert finding["status"] == "open"
+        assert finding.status == "open"
         engine.dispose()
         proxy.stop()
         check = create_engine(pg_url(schema))

@@ -37,7 +37,7 @@ def _store(settings: Settings, engine: Engine, clock: Clock) -> Store:
 
 
 def _findings(store: Store, target: str) -> list[tuple[str, str]]:
-    return sorted((f["rule"], f["status"]) for f in store.findings(FindingFilter(target=target), 100).items)
+    return sorted((f.rule, f.status) for f in store.findings(FindingFilter(target=target), 100).items)
 
 
 def _kustomized(repo: Path) -> None:
@@ -65,8 +65,8 @@ def test_a_kustomization_skipped_for_want_of_kubectl_makes_the_run_partial(
     assert second.summary is not None and second.summary.resolved == 0
     assert _findings(store, "dir") == [("cross-zone-blocked", "new")]
     run = store.run(second.run_id)
-    assert run is not None and "nothing was resolved" in run["error"]
-    (gap,) = [e for e in run["load_errors"] if "kubectl is not installed" in e["message"]]
+    assert run is not None and "nothing was resolved" in run.error
+    (gap,) = [e for e in run.load_errors if "kubectl is not installed" in e["message"]]
     assert gap["file"].endswith("training/kustomization.yaml")
 
 
@@ -113,5 +113,5 @@ def test_a_git_target_whose_kustomization_turns_remote_is_partial_and_resolves_n
     assert _findings(store, "lab") == [("cross-zone-blocked", "open")]
     run = store.run(third.run_id)
     assert run is not None
-    (refusal,) = [e for e in run["load_errors"] if "remote reference" in e["message"]]
+    (refusal,) = [e for e in run.load_errors if "remote reference" in e["message"]]
     assert refusal["file"].endswith("training/kustomization.yaml") and refusal["line"] == 2

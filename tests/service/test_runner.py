@@ -31,7 +31,7 @@ def _runner(settings: Settings, engine: Engine, clock: Clock) -> tuple[AuditRunn
 
 
 def _findings(store: Store, target: str) -> list[tuple[str, str]]:
-    return sorted((f["rule"], f["status"]) for f in store.findings(FindingFilter(target=target), 100).items)
+    return sorted((f.rule, f.status) for f in store.findings(FindingFilter(target=target), 100).items)
 
 
 def test_git_target_from_blocked_to_fixed(tmp_path: Path, engine: Engine, clock: Clock) -> None:
@@ -47,13 +47,13 @@ def test_git_target_from_blocked_to_fixed(tmp_path: Path, engine: Engine, clock:
     assert first is not None and first.status == "succeeded", first
     assert _findings(store, "lab") == [("cross-zone-blocked", "new")]
     run = store.run(first.run_id)
-    assert run is not None and run["revision"] == before and run["trigger"] == "cli"
+    assert run is not None and run.revision == before and run.trigger == "cli"
     fixed = origin.commit(seed_files("after"), "keep the group in zone-a")
     clock.advance(days=1)
     second = runner.run("lab")
     assert second is not None and second.summary is not None and second.summary.resolved == 1
     assert _findings(store, "lab") == [("cross-zone-blocked", "resolved")]
-    assert store.run(second.run_id)["revision"] == fixed  # type: ignore[index]
+    assert store.run(second.run_id).revision == fixed  # type: ignore[union-attr]
 
 
 def test_unreadable_file_makes_a_partial_run_that_resolves_nothing(
@@ -73,8 +73,8 @@ def test_unreadable_file_makes_a_partial_run_that_resolves_nothing(
     assert result is not None and result.status == "partial"
     assert _findings(store, "dir") == [("cross-zone-blocked", "new")]
     run = store.run(result.run_id)
-    assert run is not None and run["errors"] == 1 and "nothing was resolved" in run["error"]
-    assert run["load_errors"][0]["file"].endswith("training/workload.yaml")
+    assert run is not None and run.errors == 1 and "nothing was resolved" in run.error
+    assert run.load_errors[0]["file"].endswith("training/workload.yaml")
 
 
 def test_a_failing_target_does_not_stop_the_others(tmp_path: Path, engine: Engine, clock: Clock) -> None:
@@ -100,7 +100,7 @@ def test_a_failing_target_does_not_stop_the_others(tmp_path: Path, engine: Engin
     assert (
         escapes is not None and escapes.status == "failed" and "outside the target" in (escapes.error or "")
     )
-    statuses = {r["target"]: r["status"] for r in store.runs(None, 10).items}
+    statuses = {r.target: r.status for r in store.runs(None, 10).items}
     assert statuses == {"away": "failed", "here": "succeeded", "escapes": "failed"}
 
 
@@ -124,6 +124,6 @@ def test_two_targets_on_one_repository_run_side_by_side(tmp_path: Path, engine: 
     for t in threads:
         t.join()
     assert {n: r.status for n, r in results.items()} == {"one": "succeeded", "two": "succeeded"}  # type: ignore[attr-defined]
-    assert {r["revision"] for r in store.runs(None, 10).items} == {head}
+    assert {r.revision for r in store.runs(None, 10).items} == {head}
     assert _findings(store, "one") == [("cross-zone-blocked", "new")]
     assert _findings(store, "two") == []  # no nodes, no policies: nothing to say

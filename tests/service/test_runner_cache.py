@@ -46,7 +46,7 @@ def test_reaudit_reads_through_the_data_directory_cache(tmp_path: Path, engine: 
     assert second is not None and second.status == "succeeded"
     assert runner.cache.stats.writes == written and runner.cache.stats.hits == files
     found = store.findings(FindingFilter(target="lab"), 100).items
-    assert sorted((f["rule"], f["status"]) for f in found) == [("cross-zone-blocked", "open")]
+    assert sorted((f.rule, f.status) for f in found) == [("cross-zone-blocked", "open")]
 
 
 def test_the_bundled_config_keeps_its_cache_out_of_the_package(

@@ -91,7 +91,7 @@ def test_two_services_on_one_postgresql_run_a_slot_once(tmp_path: Path) -> None:
         # And once more, late, from the first service: still the same slot.
         services[0].run_scheduled("lab", datetime(2026, 12, 2, 6, 10, tzinfo=UTC))
         runs = stores[0].runs("lab", 10).items
-        assert [(r["slot"], r["status"]) for r in runs] == [("2026-12-02T05:30:00Z", "succeeded")]
+        assert [(r.slot, r.status) for r in runs] == [("2026-12-02T05:30:00Z", "succeeded")]
         engine_b.dispose()
 
 
@@ -109,13 +109,13 @@ def test_a_slot_missed_while_down_is_caught_up_once_on_start(tmp_path: Path) -> 
             while (
                 scheduler.scheduler.get_job("catch-up:lab") is not None
                 or runner._busy
-                or not [r for r in store.runs("lab", 10).items if r["status"] == "succeeded"]
+                or not [r for r in store.runs("lab", 10).items if r.status == "succeeded"]
             ):
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             time.sleep(0.2)  # a second (wrong) run would have been claimed by now
             scheduler.shutdown()
-        assert [(r["slot"], r["status"]) for r in store.runs("lab", 10).items] == [
+        assert [(r.slot, r.status) for r in store.runs("lab", 10).items] == [
             ("2026-12-02T05:30:00Z", "succeeded")
         ]
         # Past the grace nothing is caught up.
@@ -159,7 +159,7 @@ def test_run_on_start_audits_every_target_once_at_any_hour(tmp_path: Path) -> No
             _settle(scheduler, runner)
             scheduler.shutdown()
         runs = store.runs("lab", 10).items
-        assert [(r["trigger"], r["slot"], r["status"]) for r in runs] == [("startup", None, "succeeded")] * 2
+        assert [(r.trigger, r.slot, r.status) for r in runs] == [("startup", None, "succeeded")] * 2
 
 
 def test_catch_up_can_be_turned_off(tmp_path: Path) -> None:

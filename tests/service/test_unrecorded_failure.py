@@ -44,7 +44,7 @@ def test_an_unwritable_failure_is_recorded_failed_not_interrupted(tmp_path: Path
     assert other.recover() == [run_id]
     runner.recover()
     run = store.run(run_id)
-    assert run is not None and run["status"] == "failed", run
-    assert "does not exist" in run["error"]
+    assert run is not None and run.status == "failed", run
+    assert "does not exist" in run.error
     other_engine.dispose()
     engine.dispose()

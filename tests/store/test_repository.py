@@ -9,6 +9,7 @@ from dbsupport import Clock
 from factory import finding
 from sqlalchemy import func, select
 
+from auditor.store.records import RuleCost, WaiverNote
 from auditor.store.repository import (
     BadCursor,
     FindingFilter,
@@ -34,7 +35,7 @@ def _run(store: Store, clock: Clock, findings: list, status: str = "succeeded", 
 
 def _statuses(store: Store) -> dict[str, str]:
     page = store.findings(FindingFilter(target="infra"), 500)
-    return {f["workload"]["name"]: f["status"] for f in page.items}
+    return {f.workload.name: f.status for f in page.items}
 
 
 def test_lifecycle_across_runs(store: Store, clock: Clock) -> None:
@@ -53,17 +54,17 @@ def test_lifecycle_across_runs(store: Store, clock: Clock) -> None:
     _run(store, clock, [a, b])
     assert _statuses(store) == {"a": "open", "b": "reopened", "c": "resolved"}
     summary = store.run(third)
-    assert summary is not None and summary["resolved"] == 2 and summary["findings"] == 1
+    assert summary is not None and summary.resolved == 2 and summary.findings == 1
     # History: one entry per run that saw or resolved it.
-    fid = next(f["id"] for f in store.findings(FindingFilter(), 50).items if f["workload"]["name"] == "b")
+    fid = next(f.id for f in store.findings(FindingFilter(), 50).items if f.workload.name == "b")
     detail = store.finding(fid)
     assert detail is not None
-    assert [h["status"] for h in detail["history"]] == ["new", "open", "resolved", "reopened"]
-    assert detail["resolved_at"] is None  # reopened clears it
-    assert detail["detail"]["fingerprint"] == b.fingerprint
+    assert [h.status for h in detail.history] == ["new", "open", "resolved", "reopened"]
+    assert detail.resolved_at is None  # reopened clears it
+    assert detail.detail["fingerprint"] == b.fingerprint
     first_run = store.run(first)
-    assert first_run is not None and first_run["estimated_monthly_cost_usd"] == 150.5
-    assert first_run["cost_by_rule"] == {"cross-zone-traffic": {"findings": 2, "monthly_usd": 150.5}}
+    assert first_run is not None and first_run.estimated_monthly_cost_usd == 150.5
+    assert first_run.cost_by_rule == {"cross-zone-traffic": RuleCost(2, 150.5)}
 
 
 def test_partial_and_failed_runs_resolve_nothing(store: Store, clock: Clock) -> None:
@@ -76,7 +77,7 @@ def test_partial_and_failed_runs_resolve_nothing(store: Store, clock: Clock) -> 
     store.fail_run(run_id, "fetching: the remote cannot be reached")
     assert _statuses(store) == {"a": "open", "b": "new"}
     failed = store.run(run_id)
-    assert failed is not None and failed["status"] == "failed" and "cannot be reached" in failed["error"]
+    assert failed is not None and failed.status == "failed" and "cannot be reached" in failed.error
     with pytest.raises(ValueError):
         store.complete_run(store.claim_run("infra", None, "cli", "h:1"), RunOutcome("failed", None, []))
 
@@ -89,10 +90,10 @@ def test_waived_findings_are_kept_and_marked(store: Store, clock: Clock) -> None
     )
     run_id = _run(store, clock, [], waived=[(a, waiver)])
     [row] = store.findings(FindingFilter(status="waived"), 10).items
-    assert row["waiver"] == {"reason": "accepted until the move", "expires": "2027-01-01"}
+    assert row.waiver == WaiverNote("accepted until the move", date(2027, 1, 1))
     summary = store.run(run_id)
-    assert summary is not None and summary["waived"] == 1 and summary["findings"] == 0
-    assert summary["estimated_monthly_cost_usd"] is None  # waived cost is not counted
+    assert summary is not None and summary.waived == 1 and summary.findings == 0
+    assert summary.estimated_monthly_cost_usd is None  # waived cost is not counted
     _run(store, clock, [a])  # the waiver expired
     assert _statuses(store) == {"a": "open"}
 
@@ -119,7 +120,7 @@ def test_recover_marks_dead_and_stale_runs_interrupted(store: Store, clock: Cloc
         lambda owner: owner == "host:dead", clock.now - timedelta(minutes=5)
     )
     assert sorted(recovered) == sorted([dead, stale])
-    states = {r["id"]: r["status"] for r in store.runs("infra", 10).items}
+    states = {r.id: r.status for r in store.runs("infra", 10).items}
     assert states[dead] == states[stale] == "interrupted" and states[alive] == "running"
     assert _statuses(store) == {"a": "new"}  # nothing lost, nothing resolved
 
@@ -162,7 +163,7 @@ def test_filters_and_cursor_pagination(store: Store, clock: Clock) -> None:
     cursor = None
     while True:
         page = store.findings(FindingFilter(target="infra", severity="high"), 7, cursor)
-        seen.extend(f["id"] for f in page.items)
+        seen.extend(f.id for f in page.items)
         cursor = page.next_cursor
         if cursor is None:
             break
@@ -190,10 +191,10 @@ def test_targets_sync_updates_and_reports_last_success(store: Store, clock: Cloc
         [TargetSpec("infra", "git", "https://example.com/infra.git", "release", (), (), "0 7 * * *")]
     )
     [t] = store.targets()
-    assert t["branch"] == "release" and t["schedule"] == "0 7 * * *" and t["last_successful_run_at"] is None
+    assert t.branch == "release" and t.schedule == "0 7 * * *" and t.last_successful_run_at is None
     _run(store, clock, [])
     [t] = store.targets()
-    assert t["last_successful_run_at"] == clock.now.isoformat().replace("+00:00", "Z")
+    assert t.last_successful_run_at == clock.now
 
 
 def test_active_findings_counted_per_severity(store: Store, clock: Clock) -> None:
