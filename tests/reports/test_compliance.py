@@ -152,7 +152,7 @@ def test_pdf_pages_fit_with_cover_contents_numbers_and_landscape_findings(
     store, clock, settings = seeded_store(tmp_path, engine)
     store.sync_targets(
         [
-            *(TargetSpec(t["name"], t["kind"], t["location"]) for t in store.targets()),
+            *(TargetSpec(t.name, t.kind, t.location) for t in store.targets()),
             TargetSpec("wide", "git", "https://example.com/wide.git"),
         ]
     )

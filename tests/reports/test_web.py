@@ -44,7 +44,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         # A Git target on GitHub (scp-like remote), audited at SHA: its findings link to the file.
         store.sync_targets(
             [
-                *(TargetSpec(t["name"], t["kind"], t["location"]) for t in store.targets()),
+                *(TargetSpec(t.name, t.kind, t.location) for t in store.targets()),
                 TargetSpec("gh", "git", "git@github.com:acme/ml-infra.git"),
             ]
         )
@@ -61,7 +61,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                 ],
             ),
         )
-        ids = {f["workload"]["name"]: f["id"] for f in store.findings(FindingFilter(), 100).items}
+        ids = {f.workload.name: f.id for f in store.findings(FindingFilter(), 100).items}
         runner = AuditRunner(settings, store, Tools(None, None))
         app = create_app(store, runner, _Scheduler(), "")  # type: ignore[arg-type]
         with serving(app) as base, Browser() as browser:
