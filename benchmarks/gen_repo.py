@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 from world.nodes import sites
+from world.objects import DNS_EGRESS, network_policy, zone_node_affinity
 from world.vocabulary import (
     BLOCK_KEY,
     EXCLUSIVE,
@@ -688,13 +689,7 @@ def pod_template(
         spec["tolerations"] = p.tolerations()
     affinity: Obj = {}
     if zone:
-        affinity["nodeAffinity"] = {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": ZONE_KEY, "operator": "In", "values": [zone]}]}
-                ]
-            }
-        }
+        affinity["nodeAffinity"] = zone_node_affinity(zone)
     key, value = affinity_key or ("app", job_name)
     term = {"labelSelector": {"matchLabels": {key: value}}, "topologyKey": ZONE_KEY}
     if p.pod_affinity:
@@ -1482,12 +1477,7 @@ def _np(
     if egress is not None:
         spec["egress"] = egress
     spec["policyTypes"] = types
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": _meta(name, ns),
-        "spec": spec,
-    }
+    return network_policy(name, ns, spec)
 
 
 def _cnp(name: str, ns: str | None, spec: Obj, labels: dict[str, str] | None = None) -> Obj:
@@ -1503,10 +1493,6 @@ def _ns_sel(name: str) -> Obj:
     return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
 
 
-DNS_EGRESS = {
-    "to": [{**_ns_sel("kube-system"), "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-}
 CILIUM_DNS = {
     "toEndpoints": [
         {"matchLabels": {"k8s:io.kubernetes.pod.namespace": "kube-system", "k8s:k8s-app": "kube-dns"}}

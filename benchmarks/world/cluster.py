@@ -18,6 +18,7 @@ from typing import Any
 
 from world import netpol as synth
 from world.nodes import sites
+from world.objects import DNS_EGRESS, network_policy, zone_node_affinity
 from world.vocabulary import (
     GPU_TAINT,
     GRADIENT,
@@ -1071,19 +1072,7 @@ class ClusterBuilder:
                 elif rng.random() < 0.05:  # pinned to one zone (next to its data)
                     zone = rng.choice(ZONES)
                     zones = (zone,)
-                    spec["affinity"] = {
-                        "nodeAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchExpressions": [
-                                            {"key": ZONE_KEY, "operator": "In", "values": [zone]}
-                                        ]
-                                    }
-                                ]
-                            }
-                        }
-                    }
+                    spec["affinity"] = {"nodeAffinity": zone_node_affinity(zone)}
                 pools: tuple[Pool, ...] = (general,)
                 if tier == "db":
                     spec["nodeSelector"] = {"node-pool": "highmem"}
@@ -1330,13 +1319,7 @@ class ClusterBuilder:
         }
         affinity: Obj = {}
         if zone:
-            affinity["nodeAffinity"] = {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": ZONE_KEY, "operator": "In", "values": [zone]}]}
-                    ]
-                }
-            }
+            affinity["nodeAffinity"] = zone_node_affinity(zone)
         if plan.coupling == "affinity":
             affinity["podAffinity"] = {
                 "requiredDuringSchedulingIgnoredDuringExecution": [
@@ -1539,16 +1522,7 @@ class ClusterBuilder:
         def np(ns: str, name: str, spec: Obj) -> None:
             nonlocal made
             made += 1
-            self.add(
-                self.live_policy(
-                    {
-                        "apiVersion": "networking.k8s.io/v1",
-                        "kind": "NetworkPolicy",
-                        "metadata": {"name": name, "namespace": ns},
-                        "spec": spec,
-                    }
-                )
-            )
+            self.add(self.live_policy(network_policy(name, ns, spec)))
 
         for ns_obj in namespaces:
             ns = ns_obj["metadata"]["name"]
@@ -1559,19 +1533,7 @@ class ClusterBuilder:
                 {
                     "podSelector": {},
                     "policyTypes": ["Egress"],
-                    "egress": [
-                        {
-                            "to": [
-                                {
-                                    "namespaceSelector": {
-                                        "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
-                                    },
-                                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                                }
-                            ],
-                            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-                        }
-                    ],
+                    "egress": [DNS_EGRESS],
                 },
             )
             np(
