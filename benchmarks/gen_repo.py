@@ -43,6 +43,7 @@ from world.vocabulary import (
     RACK_KEY,
     REGION,
     STEPS,
+    SYSTEM_TAINT,
     ZONE_KEY,
     ZONES,
     Pool,
@@ -231,7 +232,7 @@ def nodes(count: int, rng: random.Random) -> Iterator[tuple[str, Obj]]:
         allocatable = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110", "ephemeral-storage": "95Gi"}
         if pool.system:
             labels["node-role.kubernetes.io/system"] = ""
-            taints.append({"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"})
+            taints.append(dict(SYSTEM_TAINT))
         if pool.gpus:
             rack = site.rack
             labels.update(

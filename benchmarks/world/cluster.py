@@ -27,13 +27,13 @@ from world.vocabulary import (
     KUEUE_REQUIRED,
     REGION,
     STEPS,
+    SYSTEM_TAINT,
     ZONE_KEY,
     ZONES,
     Pool,
 )
 
 Obj = dict[str, Any]
-SYSTEM_TAINT = {"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"}
 NOW = 1_763_640_000.0  # 2025-11-20T12:00:00Z: every timestamp is before it
 SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of generated name suffixes
 MAX_PODS = 110
