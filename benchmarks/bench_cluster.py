@@ -3,7 +3,7 @@
 Generates a cluster as the API server would report it — 5,000 Nodes over three zones (CPU pools,
 A100 and H100 GPU pools behind the `nvidia.com/gpu=present:NoSchedule` taint, H100 in two zones
 only, a few cordoned nodes), 150,000 Pods and 10,000 policies — serves it from the local list-API
-server of the cluster tests (tests/cluster/fakeapi.py) in this process, and runs
+server (world/apiserver.py, which the cluster tests use too) in this process, and runs
 `auditor cluster --format json` end to end in a child process, so that the peak RSS measured is the
 audit's own (os.wait4 on that child).
 

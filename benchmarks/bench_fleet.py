@@ -33,22 +33,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for sub in ("tests", "tests/gitops", "tests/service", "tests/fleet"):
-    sys.path.insert(0, str(ROOT / sub))
+from sqlalchemy import func, select, text
+from world.fakegithub import FakeGitHub, MultiHub, serve
+from world.github import APP_ID, SECRET, app_key, deliver, pull_request_event, push_event
+from world.httpserve import serving
+from world.postgres import pg_schema, pg_url
+from world.processes import redis_server, start_worker, stop
 
-from dbsupport import pg_schema, pg_url  # noqa: E402
-from fakegithub import FakeGitHub, MultiHub, serve  # noqa: E402
-from fleetsupport import APP_ID, SECRET, app_key, deliver, pull_request_event, push_event, redis_server  # noqa: E402
-from httpsupport import serving  # noqa: E402
-from seedrepo import SEED  # noqa: E402
-from sqlalchemy import func, select, text  # noqa: E402
-from workersupport import start_worker, stop  # noqa: E402
+from auditor.bootstrap import build_service
+from auditor.resources import examples_dir
+from auditor.settings.config import load_settings
 
-from auditor.bootstrap import build_service  # noqa: E402
-from auditor.settings.config import load_settings  # noqa: E402
-
+SEED = examples_dir() / "seed-lab"
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "bench",
     "GIT_AUTHOR_EMAIL": "bench@example.com",
@@ -157,8 +154,8 @@ def run_prs(
     redis.Redis.from_url(broker).flushdb()
     for h in hub.hubs.values():
         h.check_runs.clear()
-    with pg_schema() as schema:
-        db = pg_url(schema)
+    with pg_schema(PG_URL, "bench_fleet") as schema:
+        db = pg_url(PG_URL, schema)
         server_cfg = config(root / f"server-{workers}.yaml", db, broker, gh, root, key, "cache-server")
         service = build_service(load_settings(server_cfg), environ={})
         procs, logs = [], []
@@ -253,8 +250,8 @@ def run_pushes(
         "webhook_deliveries",
         "target_leases",
     )
-    with pg_schema() as schema:
-        db = pg_url(schema)
+    with pg_schema(PG_URL, "bench_fleet") as schema:
+        db = pg_url(PG_URL, schema)
         service = build_service(
             load_settings(config(root / "server-push.yaml", db, broker, gh, root, key, "cache-push")),
             environ={},

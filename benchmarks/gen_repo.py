@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from world.nodes import sites
+from world.objects import DNS_EGRESS, network_policy, zone_node_affinity
 from world.vocabulary import (
     BLOCK_KEY,
     EXCLUSIVE,
@@ -41,6 +43,7 @@ from world.vocabulary import (
     RACK_KEY,
     REGION,
     STEPS,
+    SYSTEM_TAINT,
     ZONE_KEY,
     ZONES,
     Pool,
@@ -208,79 +211,70 @@ def _meta(name: str, namespace: str | None = None, **extra: Any) -> Obj:
 
 
 def nodes(count: int, rng: random.Random) -> Iterator[tuple[str, Obj]]:
-    made = 0
-    for pi, pool in enumerate(POOLS):
-        pool_count = count - made if pi == len(POOLS) - 1 else round(count * pool.share)
-        for i in range(pool_count):
-            zone = pool.zones[i % len(pool.zones)]
-            index = made + i
-            ip = f"10.{16 + index // 250}.{(index % 250) + 1}"
-            name = f"ip-{ip.replace('.', '-')}-{10 + i % 200}.ec2.internal"
-            labels: dict[str, str] = {
-                "kubernetes.io/arch": "amd64",
-                "kubernetes.io/os": "linux",
-                HOST_KEY: name,
-                "node.kubernetes.io/instance-type": pool.instance_type,
-                "topology.kubernetes.io/region": REGION,
-                ZONE_KEY: zone,
-                "eks.amazonaws.com/nodegroup": f"{pool.name}-{zone[-1]}",
-                "node-pool": pool.name,
-                "karpenter.sh/capacity-type": "on-demand" if pool.gpus or pool.system else "spot",
-            }
-            spec: Obj = {
-                "podCIDR": f"10.{100 + index // 256}.{index % 256}.0/24",
-                "providerID": f"aws:///{zone}/i-0{rng.getrandbits(60):015x}",
-            }
-            taints: list[Obj] = []
-            allocatable = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110", "ephemeral-storage": "95Gi"}
-            if pool.system:
-                labels["node-role.kubernetes.io/system"] = ""
-                taints.append({"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"})
-            if pool.gpus:
-                rack = i // 8
-                labels.update(
-                    {
-                        "nvidia.com/gpu.present": "true",
-                        "nvidia.com/gpu.product": pool.product,
-                        "nvidia.com/gpu.count": str(pool.gpus),
-                        BLOCK_KEY: f"{zone}-block-{rack // 4}",
-                        RACK_KEY: f"{zone}-rack-{rack}",
-                    }
-                )
-                taints.append(dict(GPU_TAINT))
-                allocatable["nvidia.com/gpu"] = str(pool.gpus)
-                allocatable["vpc.amazonaws.com/efa"] = "4"
-            if rng.random() < 0.02:  # cordoned for maintenance
-                spec["unschedulable"] = True
-                taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
-            if taints:
-                spec["taints"] = taints
-            node: Obj = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "labels": labels,
-                    "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+    for site in sites(POOLS, count):
+        pool, zone, name = site.pool, site.zone, site.name
+        labels: dict[str, str] = {
+            "kubernetes.io/arch": "amd64",
+            "kubernetes.io/os": "linux",
+            HOST_KEY: name,
+            "node.kubernetes.io/instance-type": pool.instance_type,
+            "topology.kubernetes.io/region": REGION,
+            ZONE_KEY: zone,
+            "eks.amazonaws.com/nodegroup": f"{pool.name}-{zone[-1]}",
+            "node-pool": pool.name,
+            "karpenter.sh/capacity-type": "on-demand" if pool.gpus or pool.system else "spot",
+        }
+        spec: Obj = {
+            "podCIDR": site.pod_cidr,
+            "providerID": f"aws:///{zone}/i-0{rng.getrandbits(60):015x}",
+        }
+        taints: list[Obj] = []
+        allocatable = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110", "ephemeral-storage": "95Gi"}
+        if pool.system:
+            labels["node-role.kubernetes.io/system"] = ""
+            taints.append(dict(SYSTEM_TAINT))
+        if pool.gpus:
+            rack = site.rack
+            labels.update(
+                {
+                    **site.gpu_labels(),
+                    BLOCK_KEY: f"{zone}-block-{rack // 4}",
+                    RACK_KEY: f"{zone}-rack-{rack}",
+                }
+            )
+            taints.append(dict(GPU_TAINT))
+            allocatable["nvidia.com/gpu"] = str(pool.gpus)
+            allocatable["vpc.amazonaws.com/efa"] = "4"
+        if rng.random() < 0.02:  # cordoned for maintenance
+            spec["unschedulable"] = True
+            taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+        if taints:
+            spec["taints"] = taints
+        node: Obj = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+            },
+            "spec": spec,
+            "status": {
+                "addresses": [
+                    {"type": "InternalIP", "address": site.ip},
+                    {"type": "Hostname", "address": name},
+                ],
+                "allocatable": allocatable,
+                "capacity": dict(allocatable),
+                "nodeInfo": {
+                    "kubeletVersion": "v1.33.4-eks-a737599",
+                    "containerRuntimeVersion": "containerd://1.7.27",
+                    "architecture": "amd64",
+                    "operatingSystem": "linux",
                 },
-                "spec": spec,
-                "status": {
-                    "addresses": [
-                        {"type": "InternalIP", "address": ip + f".{10 + i % 200}"},
-                        {"type": "Hostname", "address": name},
-                    ],
-                    "allocatable": allocatable,
-                    "capacity": dict(allocatable),
-                    "nodeInfo": {
-                        "kubeletVersion": "v1.33.4-eks-a737599",
-                        "containerRuntimeVersion": "containerd://1.7.27",
-                        "architecture": "amd64",
-                        "operatingSystem": "linux",
-                    },
-                },
-            }
-            yield f"clusters/platform/nodes/{pool.name}/{zone}.yaml", node
-        made += pool_count
+            },
+        }
+        yield f"clusters/platform/nodes/{pool.name}/{zone}.yaml", node
 
 
 # --- namespaces and per-namespace scaffolding ---------------------------------------------------
@@ -696,13 +690,7 @@ def pod_template(
         spec["tolerations"] = p.tolerations()
     affinity: Obj = {}
     if zone:
-        affinity["nodeAffinity"] = {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": ZONE_KEY, "operator": "In", "values": [zone]}]}
-                ]
-            }
-        }
+        affinity["nodeAffinity"] = zone_node_affinity(zone)
     key, value = affinity_key or ("app", job_name)
     term = {"labelSelector": {"matchLabels": {key: value}}, "topologyKey": ZONE_KEY}
     if p.pod_affinity:
@@ -1490,12 +1478,7 @@ def _np(
     if egress is not None:
         spec["egress"] = egress
     spec["policyTypes"] = types
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": _meta(name, ns),
-        "spec": spec,
-    }
+    return network_policy(name, ns, spec)
 
 
 def _cnp(name: str, ns: str | None, spec: Obj, labels: dict[str, str] | None = None) -> Obj:
@@ -1511,10 +1494,6 @@ def _ns_sel(name: str) -> Obj:
     return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
 
 
-DNS_EGRESS = {
-    "to": [{**_ns_sel("kube-system"), "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-}
 CILIUM_DNS = {
     "toEndpoints": [
         {"matchLabels": {"k8s:io.kubernetes.pod.namespace": "kube-system", "k8s:k8s-app": "kube-dns"}}

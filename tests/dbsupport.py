@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import os
-import uuid
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from world import postgres
 
 from auditor.store import database
 
@@ -19,22 +23,14 @@ PG_URL = os.environ.get("AUDITOR_TEST_PG_URL", "postgresql+psycopg://postgres@12
 
 @contextmanager
 def pg_schema() -> Iterator[str]:
-    """A fresh PostgreSQL schema; yields its name."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as c:
-            c.execute(text(f'CREATE SCHEMA "{name}"'))
+    """A fresh PostgreSQL schema at PG_URL (benchmarks/world/postgres.py); yields its name."""
+    with postgres.pg_schema(PG_URL) as name:
         yield name
-    finally:
-        with admin.connect() as c:
-            c.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
-        admin.dispose()
 
 
 def pg_url(schema: str) -> str:
-    """A URL whose connections use `schema` (libpq `options`)."""
-    return f"{PG_URL}?options=-csearch_path%3D{schema}"
+    """PG_URL whose connections use `schema`."""
+    return postgres.pg_url(PG_URL, schema)
 
 
 @contextmanager

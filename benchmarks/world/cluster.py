@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from world import netpol as synth
+from world.nodes import sites
+from world.objects import DNS_EGRESS, network_policy, zone_node_affinity
 from world.vocabulary import (
     GPU_TAINT,
     GRADIENT,
@@ -25,13 +27,13 @@ from world.vocabulary import (
     KUEUE_REQUIRED,
     REGION,
     STEPS,
+    SYSTEM_TAINT,
     ZONE_KEY,
     ZONES,
     Pool,
 )
 
 Obj = dict[str, Any]
-SYSTEM_TAINT = {"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"}
 NOW = 1_763_640_000.0  # 2025-11-20T12:00:00Z: every timestamp is before it
 SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of generated name suffixes
 MAX_PODS = 110
@@ -233,7 +235,6 @@ class ClusterBuilder:
         return self._images[pool.name]
 
     def nodes(self, count: int) -> None:
-        made = 0
         conditions = [
             {
                 "type": t,
@@ -254,120 +255,112 @@ class ClusterBuilder:
                 "lastTransitionTime": _stamp(86400 * 40),
             }
         ]
-        for pi, pool in enumerate(POOLS):
-            pool_count = count - made if pi == len(POOLS) - 1 else round(count * pool.share)
-            for i in range(pool_count):
-                index = made + i
-                zone = pool.zones[i % len(pool.zones)]
-                ip = f"10.{16 + index // 250}.{index % 250 + 1}.{10 + i % 200}"
-                name = f"ip-{ip.replace('.', '-')}.ec2.internal"
-                labels: dict[str, str] = {
-                    "beta.kubernetes.io/arch": "amd64",
-                    "beta.kubernetes.io/instance-type": pool.instance_type,
-                    "beta.kubernetes.io/os": "linux",
-                    "eks.amazonaws.com/capacityType": "ON_DEMAND",
-                    "eks.amazonaws.com/nodegroup": f"{pool.name}-{zone[-1]}",
-                    "eks.amazonaws.com/nodegroup-image": "ami-0c1f2a3b4d5e6f708",
-                    "failure-domain.beta.kubernetes.io/region": REGION,
-                    "failure-domain.beta.kubernetes.io/zone": zone,
-                    "k8s.io/cloud-provider-aws": "a94967527effcefb5f5829f529c0a1b9",
-                    "kubernetes.io/arch": "amd64",
-                    HOST_KEY: name,
-                    "kubernetes.io/os": "linux",
-                    "node.kubernetes.io/instance-type": pool.instance_type,
-                    "node-pool": pool.name,
-                    "topology.k8s.aws/zone-id": f"use1-az{ZONES.index(zone) + 1}",
-                    "topology.kubernetes.io/region": REGION,
-                    ZONE_KEY: zone,
-                }
-                spec: Obj = {
-                    "podCIDR": f"10.{100 + index // 256}.{index % 256}.0/24",
-                    "podCIDRs": [f"10.{100 + index // 256}.{index % 256}.0/24"],
-                    "providerID": f"aws:///{zone}/i-0{self.rng.getrandbits(60):015x}",
-                }
-                taints: list[Obj] = []
-                allocatable = {
-                    "cpu": pool.cpu,
-                    "ephemeral-storage": "95491281146",
-                    "hugepages-1Gi": "0",
-                    "hugepages-2Mi": "0",
-                    "memory": pool.memory,
-                    "pods": str(MAX_PODS),
-                }
-                if pool.system:
-                    labels["node-role.kubernetes.io/system"] = ""
-                    taints.append(dict(SYSTEM_TAINT))
-                if pool.gpus:
-                    rack = i // 8
-                    labels.update(
-                        {
-                            "nvidia.com/gpu.present": "true",
-                            "nvidia.com/gpu.product": pool.product,
-                            "nvidia.com/gpu.count": str(pool.gpus),
-                            "topology.k8s.aws/network-node-layer-1": f"nn-{zone[-1]}{rack // 16:03d}",
-                            "topology.k8s.aws/network-node-layer-2": f"nn-{zone[-1]}{rack // 4:04d}",
-                            "topology.k8s.aws/network-node-layer-3": f"nn-{zone[-1]}{rack:05d}",
-                        }
-                    )
-                    taints.append(dict(GPU_TAINT))
-                    allocatable["nvidia.com/gpu"] = str(pool.gpus)
-                    allocatable["vpc.amazonaws.com/efa"] = "4"
-                if self.rng.random() < 0.01:  # cordoned for maintenance, pods not drained yet
-                    spec["unschedulable"] = True
-                    taints.append(
-                        {
-                            "key": "node.kubernetes.io/unschedulable",
-                            "effect": "NoSchedule",
-                            "timeAdded": _stamp(7200),
-                        }
-                    )
-                if taints:
-                    spec["taints"] = taints
-                node: Obj = {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": self.meta(
-                        name,
-                        None,
-                        90,
-                        labels=labels,
-                        annotations={
-                            "alpha.kubernetes.io/provided-node-ip": ip,
-                            "node.alpha.kubernetes.io/ttl": "0",
-                            "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-                        },
-                    ),
-                    "spec": spec,
-                    "status": {
-                        "addresses": [
-                            {"type": "InternalIP", "address": ip},
-                            {"type": "InternalDNS", "address": name},
-                            {"type": "Hostname", "address": name},
-                        ],
-                        "allocatable": allocatable,
-                        "capacity": {**allocatable, "cpu": pool.capacity_cpu},
-                        "conditions": conditions,
-                        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-                        "images": self.images(pool),
-                        "nodeInfo": {
-                            "architecture": "amd64",
-                            "bootID": self.uid(),
-                            "containerRuntimeVersion": "containerd://1.7.27",
-                            "kernelVersion": "6.1.147-172.266.amzn2023.x86_64",
-                            "kubeProxyVersion": "v1.33.4-eks-a737599",
-                            "kubeletVersion": "v1.33.4-eks-a737599",
-                            "machineID": f"{self.rng.getrandbits(128):032x}",
-                            "operatingSystem": "linux",
-                            "osImage": "Amazon Linux 2023.8.20250818",
-                            "systemUUID": f"ec2{self.rng.getrandbits(116):029x}",
-                        },
+        for site in sites(POOLS, count):
+            pool, zone, ip, name = site.pool, site.zone, site.ip, site.name
+            labels: dict[str, str] = {
+                "beta.kubernetes.io/arch": "amd64",
+                "beta.kubernetes.io/instance-type": pool.instance_type,
+                "beta.kubernetes.io/os": "linux",
+                "eks.amazonaws.com/capacityType": "ON_DEMAND",
+                "eks.amazonaws.com/nodegroup": f"{pool.name}-{zone[-1]}",
+                "eks.amazonaws.com/nodegroup-image": "ami-0c1f2a3b4d5e6f708",
+                "failure-domain.beta.kubernetes.io/region": REGION,
+                "failure-domain.beta.kubernetes.io/zone": zone,
+                "k8s.io/cloud-provider-aws": "a94967527effcefb5f5829f529c0a1b9",
+                "kubernetes.io/arch": "amd64",
+                HOST_KEY: name,
+                "kubernetes.io/os": "linux",
+                "node.kubernetes.io/instance-type": pool.instance_type,
+                "node-pool": pool.name,
+                "topology.k8s.aws/zone-id": f"use1-az{ZONES.index(zone) + 1}",
+                "topology.kubernetes.io/region": REGION,
+                ZONE_KEY: zone,
+            }
+            spec: Obj = {
+                "podCIDR": site.pod_cidr,
+                "podCIDRs": [site.pod_cidr],
+                "providerID": f"aws:///{zone}/i-0{self.rng.getrandbits(60):015x}",
+            }
+            taints: list[Obj] = []
+            allocatable = {
+                "cpu": pool.cpu,
+                "ephemeral-storage": "95491281146",
+                "hugepages-1Gi": "0",
+                "hugepages-2Mi": "0",
+                "memory": pool.memory,
+                "pods": str(MAX_PODS),
+            }
+            if pool.system:
+                labels["node-role.kubernetes.io/system"] = ""
+                taints.append(dict(SYSTEM_TAINT))
+            if pool.gpus:
+                rack = site.rack
+                labels.update(
+                    {
+                        **site.gpu_labels(),
+                        "topology.k8s.aws/network-node-layer-1": f"nn-{zone[-1]}{rack // 16:03d}",
+                        "topology.k8s.aws/network-node-layer-2": f"nn-{zone[-1]}{rack // 4:04d}",
+                        "topology.k8s.aws/network-node-layer-3": f"nn-{zone[-1]}{rack:05d}",
+                    }
+                )
+                taints.append(dict(GPU_TAINT))
+                allocatable["nvidia.com/gpu"] = str(pool.gpus)
+                allocatable["vpc.amazonaws.com/efa"] = "4"
+            if self.rng.random() < 0.01:  # cordoned for maintenance, pods not drained yet
+                spec["unschedulable"] = True
+                taints.append(
+                    {
+                        "key": "node.kubernetes.io/unschedulable",
+                        "effect": "NoSchedule",
+                        "timeAdded": _stamp(7200),
+                    }
+                )
+            if taints:
+                spec["taints"] = taints
+            node: Obj = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": self.meta(
+                    name,
+                    None,
+                    90,
+                    labels=labels,
+                    annotations={
+                        "alpha.kubernetes.io/provided-node-ip": ip,
+                        "node.alpha.kubernetes.io/ttl": "0",
+                        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
                     },
-                }
-                self.add(node)
-                slot = NodeSlot(name, zone, pool, ip, f"10.{100 + index // 256}.{index % 256}.", pool.gpus)
-                self.slots.append(slot)
-                self.by_pool_zone[(pool.name, zone)].append(slot)
-            made += pool_count
+                ),
+                "spec": spec,
+                "status": {
+                    "addresses": [
+                        {"type": "InternalIP", "address": ip},
+                        {"type": "InternalDNS", "address": name},
+                        {"type": "Hostname", "address": name},
+                    ],
+                    "allocatable": allocatable,
+                    "capacity": {**allocatable, "cpu": pool.capacity_cpu},
+                    "conditions": conditions,
+                    "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                    "images": self.images(pool),
+                    "nodeInfo": {
+                        "architecture": "amd64",
+                        "bootID": self.uid(),
+                        "containerRuntimeVersion": "containerd://1.7.27",
+                        "kernelVersion": "6.1.147-172.266.amzn2023.x86_64",
+                        "kubeProxyVersion": "v1.33.4-eks-a737599",
+                        "kubeletVersion": "v1.33.4-eks-a737599",
+                        "machineID": f"{self.rng.getrandbits(128):032x}",
+                        "operatingSystem": "linux",
+                        "osImage": "Amazon Linux 2023.8.20250818",
+                        "systemUUID": f"ec2{self.rng.getrandbits(116):029x}",
+                    },
+                },
+            }
+            self.add(node)
+            slot = NodeSlot(name, zone, pool, ip, site.cidr_prefix, pool.gpus)
+            self.slots.append(slot)
+            self.by_pool_zone[(pool.name, zone)].append(slot)
 
     # -- namespaces, config, storage -------------------------------------------------------
 
@@ -1079,19 +1072,7 @@ class ClusterBuilder:
                 elif rng.random() < 0.05:  # pinned to one zone (next to its data)
                     zone = rng.choice(ZONES)
                     zones = (zone,)
-                    spec["affinity"] = {
-                        "nodeAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchExpressions": [
-                                            {"key": ZONE_KEY, "operator": "In", "values": [zone]}
-                                        ]
-                                    }
-                                ]
-                            }
-                        }
-                    }
+                    spec["affinity"] = {"nodeAffinity": zone_node_affinity(zone)}
                 pools: tuple[Pool, ...] = (general,)
                 if tier == "db":
                     spec["nodeSelector"] = {"node-pool": "highmem"}
@@ -1338,13 +1319,7 @@ class ClusterBuilder:
         }
         affinity: Obj = {}
         if zone:
-            affinity["nodeAffinity"] = {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": ZONE_KEY, "operator": "In", "values": [zone]}]}
-                    ]
-                }
-            }
+            affinity["nodeAffinity"] = zone_node_affinity(zone)
         if plan.coupling == "affinity":
             affinity["podAffinity"] = {
                 "requiredDuringSchedulingIgnoredDuringExecution": [
@@ -1547,16 +1522,7 @@ class ClusterBuilder:
         def np(ns: str, name: str, spec: Obj) -> None:
             nonlocal made
             made += 1
-            self.add(
-                self.live_policy(
-                    {
-                        "apiVersion": "networking.k8s.io/v1",
-                        "kind": "NetworkPolicy",
-                        "metadata": {"name": name, "namespace": ns},
-                        "spec": spec,
-                    }
-                )
-            )
+            self.add(self.live_policy(network_policy(name, ns, spec)))
 
         for ns_obj in namespaces:
             ns = ns_obj["metadata"]["name"]
@@ -1567,19 +1533,7 @@ class ClusterBuilder:
                 {
                     "podSelector": {},
                     "policyTypes": ["Egress"],
-                    "egress": [
-                        {
-                            "to": [
-                                {
-                                    "namespaceSelector": {
-                                        "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
-                                    },
-                                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                                }
-                            ],
-                            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-                        }
-                    ],
+                    "egress": [DNS_EGRESS],
                 },
             )
             np(

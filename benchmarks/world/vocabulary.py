@@ -14,6 +14,7 @@ HOST_KEY = "kubernetes.io/hostname"
 RACK_KEY = "cloud.provider.com/topology-rack"
 BLOCK_KEY = "cloud.provider.com/topology-block"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+SYSTEM_TAINT = {"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"}
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_GROUP = "kueue.x-k8s.io/podset-group-name"

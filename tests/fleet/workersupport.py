@@ -1,16 +1,18 @@
-"""Real `auditor worker` processes (Celery, --pool solo) for fleet tests, and a git that waits at
-a file barrier while a test holds it (so an audit can be caught mid-run without sleeping)."""
+"""Fleet test parts around the real `auditor worker` processes (started, stopped and killed by
+benchmarks/world/processes.py, which the fleet benchmark uses too): a git that waits at a file
+barrier while a test holds it (so an audit can be caught mid-run without sleeping), and a wait."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from world.processes import kill9, start_worker, stop
+
+__all__ = ["barrier_git", "kill9", "start_worker", "stop", "wait_for"]
 
 
 def barrier_git(directory: Path, hold: Path, reached: Path) -> Path:
@@ -26,45 +28,6 @@ def barrier_git(directory: Path, hold: Path, reached: Path) -> Path:
     )
     script.chmod(0o755)
     return directory
-
-
-def start_worker(
-    config: Path, name: str, log: Path, path_prefix: Path | None = None
-) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    env["PATH"] = (f"{path_prefix}:" if path_prefix else "") + f"{BIN}:/usr/bin:/bin"
-    env.pop("AUDITOR_DATABASE_URL", None)
-    handle = log.open("ab")
-    return subprocess.Popen(
-        [
-            str(BIN / "auditor"),
-            "worker",
-            "--config",
-            str(config),
-            "--pool",
-            "solo",
-            "--hostname",
-            f"{name}@%h",
-        ],
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,  # its own process group: kill -9 takes the whole worker
-    )
-
-
-def kill9(process: subprocess.Popen[bytes]) -> None:
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=10)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            kill9(process)
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):  # type: ignore[no-untyped-def]

@@ -1,37 +1,20 @@
-"""The service's FastAPI app served by a real uvicorn server on a free port, and a tiny client."""
+"""A tiny HTTP client for the service tests; the app is served by benchmarks/world/httpserve.py
+(`serving`, which the fleet benchmark uses too)."""
 
 from __future__ import annotations
 
 import json
-import threading
-import time
+import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-import uvicorn
-from fastapi import FastAPI
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
+from world.httpserve import serving
 
-@contextmanager
-def serving(app: FastAPI) -> Iterator[str]:
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+__all__ = ["call", "serving"]
 
 
 def call(url: str, method: str = "GET", token: str | None = None) -> tuple[int, Any, dict[str, str]]:

@@ -1,0 +1,65 @@
+"""Where the nodes of both synthetic worlds are: `sites` lays `count` nodes over the pools (each
+pool its share, the last one the rest), round-robin over the pool's zones, with the EC2-style
+names, IPs, pod CIDRs and GPU racks gen_repo.py writes into manifests and world.cluster into the
+API server's lists. The objects themselves differ (a manifest vs what the kubelet reports)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from world.vocabulary import Pool
+
+
+@dataclass(frozen=True)
+class Site:
+    """One node's place: its pool, zone, position in the pool (`ordinal`) and in the cluster
+    (`index`), InternalIP, name and pod CIDR."""
+
+    pool: Pool
+    zone: str
+    ordinal: int
+    index: int
+
+    @property
+    def ip(self) -> str:
+        return f"10.{16 + self.index // 250}.{self.index % 250 + 1}.{10 + self.ordinal % 200}"
+
+    @property
+    def name(self) -> str:
+        return f"ip-{self.ip.replace('.', '-')}.ec2.internal"
+
+    @property
+    def cidr_prefix(self) -> str:
+        """The pod CIDR without its last octet and length ("10.100.7." of 10.100.7.0/24)."""
+        return f"10.{100 + self.index // 256}.{self.index % 256}."
+
+    @property
+    def pod_cidr(self) -> str:
+        return f"{self.cidr_prefix}0/24"
+
+    @property
+    def rack(self) -> int:
+        """The GPU rack of the node within its pool and zone's series (eight nodes a rack)."""
+        return self.ordinal // 8
+
+    def gpu_labels(self) -> dict[str, str]:
+        """The NVIDIA GPU feature labels of a GPU pool's node (none for a CPU pool)."""
+        pool = self.pool
+        if not pool.gpus:
+            return {}
+        return {
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": pool.product,
+            "nvidia.com/gpu.count": str(pool.gpus),
+        }
+
+
+def sites(pools: Sequence[Pool], count: int) -> Iterator[Site]:
+    """`count` node sites over `pools`, pool by pool."""
+    made = 0
+    for pi, pool in enumerate(pools):
+        pool_count = count - made if pi == len(pools) - 1 else round(count * pool.share)
+        for i in range(pool_count):
+            yield Site(pool, pool.zones[i % len(pool.zones)], i, made + i)
+        made += pool_count
