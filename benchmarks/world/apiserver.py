@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
+
+from world.httpserve import handler_serving
 
 TOKEN = "fake-api-token"
 
@@ -405,16 +406,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @contextmanager
 def serve(cluster: FakeCluster) -> Iterator[str]:
-    handler = type("Handler", (_Handler,), {"cluster": cluster})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with handler_serving(type("Handler", (_Handler,), {"cluster": cluster})) as base:
+        yield base
 
 
 def kubeconfig(path: Path, server: str, context: str = "lab") -> Path:

@@ -18,10 +18,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from world.httpserve import handler_serving
 
 TOKEN = "ghp_test_token"
 INSTALLATION_TOKEN = "ghs_installation_token"
@@ -619,12 +621,6 @@ def serve(hub: FakeGitHub | MultiHub) -> Iterator[str]:
         do_POST = _serve
         do_PATCH = _serve
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    hub.base = f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield hub.base
-    finally:
-        server.shutdown()
-        server.server_close()
+    with handler_serving(Handler) as base:
+        hub.base = base
+        yield base

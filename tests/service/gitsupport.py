@@ -7,11 +7,15 @@ from __future__ import annotations
 import base64
 import shutil
 import subprocess
-import threading
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from world.httpserve import handler_serving
 
 ENV = {
     "GIT_AUTHOR_NAME": "Test",
@@ -117,12 +121,5 @@ class _GitHTTP(BaseHTTPRequestHandler):
 @contextmanager
 def http_git_server(root: Path, token: str | None = None) -> Iterator[str]:
     """Serve the bare repositories under `root` over smart HTTP; yields the base URL."""
-    handler = type("Handler", (_GitHTTP,), {"root": root, "token": token})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with handler_serving(type("Handler", (_GitHTTP,), {"root": root, "token": token})) as base:
+        yield base
