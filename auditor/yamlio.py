@@ -668,15 +668,8 @@ def _from_events(loader: Any, line_offset: int, limits: YamlLimits) -> tuple[Any
                     if len(memo) < _SCALAR_MEMO_MAX and isinstance(found, int | float | bool | None):
                         memo[(tag, value)] = found
                 value = found
-            if key is not None:  # a mapping's value (is_map): its line is never read
-                nodes += 1
-                if nodes > max_nodes:
-                    raise _NeedsFullConstructor
-                container[key] = value
-                container.key_lines[key] = key_line
-                key = None
-                continue
-            line = event.start_mark.line + offset
+            # A mapping's value (a key is waiting): its line is never read.
+            line = 0 if key is not None else event.start_mark.line + offset
         elif cls is mapping_start or cls is sequence_start:
             if event.anchor is not None or (event.tag is not None and event.tag != "!"):
                 raise _NeedsFullConstructor
