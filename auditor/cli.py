@@ -208,6 +208,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
                 cache=_document_cache(args),
             )
             result = scan(inv, pack, utc_date(system_clock), bar or progress.silent)
+            _keep(args, inv, result)
             if args.baseline:
                 result = apply_baseline(result, _baseline_fingerprints(Path(args.baseline)))
             _emit(args, result)
@@ -327,6 +328,7 @@ def cmd_connectivity(args: argparse.Namespace) -> int:
     with gcpause.paused(resume=not args.one_shot):
         inv = load_inventory(paths, settings, jobs=args.jobs)
         cmap = connectivity(inv, args.protocol.upper(), args.port or settings.network.ephemeral_ports)
+        _keep(args, inv, cmap)
     if args.format == "csv":
         text = connectivity_report.render_csv(cmap)
         for e in inv.errors:
@@ -377,6 +379,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         inv = cluster.inventory_from_read(read, settings)
         result = scan(inv, pack, utc_date(system_clock))
+        _keep(args, read, inv, result)
         result.findings = prometheus.enrich(result.findings, inv, settings, os.environ, result.observation)
         # What could not be read makes the report partial too (SARIF executionSuccessful, JSON complete).
         result.not_audited += [
@@ -1117,6 +1120,16 @@ def _stdout_gone() -> None:
         pass
 
 
+# What a one-shot audit built (millions of objects on a large repository or cluster), left for the
+# process exit to drop: freeing them one by one costs a few per cent of the audit (entry()).
+_KEPT: list[object] = []
+
+
+def _keep(args: argparse.Namespace, *built: object) -> None:
+    if args.one_shot:
+        _KEPT.extend(built)
+
+
 def main(argv: Sequence[str] | None = None, *, one_shot: bool = False) -> int:
     """Run one command; every exception becomes its exit code and one line on stderr, here.
 
@@ -1158,8 +1171,18 @@ def main(argv: Sequence[str] | None = None, *, one_shot: bool = False) -> int:
 
 
 def entry() -> NoReturn:
-    """The `auditor` program and `python -m auditor`."""
-    sys.exit(main(one_shot=True))
+    """The `auditor` program and `python -m auditor`.
+
+    After a one-shot audit the process leaves without tearing down what it built (`_KEPT`):
+    its output is flushed and nothing else is pending (no threads, pools or atexit work of ours).
+    """
+    code = main(one_shot=True)
+    if _KEPT:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import gc
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
 
-from auditor import gcpause
+from auditor import cli, gcpause
 from auditor.cli import main
 
 
@@ -45,17 +46,35 @@ def test_an_embedded_scan_leaves_the_collector_on(capsys: pytest.CaptureFixture[
     assert gc.isenabled()
 
 
-def test_the_program_is_one_shot() -> None:
+def test_a_one_shot_scan_leaves_the_collector_off_and_keeps_what_it_built(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gc.enable()
+    try:
+        main(["scan", "--example", "seed-lab/before", "--format", "json"], one_shot=True)
+        capsys.readouterr()
+        assert not gc.isenabled()
+        assert cli._KEPT, "the inventory and result are left for the process exit"
+    finally:
+        cli._KEPT.clear()
+    main(["scan", "--example", "seed-lab/before", "--format", "json"])
+    capsys.readouterr()
+    assert not cli._KEPT, "an embedded scan keeps nothing"
+
+
+def test_the_program_exits_without_teardown_and_loses_no_output() -> None:
     code = (
-        "import gc, sys\n"
+        "import sys\n"
         "from auditor import cli\n"
         "sys.argv = ['auditor', 'scan', '--example', 'seed-lab/before', '--format', 'json']\n"
         "try:\n"
         "    cli.entry()\n"
-        "except SystemExit as exc:\n"
-        "    print('exit', exc.code, 'gc', gc.isenabled(), file=sys.stderr)\n"
+        "finally:\n"
+        "    print('teardown ran', file=sys.stderr)\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120
     )
-    assert "exit 1 gc False" in proc.stderr, proc.stderr  # 1: findings at or above --fail-on
+    assert proc.returncode == 1, proc.stderr  # 1: findings at or above --fail-on
+    assert "teardown ran" not in proc.stderr  # left by os._exit, after flushing
+    assert json.loads(proc.stdout)["summary"]["findings"] > 0

@@ -23,7 +23,7 @@ from auditor.placement.observed import ObservedRole, observed_pair
 from auditor.progress import Progress, silent
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import FlowVerdict, PolicyEngine
-from auditor.reachability.policy import Decider
+from auditor.reachability.policy import Decider, Direction
 from auditor.reachability.ports import PortSet
 from auditor.rules.base import RuleMeta
 from auditor.workloads.edges import CommEdge, comm_edges
@@ -183,25 +183,29 @@ class RoleEndpoints:
         self.inv = inv
         self.zone_key = inv.settings.topology.zone_key
         self.nodes = {n.name: n for n in inv.nodes}
-        self._endpoints: dict[tuple[Role, str], PodEndpoint] = {}
+        self._zones = {n.name: n.label_map.get(self.zone_key) for n in inv.nodes}
+        self._endpoints: dict[Role, dict[str, PodEndpoint]] = {}
         self._first_nodes: dict[Role, dict[str | None, Node]] = {}
 
     def get(self, role: Role, zone: str, placement: RolePlacement) -> PodEndpoint:
-        found = self._endpoints.get((role, zone))
+        by_zone = self._endpoints.get(role)
+        if by_zone is None:
+            by_zone = self._endpoints[role] = {}
+        found = by_zone.get(zone)
         if found is None:
             firsts = self._first_nodes.get(role)
             if firsts is None:
                 firsts = self._first_nodes[role] = {}
                 wanted = set(placement.zones)
+                zones = self._zones
                 for name in placement.nodes:
-                    node = self.nodes[name]
-                    node_zone = node.label_map.get(self.zone_key)
+                    node_zone = zones[name]
                     if node_zone not in firsts:
-                        firsts[node_zone] = node
+                        firsts[node_zone] = self.nodes[name]
                         wanted.discard(node_zone)
                         if not wanted:
                             break
-            found = self._endpoints[(role, zone)] = role_endpoint(self.inv, role, zone, firsts.get(zone))
+            found = by_zone[zone] = role_endpoint(self.inv, role, zone, firsts.get(zone))
         return found
 
 
@@ -266,6 +270,10 @@ def build_model(
     notes = []
     if not inv.nodes:
         notes.append("no Node objects: zones are unknown, so cross-zone rules could not run (add --nodes)")
+    # Replicas in different zones, and edges alike in ports, mostly meet the same cached verdicts:
+    # the port arithmetic is done once per (ports, protocol, egress verdict, ingress verdict). The
+    # engine keeps every verdict it returns alive, so their ids are stable while this runs.
+    judged: dict[tuple[object, ...], ZoneVerdict] = {}
     for n, edge in enumerate(edges, 1):
         progress("evaluating paths", n, len(edges))
         a, b = placements[edge.source], placements[edge.destination]
@@ -279,7 +287,16 @@ def build_model(
         for za, zb in pp.pairs:
             src = endpoints.get(edge.source, za, a)
             dst = endpoints.get(edge.destination, zb, b)
-            verdicts.append(zone_verdict(edge, engine.flow(src, dst), za, zb))
+            egress = engine.directional(src, Direction.EGRESS, dst)
+            ingress = engine.directional(dst, Direction.INGRESS, src)
+            key = (edge.ports, edge.protocol, id(egress), id(ingress))
+            known = judged.get(key)
+            if known is None:
+                flow = FlowVerdict(str(src), str(dst), egress, ingress)
+                known = judged[key] = zone_verdict(edge, flow, za, zb)
+            elif known.source_zone != za or known.destination_zone != zb:
+                known = ZoneVerdict(za, zb, known.allowed, known.deciders, known.denied_ports)
+            verdicts.append(known)
         analyses.append(EdgeAnalysis(edge, pp, tuple(verdicts), classify(pp, verdicts)))
     return AuditModel(inv, engine, placements, analyses, notes, list(edges))
 
