@@ -31,7 +31,19 @@ from typing import Any
 
 import yaml
 from world.nodes import sites
-from world.objects import DNS_EGRESS, network_policy, zone_node_affinity
+from world.objects import (
+    DNS_EGRESS,
+    ServicePort,
+    cilium_policy,
+    config_map,
+    env_values,
+    manifest,
+    metadata,
+    namespace,
+    network_policy,
+    service_ports,
+    zone_node_affinity,
+)
 from world.vocabulary import (
     BLOCK_KEY,
     EXCLUSIVE,
@@ -199,14 +211,6 @@ class Repo:
         return Counter(o["kind"] for docs in self.files.values() for o in docs)
 
 
-def _meta(name: str, namespace: str | None = None, **extra: Any) -> Obj:
-    meta: Obj = {"name": name}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    meta.update({k: v for k, v in extra.items() if v})
-    return meta
-
-
 # --- nodes ---------------------------------------------------------------------------------------
 
 
@@ -307,65 +311,43 @@ def namespaces(count: int, rng: random.Random) -> list[Namespace]:
 
 
 def namespace_objects(ns: Namespace) -> list[Obj]:
-    labels = {
-        "kubernetes.io/metadata.name": ns.name,
-        "team": ns.team,
-        "purpose": ns.purpose,
-        "pod-security.kubernetes.io/enforce": "baseline",
-    }
+    labels = {"team": ns.team, "purpose": ns.purpose, "pod-security.kubernetes.io/enforce": "baseline"}
     if ns.zone_policies:
         labels["placement.example.com/zone-boundaries"] = "enforced"
+    role = f"arn:aws:iam::123456789012:role/{ns.name}-training"
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": _meta(ns.name, labels=labels, annotations={"owner": f"{ns.team}@example.com"}),
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": _meta(
-                "training-sa",
-                ns.name,
-                annotations={
-                    "eks.amazonaws.com/role-arn": f"arn:aws:iam::123456789012:role/{ns.name}-training"
-                },
-            ),
-        },
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "LocalQueue",
-            "metadata": _meta(f"{ns.name}-queue", ns.name),
-            "spec": {"clusterQueue": f"{ns.team}-cluster-queue"},
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": _meta("compute", ns.name),
-            "spec": {
+        namespace(ns.name, labels, {"owner": f"{ns.team}@example.com"}),
+        manifest(
+            "v1",
+            "ServiceAccount",
+            metadata("training-sa", ns.name, annotations={"eks.amazonaws.com/role-arn": role}),
+        ),
+        manifest(
+            "kueue.x-k8s.io/v1beta1",
+            "LocalQueue",
+            metadata(f"{ns.name}-queue", ns.name),
+            spec={"clusterQueue": f"{ns.team}-cluster-queue"},
+        ),
+        manifest(
+            "v1",
+            "ResourceQuota",
+            metadata("compute", ns.name),
+            spec={
                 "hard": {"requests.cpu": "2000", "requests.memory": "16Ti", "requests.nvidia.com/gpu": "256"}
             },
-        },
+        ),
     ]
 
 
 def platform_objects(repo: Repo) -> None:
     for name in PLATFORM_NAMESPACES:
-        repo.add(
-            "clusters/platform/namespaces.yaml",
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": _meta(name, labels={"kubernetes.io/metadata.name": name, "team": "platform"}),
-            },
-        )
+        repo.add("clusters/platform/namespaces.yaml", namespace(name, {"team": "platform"}))
     repo.add(
         "clusters/platform/cilium/cilium-config.yaml",
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": _meta("cilium-config", "kube-system"),
-            "data": {
+        config_map(
+            "cilium-config",
+            "kube-system",
+            {
                 "cluster-name": "ml-prod-use1",
                 "enable-policy": "default",
                 "identity-allocation-mode": "crd",
@@ -375,7 +357,7 @@ def platform_objects(repo: Repo) -> None:
                 "routing-mode": "native",
                 "policy-audit-mode": "false",
             },
-        },
+        ),
     )
     repo.add(
         "clusters/platform/kube-system/coredns.yaml",
@@ -437,11 +419,11 @@ def platform_objects(repo: Repo) -> None:
     for team in TEAMS:
         repo.add(
             "clusters/platform/kueue/cluster-queues.yaml",
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta1",
-                "kind": "ClusterQueue",
-                "metadata": _meta(f"{team}-cluster-queue"),
-                "spec": {
+            manifest(
+                "kueue.x-k8s.io/v1beta1",
+                "ClusterQueue",
+                metadata(f"{team}-cluster-queue"),
+                spec={
                     "namespaceSelector": {"matchLabels": {"team": team}},
                     "resourceGroups": [
                         {
@@ -459,16 +441,16 @@ def platform_objects(repo: Repo) -> None:
                         }
                     ],
                 },
-            },
+            ),
         )
     repo.add(
         "clusters/platform/kueue/topology.yaml",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "Topology",
-            "metadata": _meta("aws-topology"),
-            "spec": {"levels": [{"nodeLabel": BLOCK_KEY}, {"nodeLabel": RACK_KEY}, {"nodeLabel": HOST_KEY}]},
-        },
+        manifest(
+            "kueue.x-k8s.io/v1beta1",
+            "Topology",
+            metadata("aws-topology"),
+            spec={"levels": [{"nodeLabel": BLOCK_KEY}, {"nodeLabel": RACK_KEY}, {"nodeLabel": HOST_KEY}]},
+        ),
     )
     for runtime in training_runtimes():
         repo.add(f"clusters/platform/training-runtimes/{runtime['metadata']['name']}.yaml", runtime)
@@ -495,7 +477,7 @@ def _container(
     if args:
         c["args"] = args
     if env:
-        c["env"] = [{"name": k, "value": v} for k, v in env]
+        c["env"] = env_values(*env)
     if ports:
         c["ports"] = [{"name": n, "containerPort": p, "protocol": proto} for p, n, proto in ports]
     resources: Obj = {"requests": {"cpu": cpu, "memory": memory}}
@@ -534,12 +516,7 @@ def _deployment(
     }
     if kind == "StatefulSet":
         spec["serviceName"] = name
-    return {
-        "apiVersion": "apps/v1",
-        "kind": kind,
-        "metadata": _meta(name, ns, labels=dict(labels)),
-        "spec": spec,
-    }
+    return manifest("apps/v1", kind, metadata(name, ns, labels=dict(labels)), spec=spec)
 
 
 def _statefulset(name: str, ns: str, labels: dict[str, str], replicas: int, container: Obj) -> Obj:
@@ -550,23 +527,12 @@ def _service(
     name: str,
     ns: str,
     selector: dict[str, str],
-    ports: list[tuple[int, str, str, str]],
+    ports: list[ServicePort],
     headless: bool = False,
 ) -> Obj:
-    spec: Obj = {
-        "selector": dict(selector),
-        "ports": [
-            {"name": n, "port": p, "protocol": proto, "targetPort": int(t) if t.isdigit() else t}
-            for p, n, proto, t in ports
-        ],
-    }
+    spec: Obj = {"selector": dict(selector), "ports": service_ports(ports)}
     spec = {"clusterIP": "None", **spec} if headless else {"type": "ClusterIP", **spec}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(name, ns, labels={"app": name}),
-        "spec": spec,
-    }
+    return manifest("v1", "Service", metadata(name, ns, labels={"app": name}), spec=spec)
 
 
 @dataclass
@@ -729,7 +695,7 @@ def job_meta(job: Job, rng: random.Random, extra_labels: dict[str, str] | None =
         )
         annotations[GRADIENT] = str(gradient)
         annotations[STEPS] = steps
-    return _meta(job.name, job.ns.name, labels=labels, annotations=annotations)
+    return metadata(job.name, job.ns.name, labels=labels, annotations=annotations)
 
 
 def _images(kind: str) -> str:
@@ -764,16 +730,16 @@ def _data_volume(job: Job, rng: random.Random) -> tuple[list[Obj], list[Obj]]:
         claim = f"{job.name}-checkpoints"
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}})
         extra.append(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": _meta(claim, job.ns.name),
-                "spec": {
+            manifest(
+                "v1",
+                "PersistentVolumeClaim",
+                metadata(claim, job.ns.name),
+                spec={
                     "accessModes": ["ReadWriteMany"],
                     "storageClassName": "efs-sc",
                     "resources": {"requests": {"storage": "500Gi"}},
                 },
-            }
+            )
         )
     return volumes, extra
 
@@ -903,7 +869,7 @@ def kubeflow_job(job: Job, rng: random.Random) -> list[Obj]:
             }
         }
         api = "kubeflow.org/v1"
-    return [{"apiVersion": api, "kind": job.kind, "metadata": meta, "spec": spec}, *extra]
+    return [manifest(api, job.kind, meta, spec=spec), *extra]
 
 
 def jobset(job: Job, rng: random.Random) -> list[Obj]:
@@ -996,20 +962,14 @@ def jobset(job: Job, rng: random.Random) -> list[Obj]:
     meta = job_meta(job, rng)
     if p.exclusive:
         meta.setdefault("annotations", {})[EXCLUSIVE] = p.exclusive
-    return [
-        {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta, "spec": spec},
-        *extra,
-    ]
+    return [manifest("jobset.x-k8s.io/v1alpha2", "JobSet", meta, spec=spec), *extra]
 
 
 def training_runtimes() -> list[Obj]:
     def runtime(name: str, framework: str, jobs: list[Obj], ml: Obj) -> Obj:
-        return {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "ClusterTrainingRuntime",
-            "metadata": _meta(name, labels={"trainer.kubeflow.org/framework": framework}),
-            "spec": {"mlPolicy": ml, "template": {"spec": {"replicatedJobs": jobs}}},
-        }
+        meta = metadata(name, labels={"trainer.kubeflow.org/framework": framework})
+        spec = {"mlPolicy": ml, "template": {"spec": {"replicatedJobs": jobs}}}
+        return manifest("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", meta, spec=spec)
 
     def rjob(name: str, image: str, ports: list[Obj] | None = None) -> Obj:
         container: Obj = {"name": name, "image": image}
@@ -1109,14 +1069,7 @@ def trainjob(job: Job, rng: random.Random) -> list[Obj]:
                 },
             }
         ]
-    return [
-        {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "TrainJob",
-            "metadata": job_meta(job, rng),
-            "spec": spec,
-        }
-    ]
+    return [manifest("trainer.kubeflow.org/v1alpha1", "TrainJob", job_meta(job, rng), spec=spec)]
 
 
 def rayjob(job: Job, rng: random.Random) -> list[Obj]:
@@ -1156,7 +1109,7 @@ def rayjob(job: Job, rng: random.Random) -> list[Obj]:
             ],
         },
     }
-    return [{"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": job_meta(job, rng), "spec": spec}]
+    return [manifest("ray.io/v1", "RayJob", job_meta(job, rng), spec=spec)]
 
 
 def leaderworkerset(job: Job, rng: random.Random) -> list[Obj]:
@@ -1197,14 +1150,7 @@ def leaderworkerset(job: Job, rng: random.Random) -> list[Obj]:
             "workerTemplate": pod_template(job.name, p, [worker], gpu=job.gpu, affinity_key=key),
         },
     }
-    return [
-        {
-            "apiVersion": "leaderworkerset.x-k8s.io/v1",
-            "kind": "LeaderWorkerSet",
-            "metadata": job_meta(job, rng),
-            "spec": spec,
-        }
-    ]
+    return [manifest("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", job_meta(job, rng), spec=spec)]
 
 
 def pair(job: Job, rng: random.Random) -> list[Obj]:
@@ -1259,11 +1205,11 @@ def pair(job: Job, rng: random.Random) -> list[Obj]:
         env=[("COORDINATOR_ADDR", dns), ("WORLD_SIZE", str(workers))],
         command=["python", "train.py", "--rendezvous", dns],
     )
-    work = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": job_meta(job, rng, {"app": job.name}),
-        "spec": {
+    work = manifest(
+        "batch/v1",
+        "Job",
+        job_meta(job, rng, {"app": job.name}),
+        spec={
             "completions": workers,
             "parallelism": workers,
             "completionMode": "Indexed",
@@ -1277,7 +1223,7 @@ def pair(job: Job, rng: random.Random) -> list[Obj]:
                 restart="Never",
             ),
         },
-    }
+    )
     return [dep, svc, work]
 
 
@@ -1353,19 +1299,11 @@ def training_jobs(count: int, spaces: list[Namespace], repo: Repo, rng: random.R
         job = Job(ns, kind, name, (SELECTOR[kind], name), gpu)
         objs = BUILDERS[kind](job, rng)
         if rng.random() < 0.5:
-            objs.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": _meta(f"{name}-config", ns.name, labels={"app": name}),
-                    "data": {
-                        "train.yaml": (
-                            f"model: {name.rsplit('-', 1)[0]}\nlr: {rng.choice(('3e-4', '1e-4', '5e-5'))}\n"
-                            f"global_batch_size: {rng.choice((256, 512, 1024))}\nprecision: bf16\n"
-                        )
-                    },
-                }
+            train = (
+                f"model: {name.rsplit('-', 1)[0]}\nlr: {rng.choice(('3e-4', '1e-4', '5e-5'))}\n"
+                f"global_batch_size: {rng.choice((256, 512, 1024))}\nprecision: bf16\n"
             )
+            objs.append(config_map(f"{name}-config", ns.name, {"train.yaml": train}, {"app": name}))
         if kind == "Pair":
             base = f"{ns.dir}/training/{name}"
             repo.add(f"{base}/coordinator.yaml", objs[0], objs[1])
@@ -1445,19 +1383,9 @@ def apps(count: int, spaces: list[Namespace], repo: Repo, rng: random.Random) ->
             [(port, port_name, "TCP", port_name)],
             headless=kind == "StatefulSet",
         )
-        sa = {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": _meta(name, ns.name, labels={"app": name}),
-        }
-        config = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": _meta(f"{name}-config", ns.name, labels={"app": name}),
-            "data": {
-                "config.yaml": f"listen: :{port}\nmetrics: :9102\ntimeout: {rng.choice((5, 10, 30))}s\n"
-            },
-        }
+        sa = manifest("v1", "ServiceAccount", metadata(name, ns.name, labels={"app": name}))
+        listen = f"listen: :{port}\nmetrics: :9102\ntimeout: {rng.choice((5, 10, 30))}s\n"
+        config = config_map(f"{name}-config", ns.name, {"config.yaml": listen}, {"app": name})
         base = f"{ns.dir}/apps/{name}"
         repo.add(f"{base}/{kind.lower()}.yaml", workload)
         repo.add(f"{base}/service.yaml", service)
@@ -1481,15 +1409,6 @@ def _np(
     return network_policy(name, ns, spec)
 
 
-def _cnp(name: str, ns: str | None, spec: Obj, labels: dict[str, str] | None = None) -> Obj:
-    return {
-        "apiVersion": "cilium.io/v2",
-        "kind": "CiliumNetworkPolicy" if ns else "CiliumClusterwideNetworkPolicy",
-        "metadata": _meta(name, ns, labels=labels),
-        "spec": spec,
-    }
-
-
 def _ns_sel(name: str) -> Obj:
     return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
 
@@ -1508,11 +1427,13 @@ def clusterwide_policies() -> list[tuple[str, Obj]]:
     return [
         (
             f"{base}/allow-kube-dns.yaml",
-            _cnp("allow-kube-dns", None, {"endpointSelector": {}, **additive, "egress": [CILIUM_DNS]}),
+            cilium_policy(
+                "allow-kube-dns", None, {"endpointSelector": {}, **additive, "egress": [CILIUM_DNS]}
+            ),
         ),
         (
             f"{base}/deny-instance-metadata.yaml",
-            _cnp(
+            cilium_policy(
                 "deny-instance-metadata",
                 None,
                 {
@@ -1532,7 +1453,7 @@ def clusterwide_policies() -> list[tuple[str, Obj]]:
         ),
         (
             f"{base}/allow-prometheus-scrape.yaml",
-            _cnp(
+            cilium_policy(
                 "allow-prometheus-scrape",
                 None,
                 {
@@ -1563,7 +1484,7 @@ def clusterwide_policies() -> list[tuple[str, Obj]]:
         ),
         (
             f"{base}/allow-health-checks.yaml",
-            _cnp(
+            cilium_policy(
                 "allow-health-checks",
                 None,
                 {
@@ -1575,7 +1496,7 @@ def clusterwide_policies() -> list[tuple[str, Obj]]:
         ),
         (
             f"{base}/kube-system-baseline.yaml",
-            _cnp(
+            cilium_policy(
                 "kube-system-baseline",
                 None,
                 {
@@ -1669,7 +1590,7 @@ def zone_policies(ns: Namespace) -> list[Obj]:
     out = []
     for zone in ZONES:
         out.append(
-            _cnp(
+            cilium_policy(
                 f"{zone}-only",
                 ns.name,
                 {
@@ -1707,7 +1628,7 @@ def job_policy(job: Job, rng: random.Random) -> Obj:
     sel = {"matchLabels": {key: value}}
     name = f"allow-{job.name}-intra"
     if job.ns.cilium:
-        return _cnp(
+        return cilium_policy(
             name,
             job.ns.name,
             {
@@ -1743,7 +1664,7 @@ def app_policies(app: App, rng: random.Random) -> list[Obj]:
                     "http": [{"method": "GET"}, {"method": "POST", "path": "/v1/.*"}]
                 }
             out.append(
-                _cnp(
+                cilium_policy(
                     f"{app.name}-ingress",
                     ns,
                     {"endpointSelector": sel, "ingress": [ingress]},
@@ -1774,7 +1695,7 @@ def app_policies(app: App, rng: random.Random) -> list[Obj]:
     if app.calls and app.ns.deny_egress:
         if app.ns.cilium:
             out.append(
-                _cnp(
+                cilium_policy(
                     f"{app.name}-egress",
                     ns,
                     {
@@ -1817,7 +1738,7 @@ def extra_policy(app: App, index: int, rng: random.Random) -> Obj:
     shape = index % 4
     if app.ns.cilium:
         if shape == 0:
-            return _cnp(
+            return cilium_policy(
                 f"{app.name}-egress-fqdn-{index}",
                 ns,
                 {
@@ -1842,7 +1763,7 @@ def extra_policy(app: App, index: int, rng: random.Random) -> Obj:
                     ],
                 },
             )
-        return _cnp(
+        return cilium_policy(
             f"{app.name}-from-notebooks-{index}",
             ns,
             {

@@ -18,7 +18,18 @@ from typing import Any
 
 from world import netpol as synth
 from world.nodes import sites
-from world.objects import DNS_EGRESS, network_policy, zone_node_affinity
+from world.objects import (
+    DNS_EGRESS,
+    ServicePort,
+    config_map,
+    env_values,
+    manifest,
+    metadata,
+    namespace,
+    network_policy,
+    service_ports,
+    zone_node_affinity,
+)
 from world.vocabulary import (
     GPU_TAINT,
     GRADIENT,
@@ -175,14 +186,16 @@ class ClusterBuilder:
         return "".join(self.rng.choices(SUFFIX, k=k))
 
     def meta(self, name: str, namespace: str | None = None, age_days: float = 120.0, **extra: Any) -> Obj:
-        meta: Obj = {"name": name}
-        if namespace is not None:
-            meta["namespace"] = namespace
-        meta["uid"] = self.uid()
-        meta["resourceVersion"] = str(self.rng.randrange(10_000_000, 900_000_000))
-        meta["creationTimestamp"] = _stamp(self.rng.uniform(3600, age_days * 86400))
-        meta.update({k: v for k, v in extra.items() if v})
-        return meta
+        return self.stored(metadata(name, namespace, **extra), age_days)
+
+    def stored(self, meta: Obj, age_days: float = 120.0) -> Obj:
+        """A manifest's metadata as the API server stores it: uid, resourceVersion and
+        creationTimestamp after the name and namespace."""
+        head: Obj = {k: meta[k] for k in ("name", "namespace") if k in meta}
+        head["uid"] = self.uid()
+        head["resourceVersion"] = str(self.rng.randrange(10_000_000, 900_000_000))
+        head["creationTimestamp"] = _stamp(self.rng.uniform(3600, age_days * 86400))
+        return head | {k: v for k, v in meta.items() if k not in ("name", "namespace")}
 
     @staticmethod
     def owner(obj: Obj) -> Obj:
@@ -365,50 +378,44 @@ class ClusterBuilder:
     # -- namespaces, config, storage -------------------------------------------------------
 
     def namespace(self, name: str, labels: dict[str, str]) -> Obj:
-        ns = {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": self.meta(name, None, 300, labels={"kubernetes.io/metadata.name": name, **labels}),
-            "spec": {"finalizers": ["kubernetes"]},
-            "status": {"phase": "Active"},
-        }
+        ns = namespace(name, labels)
+        ns["metadata"] = self.stored(ns["metadata"], 300)
+        ns |= {"spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
         self.add(ns)
         return ns
 
     def cluster_basics(self, cilium: bool) -> None:
         for name in ("default", "kube-public", "kube-node-lease", "kubeflow"):
             self.namespace(name, {})
+        default_class = {"storageclass.kubernetes.io/is-default-class": "true"}
         self.add(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": self.meta(
-                    "gp3", None, 300, annotations={"storageclass.kubernetes.io/is-default-class": "true"}
-                ),
-                "provisioner": "ebs.csi.aws.com",
-                "parameters": {"type": "gp3", "encrypted": "true"},
-                "reclaimPolicy": "Delete",
-                "volumeBindingMode": "WaitForFirstConsumer",
-                "allowVolumeExpansion": True,
-            }
+            manifest(
+                "storage.k8s.io/v1",
+                "StorageClass",
+                self.meta("gp3", None, 300, annotations=default_class),
+                provisioner="ebs.csi.aws.com",
+                parameters={"type": "gp3", "encrypted": "true"},
+                reclaimPolicy="Delete",
+                volumeBindingMode="WaitForFirstConsumer",
+                allowVolumeExpansion=True,
+            )
         )
         if cilium:
-            self.add(
+            config = config_map(
+                "cilium-config",
+                "kube-system",
                 {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": self.meta("cilium-config", "kube-system", 300),
-                    "data": {
-                        "cluster-name": "bench",
-                        "cluster-id": "1",
-                        "enable-policy": "default",
-                        "identity-allocation-mode": "crd",
-                        "ipam": "eni",
-                        "kube-proxy-replacement": "false",
-                        "policy-audit-mode": "false",
-                    },
-                }
+                    "cluster-name": "bench",
+                    "cluster-id": "1",
+                    "enable-policy": "default",
+                    "identity-allocation-mode": "crd",
+                    "ipam": "eni",
+                    "kube-proxy-replacement": "false",
+                    "policy-audit-mode": "false",
+                },
             )
+            config["metadata"] = self.stored(config["metadata"], 300)
+            self.add(config)
 
     # -- pods ------------------------------------------------------------------------------
 
@@ -908,7 +915,7 @@ class ClusterBuilder:
         name: str,
         namespace: str,
         selector: dict[str, str],
-        ports: list[Obj],
+        ports: list[ServicePort],
         *,
         headless: bool = False,
         owner: Obj | None = None,
@@ -928,7 +935,7 @@ class ClusterBuilder:
                     "internalTrafficPolicy": "Cluster",
                     "ipFamilies": ["IPv4"],
                     "ipFamilyPolicy": "SingleStack",
-                    "ports": ports,
+                    "ports": service_ports(ports),
                     "selector": selector,
                     "sessionAffinity": "None",
                     "type": "ClusterIP",
@@ -967,10 +974,7 @@ class ClusterBuilder:
             "kube-dns",
             "kube-system",
             {"k8s-app": "kube-dns"},
-            [
-                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
-                {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
-            ],
+            [(53, "dns", "UDP", 53), (53, "dns-tcp", "TCP", 53)],
             labels={"k8s-app": "kube-dns"},
         )
         prom = {
@@ -1059,7 +1063,7 @@ class ClusterBuilder:
                     "serviceAccountName": app,
                     "volumes": [{"name": "logs", "emptyDir": {}}],
                 }
-                zones = ZONES
+                zones: tuple[str, ...] = ZONES
                 if rng.random() < 0.3:
                     spec["topologySpreadConstraints"] = [
                         {
@@ -1083,10 +1087,7 @@ class ClusterBuilder:
                     app,
                     ns,
                     {"app": app},
-                    [
-                        {"name": "http", "port": 8080, "protocol": "TCP", "targetPort": "http"},
-                        {"name": "metrics", "port": 9090, "protocol": "TCP", "targetPort": "metrics"},
-                    ],
+                    [(8080, "http", "TCP", "http"), (9090, "metrics", "TCP", "metrics")],
                     labels={"app": app},
                 )
 
@@ -1424,20 +1425,17 @@ class ClusterBuilder:
             labels = {**template["metadata"]["labels"], **operator}
             if rtype == "master":
                 labels["training.kubeflow.org/job-role"] = "master"
-            env = [
-                {"name": k, "value": v}
-                for k, v in (
-                    ("MASTER_PORT", "23456"),
-                    ("PET_MASTER_PORT", "23456"),
-                    ("MASTER_ADDR", f"{name}-master-0"),
-                    ("PET_MASTER_ADDR", f"{name}-master-0"),
-                    ("WORLD_SIZE", str(world)),
-                    ("PET_NNODES", str(world)),
-                    ("RANK", str(rank)),
-                    ("PET_NODE_RANK", str(rank)),
-                    ("PYTHONUNBUFFERED", "1"),
-                )
-            ]
+            env = env_values(
+                ("MASTER_PORT", "23456"),
+                ("PET_MASTER_PORT", "23456"),
+                ("MASTER_ADDR", f"{name}-master-0"),
+                ("PET_MASTER_ADDR", f"{name}-master-0"),
+                ("WORLD_SIZE", str(world)),
+                ("PET_NNODES", str(world)),
+                ("RANK", str(rank)),
+                ("PET_NODE_RANK", str(rank)),
+                ("PYTHONUNBUFFERED", "1"),
+            )
             tspec = template["spec"]
             container = {**tspec["containers"][0], "env": [*tspec["containers"][0]["env"], *env]}
             spec: Obj = {
@@ -1490,7 +1488,7 @@ class ClusterBuilder:
                 f"{name}-{rtype}-{index}",
                 ns,
                 operator,
-                [{"name": "pytorchjob-port", "port": 23456, "protocol": "TCP", "targetPort": 23456}],
+                [(23456, "pytorchjob-port", "TCP", 23456)],
                 headless=True,
                 owner=owner,
                 labels={JOB_NAME: name},
