@@ -30,28 +30,27 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from world.jobs import KIND, KINDS, PYTORCH_PORT, pytorchjob, replica
 from world.nodes import sites
 from world.objects import (
     DNS_EGRESS,
     ServicePort,
     cilium_policy,
     config_map,
-    env_values,
     manifest,
     metadata,
     namespace,
     network_policy,
     service_ports,
-    zone_node_affinity,
 )
+from world.pods import SHM_VOLUME, Placement, container, dataset_env, pod_template
 from world.vocabulary import (
     BLOCK_KEY,
     EXCLUSIVE,
     GPU_TAINT,
     GRADIENT,
     HOST_KEY,
-    KUEUE_GROUP,
-    KUEUE_REQUIRED,
+    JOB_NAME,
     RACK_KEY,
     REGION,
     STEPS,
@@ -87,19 +86,6 @@ PURPOSES = (
     ("data", 0, 3),
 )
 PLATFORM_NAMESPACES = ("kube-system", "monitoring", "ingress-nginx", "kueue-system", "kubeflow", "ray-system")
-
-# Training kinds and their share of the jobs.
-KINDS = (
-    ("PyTorchJob", 22),
-    ("TFJob", 8),
-    ("MPIJob", 10),
-    ("XGBoostJob", 4),
-    ("JobSet", 14),
-    ("TrainJob", 12),
-    ("RayJob", 8),
-    ("LeaderWorkerSet", 8),
-    ("Pair", 14),  # coordinator Deployment + Service + worker Job
-)
 
 
 POOLS = (
@@ -366,7 +352,7 @@ def platform_objects(repo: Repo) -> None:
             "kube-system",
             {"k8s-app": "kube-dns"},
             2,
-            _container(
+            container(
                 "coredns",
                 "registry.k8s.io/coredns/coredns:v1.11.3",
                 "100m",
@@ -389,7 +375,7 @@ def platform_objects(repo: Repo) -> None:
             "monitoring",
             {"app.kubernetes.io/name": "prometheus"},
             2,
-            _container(
+            container(
                 "prometheus", "quay.io/prometheus/prometheus:v3.5.0", "2", "16Gi", [(9090, "web", "TCP")]
             ),
         ),
@@ -407,7 +393,7 @@ def platform_objects(repo: Repo) -> None:
             "ingress-nginx",
             {"app.kubernetes.io/name": "ingress-nginx", "app.kubernetes.io/component": "controller"},
             3,
-            _container(
+            container(
                 "controller",
                 "registry.k8s.io/ingress-nginx/controller:v1.13.1",
                 "500m",
@@ -459,36 +445,6 @@ def platform_objects(repo: Repo) -> None:
 # --- pod building blocks -------------------------------------------------------------------------
 
 
-def _container(
-    name: str,
-    image: str,
-    cpu: str,
-    memory: str,
-    ports: list[tuple[int, str, str]] | None = None,
-    *,
-    gpu: int = 0,
-    env: list[tuple[str, str]] | None = None,
-    command: list[str] | None = None,
-    args: list[str] | None = None,
-) -> Obj:
-    c: Obj = {"name": name, "image": image}
-    if command:
-        c["command"] = command
-    if args:
-        c["args"] = args
-    if env:
-        c["env"] = env_values(*env)
-    if ports:
-        c["ports"] = [{"name": n, "containerPort": p, "protocol": proto} for p, n, proto in ports]
-    resources: Obj = {"requests": {"cpu": cpu, "memory": memory}}
-    if gpu:
-        resources["limits"] = {"nvidia.com/gpu": gpu, "memory": memory}
-    else:
-        resources["limits"] = {"memory": memory}
-    c["resources"] = resources
-    return c
-
-
 def _deployment(
     name: str,
     ns: str,
@@ -535,43 +491,6 @@ def _service(
     return manifest("v1", "Service", metadata(name, ns, labels={"app": name}), spec=spec)
 
 
-@dataclass
-class Placement:
-    """How one job's pods are steered onto nodes and kept together."""
-
-    gpu_pool: Pool | None
-    selector_style: int
-    toleration_style: int
-    pin_zone: str | None = None
-    zone_label: str | None = None
-    pod_affinity: bool = False  # required podAffinity on the zone key to the job's own pods
-    preferred_affinity: bool = False
-    kueue_topology: str | None = None
-    kueue_group: bool = False
-    exclusive: str | None = None  # JobSet exclusive topology key
-    # Mistakes, each on one role (the coordinator-like one): no GPU toleration; another zone.
-    drop_toleration: bool = False
-    stray_zone: str | None = None
-    stray_label_only: bool = False
-
-    def node_selector(self) -> dict[str, str]:
-        pool = self.gpu_pool
-        if pool is None:
-            return {}
-        return [
-            {"nvidia.com/gpu.product": pool.product},
-            {"node.kubernetes.io/instance-type": pool.instance_type},
-            {"node-pool": pool.name},
-        ][self.selector_style]
-
-    def tolerations(self) -> list[Obj]:
-        if self.gpu_pool is None:
-            return []
-        if self.toleration_style == 0:
-            return [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-        return [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]
-
-
 def choose_placement(ns: Namespace, rng: random.Random, gpu: bool) -> Placement:
     pool = None
     if gpu:
@@ -609,77 +528,6 @@ def choose_placement(ns: Namespace, rng: random.Random, gpu: bool) -> Placement:
     return p
 
 
-def _without_gpu(container: Obj) -> Obj:
-    """The container as a small CPU pod (how a coordinator written without the GPU spec looks)."""
-    return {
-        **container,
-        "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
-    }
-
-
-def pod_template(
-    job_name: str,
-    p: Placement,
-    containers: list[Obj],
-    *,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    coordinator: bool = False,
-    gpu: bool = True,
-    restart: str | None = None,
-    service_account: str | None = "training-sa",
-    volumes: list[Obj] | None = None,
-    affinity_key: tuple[str, str] | None = None,
-) -> Obj:
-    """A pod template steered by the placement. `coordinator` marks the role the mistakes hit."""
-    lab = {"app": job_name, **(labels or {})}
-    ann = dict(annotations or {})
-    spec: Obj = {}
-    if restart:
-        spec["restartPolicy"] = restart
-    if service_account:
-        spec["serviceAccountName"] = service_account
-    zone = p.pin_zone
-    zone_label = p.zone_label
-    if coordinator and p.stray_zone:
-        zone_label = p.stray_zone
-        if not p.stray_label_only:
-            zone = p.stray_zone
-    if zone_label:
-        lab["zone"] = zone_label
-    if coordinator and p.drop_toleration:
-        # Written as a CPU pod: no GPU selector, toleration or request, so it lands on CPU nodes
-        # (in the seed scenario, in another zone than the workers it coordinates).
-        containers = [_without_gpu(c) for c in containers]
-    elif gpu and p.gpu_pool is not None:
-        spec["nodeSelector"] = p.node_selector()
-        spec["tolerations"] = p.tolerations()
-    affinity: Obj = {}
-    if zone:
-        affinity["nodeAffinity"] = zone_node_affinity(zone)
-    key, value = affinity_key or ("app", job_name)
-    term = {"labelSelector": {"matchLabels": {key: value}}, "topologyKey": ZONE_KEY}
-    if p.pod_affinity:
-        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
-    elif p.preferred_affinity:
-        affinity["podAffinity"] = {
-            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]
-        }
-    if affinity:
-        spec["affinity"] = affinity
-    if p.kueue_topology:
-        ann[KUEUE_REQUIRED] = p.kueue_topology
-        if p.kueue_group:
-            ann[KUEUE_GROUP] = f"{job_name}-group"
-    spec["containers"] = containers
-    if volumes:
-        spec["volumes"] = volumes
-    meta: Obj = {"labels": lab}
-    if ann:
-        meta["annotations"] = ann
-    return {"metadata": meta, "spec": spec}
-
-
 def job_meta(job: Job, rng: random.Random, extra_labels: dict[str, str] | None = None) -> Obj:
     labels = {
         "app.kubernetes.io/part-of": job.ns.team,
@@ -698,20 +546,6 @@ def job_meta(job: Job, rng: random.Random, extra_labels: dict[str, str] | None =
     return metadata(job.name, job.ns.name, labels=labels, annotations=annotations)
 
 
-def _images(kind: str) -> str:
-    return {
-        "PyTorchJob": "nvcr.io/nvidia/pytorch:25.08-py3",
-        "TFJob": "tensorflow/tensorflow:2.19.0-gpu",
-        "MPIJob": "mpioperator/tensorflow-benchmarks:latest",
-        "XGBoostJob": "docker.io/kubeflow/xgboost-dist-iris:latest",
-        "JobSet": "nvcr.io/nvidia/pytorch:25.08-py3",
-        "TrainJob": "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime",
-        "RayJob": "rayproject/ray:2.49.1-py311-gpu",
-        "LeaderWorkerSet": "vllm/vllm-openai:v0.10.1",
-        "Pair": "nvcr.io/nvidia/pytorch:25.08-py3",
-    }[kind]
-
-
 def _workers(rng: random.Random, gpu: bool) -> int:
     return rng.choice((2, 2, 3, 4, 4, 8, 8, 16, 32) if gpu else (1, 2, 2, 3, 4))
 
@@ -724,7 +558,7 @@ def _resources(gpu: bool, rng: random.Random) -> tuple[str, str, int]:
 
 def _data_volume(job: Job, rng: random.Random) -> tuple[list[Obj], list[Obj]]:
     """Volumes for a job (shared memory, checkpoints on a PVC) and the PVC object if any."""
-    volumes: list[Obj] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}]
+    volumes: list[Obj] = [dict(SHM_VOLUME)]
     extra: list[Obj] = []
     if rng.random() < 0.15:
         claim = f"{job.name}-checkpoints"
@@ -750,20 +584,20 @@ def _data_volume(job: Job, rng: random.Random) -> tuple[list[Obj], list[Obj]]:
 def kubeflow_job(job: Job, rng: random.Random) -> list[Obj]:
     p = choose_placement(job.ns, rng, job.gpu)
     cpu, mem, gpus = _resources(job.gpu, rng)
-    image = _images(job.kind)
+    image = KIND[job.kind].image
     volumes, extra = _data_volume(job, rng)
     n = _workers(rng, job.gpu)
-    op_key = ("training.kubeflow.org/job-name", job.name)
+    op_key = (JOB_NAME, job.name)
 
     def tmpl(role: str, coordinator: bool, ports: list[tuple[int, str, str]], gpu: bool = True) -> Obj:
-        c = _container(
+        c = container(
             job.kind.lower().removesuffix("job") or "trainer",
             image,
             cpu if gpu else "2",
             mem if gpu else "8Gi",
             ports,
             gpu=gpus if gpu else 0,
-            env=[("NCCL_DEBUG", "WARN"), ("DATASET_URI", f"s3://{job.ns.team}-datasets/{job.name}/")],
+            env=[("NCCL_DEBUG", "WARN"), dataset_env(job.ns.team, job.name)],
             args=["--epochs", str(rng.choice((10, 30, 90))), "--batch-size", str(rng.choice((64, 128, 256)))],
         )
         return pod_template(
@@ -780,7 +614,7 @@ def kubeflow_job(job: Job, rng: random.Random) -> list[Obj]:
     meta = job_meta(job, rng)
     spec: Obj
     if job.kind == "PyTorchJob":
-        port = [(23456, "pytorchjob-port", "TCP")]
+        port = [PYTORCH_PORT]
         if rng.random() < 0.15:  # elastic, workers only
             spec = {
                 "elasticPolicy": {
@@ -790,53 +624,23 @@ def kubeflow_job(job: Job, rng: random.Random) -> list[Obj]:
                     "maxRestarts": 100,
                     "nProcPerNode": max(gpus, 1),
                 },
-                "pytorchReplicaSpecs": {
-                    "Worker": {
-                        "replicas": n,
-                        "restartPolicy": "OnFailure",
-                        "template": tmpl("Worker", False, port),
-                    }
-                },
+                "pytorchReplicaSpecs": {"Worker": replica(n, tmpl("Worker", False, port), "OnFailure")},
             }
         else:
-            spec = {
-                "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 3},
-                "pytorchReplicaSpecs": {
-                    "Master": {
-                        "replicas": 1,
-                        "restartPolicy": "OnFailure",
-                        "template": tmpl("Master", True, port),
-                    },
-                    "Worker": {
-                        "replicas": n,
-                        "restartPolicy": "OnFailure",
-                        "template": tmpl("Worker", False, port),
-                    },
-                },
-            }
-        api = "kubeflow.org/v1"
+            run_policy = {"cleanPodPolicy": "None", "backoffLimit": 3}
+            master = tmpl("Master", True, port)
+            return [pytorchjob(meta, master, tmpl("Worker", False, port), n, run_policy), *extra]
     elif job.kind == "TFJob":
         port = [(2222, "tfjob-port", "TCP")]
         if rng.random() < 0.5:
             replica_specs = {
-                "Chief": {"replicas": 1, "restartPolicy": "Never", "template": tmpl("Chief", True, port)},
-                "PS": {
-                    "replicas": rng.choice((1, 2)),
-                    "restartPolicy": "Never",
-                    "template": tmpl("PS", False, port, False),
-                },
-                "Worker": {"replicas": n, "restartPolicy": "Never", "template": tmpl("Worker", False, port)},
+                "Chief": replica(1, tmpl("Chief", True, port), "Never"),
+                "PS": replica(rng.choice((1, 2)), tmpl("PS", False, port, False), "Never"),
+                "Worker": replica(n, tmpl("Worker", False, port), "Never"),
             }
         else:
-            replica_specs = {
-                "Worker": {
-                    "replicas": n,
-                    "restartPolicy": "OnFailure",
-                    "template": tmpl("Worker", False, port),
-                }
-            }
+            replica_specs = {"Worker": replica(n, tmpl("Worker", False, port), "OnFailure")}
         spec = {"runPolicy": {"cleanPodPolicy": "Running"}, "tfReplicaSpecs": replica_specs}
-        api = "kubeflow.org/v1"
     elif job.kind == "MPIJob":
         spec = {
             "slotsPerWorker": max(gpus, 1),
@@ -844,32 +648,19 @@ def kubeflow_job(job: Job, rng: random.Random) -> list[Obj]:
             "sshAuthMountPath": "/home/mpiuser/.ssh",
             "mpiImplementation": "OpenMPI",
             "mpiReplicaSpecs": {
-                "Launcher": {
-                    "replicas": 1,
-                    "template": tmpl("Launcher", True, [], gpu=False),
-                },
-                "Worker": {"replicas": n, "template": tmpl("Worker", False, [(2222, "ssh", "TCP")])},
+                "Launcher": replica(1, tmpl("Launcher", True, [], gpu=False)),
+                "Worker": replica(n, tmpl("Worker", False, [(2222, "ssh", "TCP")])),
             },
         }
-        api = "kubeflow.org/v2beta1"
     else:  # XGBoostJob
         port = [(9991, "xgboostjob-port", "TCP")]
         spec = {
             "xgbReplicaSpecs": {
-                "Master": {
-                    "replicas": 1,
-                    "restartPolicy": "Never",
-                    "template": tmpl("Master", True, port, False),
-                },
-                "Worker": {
-                    "replicas": n,
-                    "restartPolicy": "ExitCode",
-                    "template": tmpl("Worker", False, port, False),
-                },
+                "Master": replica(1, tmpl("Master", True, port, False), "Never"),
+                "Worker": replica(n, tmpl("Worker", False, port, False), "ExitCode"),
             }
         }
-        api = "kubeflow.org/v1"
-    return [manifest(api, job.kind, meta, spec=spec), *extra]
+    return [manifest(KIND[job.kind].api_version, job.kind, meta, spec=spec), *extra]
 
 
 def jobset(job: Job, rng: random.Random) -> list[Obj]:
@@ -882,9 +673,9 @@ def jobset(job: Job, rng: random.Random) -> list[Obj]:
     par = rng.choice((2, 4, 8))
     port = 3389
     key = ("jobset.sigs.k8s.io/jobset-name", job.name)
-    worker_container = _container(
+    worker_container = container(
         "pytorch",
-        _images("JobSet"),
+        KIND["JobSet"].image,
         cpu,
         mem,
         [(port, "rdzv", "TCP")],
@@ -899,7 +690,7 @@ def jobset(job: Job, rng: random.Random) -> list[Obj]:
     replicated: list[Obj] = []
     with_driver = rng.random() < 0.3
     if with_driver:
-        driver = _container(
+        driver = container(
             "driver",
             "python:3.12-slim",
             "1",
@@ -962,7 +753,7 @@ def jobset(job: Job, rng: random.Random) -> list[Obj]:
     meta = job_meta(job, rng)
     if p.exclusive:
         meta.setdefault("annotations", {})[EXCLUSIVE] = p.exclusive
-    return [manifest("jobset.x-k8s.io/v1alpha2", "JobSet", meta, spec=spec), *extra]
+    return [manifest(KIND["JobSet"].api_version, "JobSet", meta, spec=spec), *extra]
 
 
 def training_runtimes() -> list[Obj]:
@@ -1069,22 +860,22 @@ def trainjob(job: Job, rng: random.Random) -> list[Obj]:
                 },
             }
         ]
-    return [manifest("trainer.kubeflow.org/v1alpha1", "TrainJob", job_meta(job, rng), spec=spec)]
+    return [manifest(KIND["TrainJob"].api_version, "TrainJob", job_meta(job, rng), spec=spec)]
 
 
 def rayjob(job: Job, rng: random.Random) -> list[Obj]:
     p = choose_placement(job.ns, rng, job.gpu)
     cpu, mem, gpus = _resources(job.gpu, rng)
-    image = _images("RayJob")
+    image = KIND["RayJob"].image
     key = ("ray.io/cluster", job.name)
-    head = _container(
+    head = container(
         "ray-head",
         image,
         "4",
         "16Gi",
         [(6379, "gcs-server", "TCP"), (8265, "dashboard", "TCP"), (10001, "client", "TCP")],
     )
-    worker = _container("ray-worker", image, cpu, mem, gpu=gpus)
+    worker = container("ray-worker", image, cpu, mem, gpu=gpus)
     n = _workers(rng, job.gpu)
     spec: Obj = {
         "entrypoint": f"python /home/ray/jobs/{job.name}.py",
@@ -1109,7 +900,7 @@ def rayjob(job: Job, rng: random.Random) -> list[Obj]:
             ],
         },
     }
-    return [manifest("ray.io/v1", "RayJob", job_meta(job, rng), spec=spec)]
+    return [manifest(KIND["RayJob"].api_version, "RayJob", job_meta(job, rng), spec=spec)]
 
 
 def leaderworkerset(job: Job, rng: random.Random) -> list[Obj]:
@@ -1118,9 +909,9 @@ def leaderworkerset(job: Job, rng: random.Random) -> list[Obj]:
         p.kueue_topology = RACK_KEY if job.gpu else ZONE_KEY
         p.kueue_group = True
     cpu, mem, gpus = _resources(job.gpu, rng)
-    image = _images("LeaderWorkerSet")
+    image = KIND["LeaderWorkerSet"].image
     key = ("leaderworkerset.sigs.k8s.io/name", job.name)
-    leader = _container(
+    leader = container(
         "vllm-leader",
         image,
         cpu,
@@ -1129,7 +920,7 @@ def leaderworkerset(job: Job, rng: random.Random) -> list[Obj]:
         gpu=gpus,
         command=["sh", "-c", "ray start --head --port=6379 && vllm serve $MODEL --tensor-parallel-size 8"],
     )
-    worker = _container(
+    worker = container(
         "vllm-worker",
         image,
         cpu,
@@ -1150,7 +941,7 @@ def leaderworkerset(job: Job, rng: random.Random) -> list[Obj]:
             "workerTemplate": pod_template(job.name, p, [worker], gpu=job.gpu, affinity_key=key),
         },
     }
-    return [manifest("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", job_meta(job, rng), spec=spec)]
+    return [manifest(KIND["LeaderWorkerSet"].api_version, "LeaderWorkerSet", job_meta(job, rng), spec=spec)]
 
 
 def pair(job: Job, rng: random.Random) -> list[Obj]:
@@ -1159,9 +950,9 @@ def pair(job: Job, rng: random.Random) -> list[Obj]:
     cpu, mem, gpus = _resources(job.gpu, rng)
     port = rng.choice((9999, 29500, 7777))
     coord_name = f"{job.name}-coordinator"
-    coordinator = _container(
+    coordinator = container(
         "coordinator",
-        _images("Pair"),
+        KIND["Pair"].image,
         "1",
         "2Gi",
         [(port, "rendezvous", "TCP")],
@@ -1196,9 +987,9 @@ def pair(job: Job, rng: random.Random) -> list[Obj]:
         )
     )
     workers = rng.choice((2, 4, 8))
-    worker = _container(
+    worker = container(
         "worker",
-        _images("Pair"),
+        KIND["Pair"].image,
         cpu,
         mem,
         gpu=gpus,
@@ -1238,28 +1029,6 @@ BUILDERS = {
     "LeaderWorkerSet": leaderworkerset,
     "Pair": pair,
 }
-SELECTOR = {
-    "PyTorchJob": "training.kubeflow.org/job-name",
-    "TFJob": "training.kubeflow.org/job-name",
-    "MPIJob": "training.kubeflow.org/job-name",
-    "XGBoostJob": "training.kubeflow.org/job-name",
-    "JobSet": "jobset.sigs.k8s.io/jobset-name",
-    "TrainJob": "jobset.sigs.k8s.io/jobset-name",
-    "RayJob": "app",
-    "LeaderWorkerSet": "leaderworkerset.sigs.k8s.io/name",
-    "Pair": "app",
-}
-NAME_STEMS = {
-    "PyTorchJob": ("resnet", "bert", "llama-ft", "vit", "whisper", "dlrm", "t5", "gpt-neox", "clip", "detr"),
-    "TFJob": ("mnist", "wide-deep", "efficientnet", "transformer"),
-    "MPIJob": ("horovod-resnet", "nccl-tests", "allreduce-bench", "hpl"),
-    "XGBoostJob": ("xgb-ctr", "xgb-churn", "xgb-fraud"),
-    "JobSet": ("jax-pretrain", "maxtext", "resnet-cifar", "megatron"),
-    "TrainJob": ("llama-sft", "mistral-lora", "qwen-dpo", "gemma-ft"),
-    "RayJob": ("ray-tune", "ray-train", "ray-data-prep", "ray-rl"),
-    "LeaderWorkerSet": ("vllm-70b", "sglang-405b", "vllm-mixtral"),
-    "Pair": ("trainer", "seq2seq", "ctr-model", "speech-ft"),
-}
 
 
 def _weighted(items: list[tuple[Any, int]], rng: random.Random) -> Any:
@@ -1274,13 +1043,13 @@ def _weighted(items: list[tuple[Any, int]], rng: random.Random) -> Any:
 
 def _kind_sequence(count: int, rng: random.Random) -> list[str]:
     """Exactly proportional kinds (largest remainder), shuffled."""
-    total = sum(w for _, w in KINDS)
-    exact = [(k, count * w / total) for k, w in KINDS]
+    total = sum(k.share for k in KINDS)
+    exact = [(k.kind, count * k.share / total) for k in KINDS]
     out = {k: int(x) for k, x in exact}
     rest = count - sum(out.values())
     for k, _ in sorted(exact, key=lambda e: e[1] - int(e[1]), reverse=True)[:rest]:
         out[k] += 1
-    seq = [k for k, _ in KINDS for _ in range(out[k])]
+    seq = [k.kind for k in KINDS for _ in range(out[k.kind])]
     rng.shuffle(seq)
     return seq
 
@@ -1290,13 +1059,13 @@ def training_jobs(count: int, spaces: list[Namespace], repo: Repo, rng: random.R
     jobs: list[Job] = []
     for i, kind in enumerate(_kind_sequence(count, rng)):
         ns = _weighted(weighted, rng)
-        name = f"{rng.choice(NAME_STEMS[kind])}-{i:05d}"
+        name = f"{rng.choice(KIND[kind].stems)}-{i:05d}"
         gpu = kind in ("LeaderWorkerSet", "TrainJob", "JobSet") or rng.random() < (
             0.2 if kind == "XGBoostJob" else 0.7
         )
         if kind == "XGBoostJob":
             gpu = False
-        job = Job(ns, kind, name, (SELECTOR[kind], name), gpu)
+        job = Job(ns, kind, name, (KIND[kind].job_label, name), gpu)
         objs = BUILDERS[kind](job, rng)
         if rng.random() < 0.5:
             train = (
@@ -1347,7 +1116,7 @@ def apps(count: int, spaces: list[Namespace], repo: Repo, rng: random.Random) ->
             )
             env.append((f"{callee.name.rsplit('-', 1)[0].upper().replace('-', '_')}_ADDR", host))
         labels = {"app": name, "app.kubernetes.io/name": stem, "app.kubernetes.io/part-of": ns.team}
-        container = _container(
+        main = container(
             stem,
             f"ghcr.io/example/{stem}:1.{i % 17}.{i % 5}",
             rng.choice(("250m", "500m", "1", "2")),
@@ -1371,7 +1140,7 @@ def apps(count: int, spaces: list[Namespace], repo: Repo, rng: random.Random) ->
             ns.name,
             labels,
             rng.choice((1, 2, 3)),
-            container,
+            main,
             annotations={"prometheus.io/scrape": "true", "prometheus.io/port": "9102"},
             spec_extra={"serviceAccountName": name, **(spread if rng.random() < 0.5 else {})},
             kind=kind,
