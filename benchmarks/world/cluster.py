@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from world import netpol as synth
+from world.jobs import KIND, PYTORCH_PORT, pytorchjob
 from world.nodes import sites
 from world.objects import (
     DNS_EGRESS,
@@ -30,6 +31,7 @@ from world.objects import (
     service_ports,
     zone_node_affinity,
 )
+from world.pods import dataset_env
 from world.vocabulary import (
     GPU_TAINT,
     GRADIENT,
@@ -54,7 +56,6 @@ CRDS = {
     "/apis/cilium.io/v2/ciliumclusterwidenetworkpolicies",
 }
 KUBE_PROXY_IMAGE = "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/kube-proxy:v1.33.4-minimal-eksbuild.2"
-MODELS = ("resnet", "bert", "llama-ft", "vit", "whisper", "dlrm", "t5", "gpt-neox", "clip", "detr")
 
 
 POOLS = (
@@ -1243,7 +1244,7 @@ class ClusterBuilder:
         gpus = rng.choice((8, 8, 8, 8, 8, 4, 4, 4, 2, 1))
         per_node_memory = 1000 if pool.name == "gpu-a100" else 1800
         plan = JobPlan(
-            name=f"{rng.choice(MODELS)}-{team}-{index:04d}",
+            name=f"{rng.choice(KIND['PyTorchJob'].stems)}-{team}-{index:04d}",
             namespace=ns_obj["metadata"]["name"],
             team=team,
             pool=pool,
@@ -1290,7 +1291,7 @@ class ClusterBuilder:
             "containers": [
                 {
                     "name": "pytorch",
-                    "image": "nvcr.io/nvidia/pytorch:25.08-py3",
+                    "image": KIND["PyTorchJob"].image,
                     "command": ["torchrun"],
                     "args": [
                         f"--nproc-per-node={plan.gpus}",
@@ -1300,11 +1301,11 @@ class ClusterBuilder:
                         "--batch-size",
                         str(rng.choice((64, 128, 256))),
                     ],
-                    "env": [
-                        {"name": "NCCL_DEBUG", "value": "WARN"},
-                        {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
-                        {"name": "DATASET_URI", "value": f"s3://{plan.team}-datasets/{plan.name}/"},
-                    ],
+                    "env": env_values(
+                        ("NCCL_DEBUG", "WARN"),
+                        ("NCCL_SOCKET_IFNAME", "eth0"),
+                        dataset_env(plan.team, plan.name),
+                    ),
                     "ports": [{"containerPort": 23456, "name": "pytorchjob-port", "protocol": "TCP"}],
                     "resources": {
                         "requests": {"cpu": plan.cpu, "memory": memory, "nvidia.com/gpu": gpus},
@@ -1371,42 +1372,32 @@ class ClusterBuilder:
         started = rng.uniform(600, 86400 * 5)
         done = plan.finished
         state = "Succeeded" if done else "Running"
-        job: Obj = {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "PyTorchJob",
-            "metadata": meta,
-            "spec": {
-                "runPolicy": {"backoffLimit": 3, "cleanPodPolicy": "None", "suspend": False},
-                "pytorchReplicaSpecs": {
-                    "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": t_master},
-                    "Worker": {"replicas": plan.workers, "restartPolicy": "OnFailure", "template": t_worker},
+        run_policy = {"backoffLimit": 3, "cleanPodPolicy": "None", "suspend": False}  # defaulted
+        job = pytorchjob(meta, t_master, t_worker, plan.workers, run_policy)
+        job["status"] = {
+            "conditions": [
+                {
+                    "lastTransitionTime": _stamp(started + 30),
+                    "lastUpdateTime": _stamp(started + 30),
+                    "message": f"PyTorchJob {name} is created.",
+                    "reason": "PyTorchJobCreated",
+                    "status": "True",
+                    "type": "Created",
                 },
-            },
-            "status": {
-                "conditions": [
-                    {
-                        "lastTransitionTime": _stamp(started + 30),
-                        "lastUpdateTime": _stamp(started + 30),
-                        "message": f"PyTorchJob {name} is created.",
-                        "reason": "PyTorchJobCreated",
-                        "status": "True",
-                        "type": "Created",
-                    },
-                    {
-                        "lastTransitionTime": _stamp(started / 2 if done else started),
-                        "lastUpdateTime": _stamp(started / 2 if done else started),
-                        "message": f"PyTorchJob {ns}/{name} is {state.lower()}.",
-                        "reason": f"PyTorchJob{state}",
-                        "status": "True",
-                        "type": state,
-                    },
-                ],
-                "replicaStatuses": {
-                    "Master": {"succeeded" if done else "active": 1},
-                    "Worker": {"succeeded" if done else "active": plan.workers},
+                {
+                    "lastTransitionTime": _stamp(started / 2 if done else started),
+                    "lastUpdateTime": _stamp(started / 2 if done else started),
+                    "message": f"PyTorchJob {ns}/{name} is {state.lower()}.",
+                    "reason": f"PyTorchJob{state}",
+                    "status": "True",
+                    "type": state,
                 },
-                "startTime": _stamp(started),
+            ],
+            "replicaStatuses": {
+                "Master": {"succeeded" if done else "active": 1},
+                "Worker": {"succeeded" if done else "active": plan.workers},
             },
+            "startTime": _stamp(started),
         }
         self.add(job)
         owner = self.owner(job)
@@ -1488,7 +1479,7 @@ class ClusterBuilder:
                 f"{name}-{rtype}-{index}",
                 ns,
                 operator,
-                [(23456, "pytorchjob-port", "TCP", 23456)],
+                [(*PYTORCH_PORT, 23456)],
                 headless=True,
                 owner=owner,
                 labels={JOB_NAME: name},
