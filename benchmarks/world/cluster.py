@@ -31,13 +31,12 @@ from world.objects import (
     service_ports,
     zone_node_affinity,
 )
-from world.pods import dataset_env
+from world.pods import SHM_VOLUME, Placement, dataset_env, pod_template
 from world.vocabulary import (
     GPU_TAINT,
     GRADIENT,
     HOST_KEY,
     JOB_NAME,
-    KUEUE_REQUIRED,
     REGION,
     STEPS,
     SYSTEM_TAINT,
@@ -1282,61 +1281,51 @@ class ClusterBuilder:
         return plan
 
     def training_template(self, plan: JobPlan, role: str, zone: str | None, label_zone: str | None) -> Obj:
+        """world.pods' training template (pinned to `zone`, labelled `label_zone`), defaulted."""
         rng = self.rng
-        labels = {"app": plan.name, "team": plan.team, "role": role}
-        if label_zone:
-            labels["zone"] = label_zone
         memory, gpus = plan.memory, str(plan.gpus)
-        spec: Obj = {
-            "containers": [
-                {
-                    "name": "pytorch",
-                    "image": KIND["PyTorchJob"].image,
-                    "command": ["torchrun"],
-                    "args": [
-                        f"--nproc-per-node={plan.gpus}",
-                        "/workspace/train.py",
-                        "--epochs",
-                        str(rng.choice((10, 30, 90))),
-                        "--batch-size",
-                        str(rng.choice((64, 128, 256))),
-                    ],
-                    "env": env_values(
-                        ("NCCL_DEBUG", "WARN"),
-                        ("NCCL_SOCKET_IFNAME", "eth0"),
-                        dataset_env(plan.team, plan.name),
-                    ),
-                    "ports": [{"containerPort": 23456, "name": "pytorchjob-port", "protocol": "TCP"}],
-                    "resources": {
-                        "requests": {"cpu": plan.cpu, "memory": memory, "nvidia.com/gpu": gpus},
-                        "limits": {"memory": memory, "nvidia.com/gpu": gpus},
-                    },
-                    "volumeMounts": [{"mountPath": "/dev/shm", "name": "dshm"}],
-                }
+        trainer: Obj = {
+            "name": "pytorch",
+            "image": KIND["PyTorchJob"].image,
+            "command": ["torchrun"],
+            "args": [
+                f"--nproc-per-node={plan.gpus}",
+                "/workspace/train.py",
+                "--epochs",
+                str(rng.choice((10, 30, 90))),
+                "--batch-size",
+                str(rng.choice((64, 128, 256))),
             ],
-            "nodeSelector": {"nvidia.com/gpu.product": plan.pool.product},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "serviceAccountName": "training-sa",
-            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}],
+            "env": env_values(
+                ("NCCL_DEBUG", "WARN"), ("NCCL_SOCKET_IFNAME", "eth0"), dataset_env(plan.team, plan.name)
+            ),
+            "ports": [{"containerPort": 23456, "name": "pytorchjob-port", "protocol": "TCP"}],
+            "resources": {
+                "requests": {"cpu": plan.cpu, "memory": memory, "nvidia.com/gpu": gpus},
+                "limits": {"memory": memory, "nvidia.com/gpu": gpus},
+            },
+            "volumeMounts": [{"mountPath": "/dev/shm", "name": "dshm"}],
         }
-        affinity: Obj = {}
-        if zone:
-            affinity["nodeAffinity"] = zone_node_affinity(zone)
-        if plan.coupling == "affinity":
-            affinity["podAffinity"] = {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"labelSelector": {"matchLabels": {JOB_NAME: plan.name}}, "topologyKey": ZONE_KEY}
-                ]
-            }
-        if affinity:
-            spec["affinity"] = affinity
-        annotations = {"sidecar.istio.io/inject": "false"}
-        if plan.coupling == "kueue":
-            annotations[KUEUE_REQUIRED] = ZONE_KEY
-        return {
-            "metadata": {"labels": labels, "annotations": annotations},
-            "spec": self.defaulted(spec, "OnFailure"),
-        }
+        placement = Placement(
+            plan.pool,
+            selector_style=0,
+            toleration_style=0,
+            pin_zone=zone,
+            zone_label=label_zone,
+            pod_affinity=plan.coupling == "affinity",
+            kueue_topology=ZONE_KEY if plan.coupling == "kueue" else None,
+        )
+        template = pod_template(
+            plan.name,
+            placement,
+            [trainer],
+            labels={"team": plan.team, "role": role},
+            annotations={"sidecar.istio.io/inject": "false"},
+            volumes=[dict(SHM_VOLUME)],
+            affinity_key=(JOB_NAME, plan.name),
+        )
+        template["spec"] = self.defaulted(template["spec"], "OnFailure")
+        return template
 
     def pending_message(self, plan: JobPlan) -> str:
         """The scheduler's message on a training pod it could not place."""
