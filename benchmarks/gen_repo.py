@@ -33,17 +33,16 @@ import yaml
 from world.jobs import KIND, KINDS, PYTORCH_PORT, pytorchjob, replica
 from world.nodes import sites
 from world.objects import (
-    DNS_EGRESS,
     ServicePort,
     cilium_policy,
     config_map,
     manifest,
     metadata,
     namespace,
-    network_policy,
     service_ports,
 )
 from world.pods import SHM_VOLUME, Placement, container, dataset_env, pod_template
+from world.policies import allow_dns, namespace_peer, peers_only, pod_policy
 from world.vocabulary import (
     BLOCK_KEY,
     EXCLUSIVE,
@@ -1166,22 +1165,6 @@ def apps(count: int, spaces: list[Namespace], repo: Repo, rng: random.Random) ->
 # --- policies ------------------------------------------------------------------------------------
 
 
-def _np(
-    name: str, ns: str, selector: Obj, types: list[str], ingress: list[Obj] | None, egress: list[Obj] | None
-) -> Obj:
-    spec: Obj = {"podSelector": selector}
-    if ingress is not None:
-        spec["ingress"] = ingress
-    if egress is not None:
-        spec["egress"] = egress
-    spec["policyTypes"] = types
-    return network_policy(name, ns, spec)
-
-
-def _ns_sel(name: str) -> Obj:
-    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
-
-
 CILIUM_DNS = {
     "toEndpoints": [
         {"matchLabels": {"k8s:io.kubernetes.pod.namespace": "kube-system", "k8s:k8s-app": "kube-dns"}}
@@ -1281,7 +1264,7 @@ def clusterwide_policies() -> list[tuple[str, Obj]]:
 def baseline_policies(ns: Namespace) -> list[Obj]:
     n = ns.name
     out = [
-        _np(
+        pod_policy(
             "default-deny",
             n,
             {},
@@ -1289,7 +1272,7 @@ def baseline_policies(ns: Namespace) -> list[Obj]:
             [],
             [] if ns.deny_egress else None,
         ),
-        _np(
+        pod_policy(
             "allow-monitoring",
             n,
             {},
@@ -1298,7 +1281,7 @@ def baseline_policies(ns: Namespace) -> list[Obj]:
                 {
                     "from": [
                         {
-                            **_ns_sel("monitoring"),
+                            **namespace_peer("monitoring"),
                             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
                         }
                     ],
@@ -1309,9 +1292,9 @@ def baseline_policies(ns: Namespace) -> list[Obj]:
         ),
     ]
     if ns.deny_egress:
-        out.append(_np("allow-dns", n, {}, ["Egress"], None, [DNS_EGRESS]))
+        out.append(allow_dns(n))
         out.append(
-            _np(
+            pod_policy(
                 "allow-object-storage",
                 n,
                 {},
@@ -1329,7 +1312,7 @@ def baseline_policies(ns: Namespace) -> list[Obj]:
         )
     if ns.purpose == "serving":
         out.append(
-            _np(
+            pod_policy(
                 "allow-ingress-controller",
                 n,
                 {
@@ -1342,7 +1325,7 @@ def baseline_policies(ns: Namespace) -> list[Obj]:
                     {
                         "from": [
                             {
-                                **_ns_sel("ingress-nginx"),
+                                **namespace_peer("ingress-nginx"),
                                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ingress-nginx"}},
                             }
                         ]
@@ -1393,23 +1376,11 @@ def job_policy(job: Job, rng: random.Random) -> Obj:
     key, value = job.selector
     if rng.random() < 0.02:
         # A selector copied from a Kubeflow job onto another kind: selects nothing.
-        key = "training.kubeflow.org/job-name" if key != "training.kubeflow.org/job-name" else "job-name"
+        key = JOB_NAME if key != JOB_NAME else "job-name"
     sel = {"matchLabels": {key: value}}
     name = f"allow-{job.name}-intra"
-    if job.ns.cilium:
-        return cilium_policy(
-            name,
-            job.ns.name,
-            {
-                "endpointSelector": sel,
-                "ingress": [{"fromEndpoints": [sel]}],
-                "egress": [{"toEndpoints": [sel]}],
-            },
-            labels={"app": job.name},
-        )
-    types = ["Ingress", "Egress"] if job.ns.deny_egress else ["Ingress"]
-    egress = [{"to": [{"podSelector": sel}]}] if job.ns.deny_egress else None
-    return _np(name, job.ns.name, sel, types, [{"from": [{"podSelector": sel}]}], egress)
+    labels = {"app": job.name} if job.ns.cilium else None
+    return peers_only(name, job.ns.name, sel, egress=job.ns.deny_egress, cilium=job.ns.cilium, labels=labels)
 
 
 def app_policies(app: App, rng: random.Random) -> list[Obj]:
@@ -1445,7 +1416,7 @@ def app_policies(app: App, rng: random.Random) -> list[Obj]:
                 {"podSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": callers}]}}
             ]
             out.append(
-                _np(
+                pod_policy(
                     f"{app.name}-ingress",
                     ns,
                     sel,
@@ -1482,7 +1453,7 @@ def app_policies(app: App, rng: random.Random) -> list[Obj]:
             )
         else:
             out.append(
-                _np(
+                pod_policy(
                     f"{app.name}-egress",
                     ns,
                     sel,
@@ -1553,7 +1524,7 @@ def extra_policy(app: App, index: int, rng: random.Random) -> Obj:
             },
         )
     if shape == 0:
-        return _np(
+        return pod_policy(
             f"{app.name}-egress-external-{index}",
             ns,
             sel,
@@ -1578,7 +1549,7 @@ def extra_policy(app: App, index: int, rng: random.Random) -> Obj:
             ],
         )
     if shape == 1:
-        return _np(
+        return pod_policy(
             f"{app.name}-from-team-{index}",
             ns,
             sel,
@@ -1602,7 +1573,7 @@ def extra_policy(app: App, index: int, rng: random.Random) -> Obj:
             None,
         )
     if shape == 2:
-        return _np(
+        return pod_policy(
             f"{app.name}-batch-clients-{index}",
             ns,
             sel,
@@ -1623,7 +1594,7 @@ def extra_policy(app: App, index: int, rng: random.Random) -> Obj:
             ],
             None,
         )
-    return _np(
+    return pod_policy(
         f"{app.name}-ephemeral-{index}",
         ns,
         sel,

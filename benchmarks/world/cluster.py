@@ -20,18 +20,17 @@ from world import netpol as synth
 from world.jobs import KIND, PYTORCH_PORT, pytorchjob
 from world.nodes import sites
 from world.objects import (
-    DNS_EGRESS,
     ServicePort,
     config_map,
     env_values,
     manifest,
     metadata,
     namespace,
-    network_policy,
     service_ports,
     zone_node_affinity,
 )
 from world.pods import SHM_VOLUME, Placement, dataset_env, pod_template
+from world.policies import allow_dns, namespace_peer, peers_only, pod_policy
 from world.vocabulary import (
     GPU_TAINT,
     GRADIENT,
@@ -1497,70 +1496,28 @@ class ClusterBuilder:
         fenced namespaces zone boundaries on the pod label `zone` instead of per-job allows."""
         made = 0
 
-        def np(ns: str, name: str, spec: Obj) -> None:
+        def add(policy: Obj) -> None:
             nonlocal made
             made += 1
-            self.add(self.live_policy(network_policy(name, ns, spec)))
+            self.add(self.live_policy(policy))
 
         for ns_obj in namespaces:
             ns = ns_obj["metadata"]["name"]
-            np(ns, "default-deny-all", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]})
-            np(
-                ns,
-                "allow-dns",
-                {
-                    "podSelector": {},
-                    "policyTypes": ["Egress"],
-                    "egress": [DNS_EGRESS],
-                },
-            )
-            np(
-                ns,
-                "allow-monitoring",
-                {
-                    "podSelector": {},
-                    "policyTypes": ["Ingress"],
-                    "ingress": [
-                        {
-                            "from": [
-                                {
-                                    "namespaceSelector": {
-                                        "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
-                                    }
-                                }
-                            ]
-                        }
-                    ],
-                },
+            add(pod_policy("default-deny-all", ns, {}, ["Ingress", "Egress"]))
+            add(allow_dns(ns))
+            add(
+                pod_policy(
+                    "allow-monitoring", ns, {}, ["Ingress"], [{"from": [namespace_peer("monitoring")]}]
+                )
             )
             if ns in fenced:
                 for zone in ZONES:
-                    sel = {"matchLabels": {"zone": zone}}
-                    np(
-                        ns,
-                        f"{zone}-only",
-                        {
-                            "podSelector": sel,
-                            "policyTypes": ["Ingress", "Egress"],
-                            "ingress": [{"from": [{"podSelector": sel}]}],
-                            "egress": [{"to": [{"podSelector": sel}]}],
-                        },
-                    )
+                    add(peers_only(f"{zone}-only", ns, {"matchLabels": {"zone": zone}}))
         for job in jobs:
             ns = job["metadata"]["namespace"]
-            if ns in fenced:
-                continue
-            sel = {"matchLabels": {JOB_NAME: job["metadata"]["name"]}}
-            np(
-                ns,
-                f"allow-{job['metadata']['name']}-intra",
-                {
-                    "podSelector": sel,
-                    "policyTypes": ["Ingress", "Egress"],
-                    "ingress": [{"from": [{"podSelector": sel}]}],
-                    "egress": [{"to": [{"podSelector": sel}]}],
-                },
-            )
+            if ns not in fenced:
+                sel = {"matchLabels": {JOB_NAME: job["metadata"]["name"]}}
+                add(peers_only(f"allow-{job['metadata']['name']}-intra", ns, sel))
         return made
 
     def app_policies(self, namespaces: list[str], count: int, cilium_share: float) -> None:
