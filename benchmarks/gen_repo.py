@@ -46,14 +46,12 @@ from world.policies import allow_dns, namespace_peer, peers_only, pod_policy
 from world.vocabulary import (
     BLOCK_KEY,
     EXCLUSIVE,
-    GPU_TAINT,
     GRADIENT,
     HOST_KEY,
     JOB_NAME,
     RACK_KEY,
     REGION,
     STEPS,
-    SYSTEM_TAINT,
     ZONE_KEY,
     ZONES,
     Pool,
@@ -217,23 +215,12 @@ def nodes(count: int, rng: random.Random) -> Iterator[tuple[str, Obj]]:
             "podCIDR": site.pod_cidr,
             "providerID": f"aws:///{zone}/i-0{rng.getrandbits(60):015x}",
         }
-        taints: list[Obj] = []
+        taints = site.taints()
         allocatable = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110", "ephemeral-storage": "95Gi"}
-        if pool.system:
-            labels["node-role.kubernetes.io/system"] = ""
-            taints.append(dict(SYSTEM_TAINT))
+        allocatable |= site.devices()
+        labels |= site.pool_labels()
         if pool.gpus:
-            rack = site.rack
-            labels.update(
-                {
-                    **site.gpu_labels(),
-                    BLOCK_KEY: f"{zone}-block-{rack // 4}",
-                    RACK_KEY: f"{zone}-rack-{rack}",
-                }
-            )
-            taints.append(dict(GPU_TAINT))
-            allocatable["nvidia.com/gpu"] = str(pool.gpus)
-            allocatable["vpc.amazonaws.com/efa"] = "4"
+            labels |= {BLOCK_KEY: f"{zone}-block-{site.rack // 4}", RACK_KEY: f"{zone}-rack-{site.rack}"}
         if rng.random() < 0.02:  # cordoned for maintenance
             spec["unschedulable"] = True
             taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})

@@ -32,13 +32,11 @@ from world.objects import (
 from world.pods import SHM_VOLUME, Placement, dataset_env, pod_template
 from world.policies import allow_dns, namespace_peer, peers_only, pod_policy
 from world.vocabulary import (
-    GPU_TAINT,
     GRADIENT,
     HOST_KEY,
     JOB_NAME,
     REGION,
     STEPS,
-    SYSTEM_TAINT,
     ZONE_KEY,
     ZONES,
     Pool,
@@ -293,7 +291,7 @@ class ClusterBuilder:
                 "podCIDRs": [site.pod_cidr],
                 "providerID": f"aws:///{zone}/i-0{self.rng.getrandbits(60):015x}",
             }
-            taints: list[Obj] = []
+            taints = site.taints()
             allocatable = {
                 "cpu": pool.cpu,
                 "ephemeral-storage": "95491281146",
@@ -302,22 +300,14 @@ class ClusterBuilder:
                 "memory": pool.memory,
                 "pods": str(MAX_PODS),
             }
-            if pool.system:
-                labels["node-role.kubernetes.io/system"] = ""
-                taints.append(dict(SYSTEM_TAINT))
+            allocatable |= site.devices()
+            labels |= site.pool_labels()
             if pool.gpus:
-                rack = site.rack
-                labels.update(
-                    {
-                        **site.gpu_labels(),
-                        "topology.k8s.aws/network-node-layer-1": f"nn-{zone[-1]}{rack // 16:03d}",
-                        "topology.k8s.aws/network-node-layer-2": f"nn-{zone[-1]}{rack // 4:04d}",
-                        "topology.k8s.aws/network-node-layer-3": f"nn-{zone[-1]}{rack:05d}",
-                    }
-                )
-                taints.append(dict(GPU_TAINT))
-                allocatable["nvidia.com/gpu"] = str(pool.gpus)
-                allocatable["vpc.amazonaws.com/efa"] = "4"
+                labels |= {
+                    "topology.k8s.aws/network-node-layer-1": f"nn-{zone[-1]}{site.rack // 16:03d}",
+                    "topology.k8s.aws/network-node-layer-2": f"nn-{zone[-1]}{site.rack // 4:04d}",
+                    "topology.k8s.aws/network-node-layer-3": f"nn-{zone[-1]}{site.rack:05d}",
+                }
             if self.rng.random() < 0.01:  # cordoned for maintenance, pods not drained yet
                 spec["unschedulable"] = True
                 taints.append(
