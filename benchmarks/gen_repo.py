@@ -33,6 +33,8 @@ import yaml
 from world.jobs import KIND, KINDS, PYTORCH_PORT, pytorchjob, replica
 from world.nodes import sites
 from world.objects import (
+    COREDNS_PORTS,
+    KUBE_DNS_PORTS,
     ServicePort,
     cilium_policy,
     config_map,
@@ -41,7 +43,16 @@ from world.objects import (
     namespace,
     service_ports,
 )
-from world.pods import SHM_VOLUME, Placement, container, dataset_env, pod_template
+from world.pods import (
+    SHM_VOLUME,
+    Placement,
+    container,
+    dataset_env,
+    pod_template,
+    prometheus,
+    scrape_annotations,
+    zone_spread,
+)
 from world.policies import allow_dns, namespace_peer, peers_only, pod_policy
 from world.vocabulary import (
     BLOCK_KEY,
@@ -343,7 +354,7 @@ def platform_objects(repo: Repo) -> None:
                 "registry.k8s.io/coredns/coredns:v1.11.3",
                 "100m",
                 "70Mi",
-                [(53, "dns", "UDP"), (53, "dns-tcp", "TCP"), (9153, "metrics", "TCP")],
+                COREDNS_PORTS,
             ),
             tolerations=[{"key": "CriticalAddonsOnly", "operator": "Exists"}],
         ),
@@ -351,7 +362,7 @@ def platform_objects(repo: Repo) -> None:
             "kube-dns",
             "kube-system",
             {"k8s-app": "kube-dns"},
-            [(53, "dns", "UDP", "53"), (53, "dns-tcp", "TCP", "53")],
+            KUBE_DNS_PORTS,
         ),
     )
     repo.add(
@@ -361,9 +372,7 @@ def platform_objects(repo: Repo) -> None:
             "monitoring",
             {"app.kubernetes.io/name": "prometheus"},
             2,
-            container(
-                "prometheus", "quay.io/prometheus/prometheus:v3.5.0", "2", "16Gi", [(9090, "web", "TCP")]
-            ),
+            prometheus(),
         ),
         _service(
             "prometheus",
@@ -1111,23 +1120,14 @@ def apps(count: int, spaces: list[Namespace], repo: Repo, rng: random.Random) ->
             env=env,
         )
         kind = "StatefulSet" if stem in STATEFUL else "Deployment"
-        spread = {
-            "topologySpreadConstraints": [
-                {
-                    "maxSkew": 1,
-                    "topologyKey": ZONE_KEY,
-                    "whenUnsatisfiable": "ScheduleAnyway",
-                    "labelSelector": {"matchLabels": {"app": name}},
-                }
-            ]
-        }
+        spread = {"topologySpreadConstraints": zone_spread({"app": name})}
         workload = _deployment(
             name,
             ns.name,
             labels,
             rng.choice((1, 2, 3)),
             main,
-            annotations={"prometheus.io/scrape": "true", "prometheus.io/port": "9102"},
+            annotations=scrape_annotations(9102),
             spec_extra={"serviceAccountName": name, **(spread if rng.random() < 0.5 else {})},
             kind=kind,
         )

@@ -20,6 +20,8 @@ from world import netpol as synth
 from world.jobs import KIND, PYTORCH_PORT, pytorchjob
 from world.nodes import sites
 from world.objects import (
+    COREDNS_PORTS,
+    KUBE_DNS_PORTS,
     ServicePort,
     config_map,
     env_values,
@@ -29,7 +31,17 @@ from world.objects import (
     service_ports,
     zone_node_affinity,
 )
-from world.pods import SHM_VOLUME, Placement, dataset_env, pod_template
+from world.pods import (
+    SHM_VOLUME,
+    Placement,
+    container,
+    dataset_env,
+    gpu_tolerations,
+    pod_template,
+    prometheus,
+    scrape_annotations,
+    zone_spread,
+)
 from world.policies import allow_dns, namespace_peer, peers_only, pod_policy
 from world.vocabulary import (
     GRADIENT,
@@ -940,17 +952,15 @@ class ClusterBuilder:
             "priorityClassName": "system-cluster-critical",
             "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
         }
-        dns = {
-            "name": "coredns",
-            "image": "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/coredns:v1.11.4-eksbuild.2",
-            "args": ["-conf", "/etc/coredns/Corefile"],
-            "ports": [
-                {"containerPort": 53, "name": "dns", "protocol": "UDP"},
-                {"containerPort": 53, "name": "dns-tcp", "protocol": "TCP"},
-                {"containerPort": 9153, "name": "metrics", "protocol": "TCP"},
-            ],
-            "resources": {"requests": {"cpu": "100m", "memory": "70Mi"}, "limits": {"memory": "170Mi"}},
-        }
+        dns = container(
+            "coredns",
+            "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/coredns:v1.11.4-eksbuild.2",
+            "100m",
+            "70Mi",
+            COREDNS_PORTS,
+            args=["-conf", "/etc/coredns/Corefile"],
+            memory_limit="170Mi",
+        )
         self.deployment(
             "coredns",
             "kube-system",
@@ -963,15 +973,10 @@ class ClusterBuilder:
             "kube-dns",
             "kube-system",
             {"k8s-app": "kube-dns"},
-            [(53, "dns", "UDP", 53), (53, "dns-tcp", "TCP", 53)],
+            KUBE_DNS_PORTS,
             labels={"k8s-app": "kube-dns"},
         )
-        prom = {
-            "name": "prometheus",
-            "image": "quay.io/prometheus/prometheus:v3.5.0",
-            "ports": [{"containerPort": 9090, "name": "web", "protocol": "TCP"}],
-            "resources": {"requests": {"cpu": "2", "memory": "16Gi"}, "limits": {"memory": "24Gi"}},
-        }
+        prom = prometheus(memory_limit="24Gi")
         self.deployment(
             "prometheus-server",
             "monitoring",
@@ -1054,14 +1059,7 @@ class ClusterBuilder:
                 }
                 zones: tuple[str, ...] = ZONES
                 if rng.random() < 0.3:
-                    spec["topologySpreadConstraints"] = [
-                        {
-                            "labelSelector": {"matchLabels": {"app": app}},
-                            "maxSkew": 1,
-                            "topologyKey": ZONE_KEY,
-                            "whenUnsatisfiable": "ScheduleAnyway",
-                        }
-                    ]
+                    spec["topologySpreadConstraints"] = zone_spread({"app": app})
                 elif rng.random() < 0.05:  # pinned to one zone (next to its data)
                     zone = rng.choice(ZONES)
                     zones = (zone,)
@@ -1070,7 +1068,7 @@ class ClusterBuilder:
                 if tier == "db":
                     spec["nodeSelector"] = {"node-pool": "highmem"}
                     pools = (highmem,)
-                annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(9090 + a % 3)}
+                annotations = scrape_annotations(9090 + a % 3)
                 self.deployment(app, ns, labels, next(replicas), spec, pools, zones, annotations)
                 self.service(
                     app,
@@ -1208,7 +1206,7 @@ class ClusterBuilder:
             {
                 "nodeSelector": {"nvidia.com/gpu.present": "true"},
                 "priorityClassName": "system-node-critical",
-                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "tolerations": gpu_tolerations(),
                 "containers": [
                     {
                         "name": "nvidia-device-plugin-ctr",

@@ -25,6 +25,10 @@ DNS_EGRESS: Obj = {
     "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
 }
 
+# CoreDNS's container ports and the kube-dns Service's ports.
+COREDNS_PORTS = [(53, "dns", "UDP"), (53, "dns-tcp", "TCP"), (9153, "metrics", "TCP")]
+KUBE_DNS_PORTS: list[ServicePort] = [(53, "dns", "UDP", 53), (53, "dns-tcp", "TCP", 53)]
+
 
 def metadata(name: str, namespace: str | None = None, **extra: Any) -> Obj:
     """metadata: the name, the namespace (if namespaced), then the non-empty `extra` fields."""

@@ -25,6 +25,29 @@ def gpu_tolerations() -> list[Obj]:
     return [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 
+def zone_spread(labels: dict[str, str]) -> list[Obj]:
+    """topologySpreadConstraints: the pods with `labels` spread over zones, as far as they fit."""
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": ZONE_KEY,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": labels},
+        }
+    ]
+
+
+def scrape_annotations(port: int) -> dict[str, str]:
+    """The annotations that have Prometheus scrape a pod's metrics port."""
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port)}
+
+
+def prometheus(memory_limit: str | None = None) -> Obj:
+    """The Prometheus server's container (both worlds scrape with the same server)."""
+    image = "quay.io/prometheus/prometheus:v3.5.0"
+    return container("prometheus", image, "2", "16Gi", [(9090, "web", "TCP")], memory_limit=memory_limit)
+
+
 def dataset_env(team: str, job: str) -> tuple[str, str]:
     """Where a training job reads its data from."""
     return ("DATASET_URI", f"s3://{team}-datasets/{job}/")
@@ -41,9 +64,11 @@ def container(
     env: list[tuple[str, str]] | None = None,
     command: list[str] | None = None,
     args: list[str] | None = None,
+    memory_limit: str | None = None,
 ) -> Obj:
     """A container as teams write it: requests, a memory limit, GPUs as a limit (which the API
-    server copies to the requests), ports from (containerPort, name, protocol)."""
+    server copies to the requests), ports from (containerPort, name, protocol). The memory limit
+    is the request unless `memory_limit` says otherwise."""
     c: Obj = {"name": name, "image": image}
     if command:
         c["command"] = command
@@ -54,10 +79,8 @@ def container(
     if ports:
         c["ports"] = [{"name": n, "containerPort": p, "protocol": proto} for p, n, proto in ports]
     resources: Obj = {"requests": {"cpu": cpu, "memory": memory}}
-    if gpu:
-        resources["limits"] = {"nvidia.com/gpu": gpu, "memory": memory}
-    else:
-        resources["limits"] = {"memory": memory}
+    limit = memory_limit or memory
+    resources["limits"] = {"nvidia.com/gpu": gpu, "memory": limit} if gpu else {"memory": limit}
     c["resources"] = resources
     return c
 
