@@ -44,6 +44,7 @@ from world.objects import (
     service_ports,
 )
 from world.pods import (
+    APP_ENV,
     SHM_VOLUME,
     Placement,
     container,
@@ -1097,10 +1098,7 @@ def apps(count: int, spaces: list[Namespace], repo: Repo, rng: random.Random) ->
             callee.callers.append(app)
         peers.append(app)
         out.append(app)
-        env = [
-            ("LOG_LEVEL", "info"),
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel-collector.monitoring:4317"),
-        ]
+        env = list(APP_ENV)
         for callee in app.calls:
             host = rng.choice(
                 (

@@ -32,7 +32,9 @@ from world.objects import (
     zone_node_affinity,
 )
 from world.pods import (
+    APP_ENV,
     SHM_VOLUME,
+    ContainerPort,
     Placement,
     container,
     dataset_env,
@@ -663,7 +665,7 @@ class ClusterBuilder:
                 "phase": "Pending",
                 "qosClass": "Burstable",
             }
-            return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+            return manifest("v1", "Pod", meta, spec=spec, status=status)
         ip = slot.bind(gpus, bool(spec.get("hostNetwork")))
         running = phase == "Running"
         status = {
@@ -700,32 +702,20 @@ class ClusterBuilder:
             "qosClass": "Burstable",
             "startTime": _stamp(started),
         }
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": meta,
-            "spec": {**spec, "nodeName": slot.name},
-            "status": status,
-        }
+        return manifest("v1", "Pod", meta, spec={**spec, "nodeName": slot.name}, status=status)
 
     # -- Deployments -----------------------------------------------------------------------
 
     def container(self, app: str, team: str, tier: str, index: int, upstreams: list[str]) -> Obj:
-        ports = [
-            {"containerPort": 8080, "name": "http", "protocol": "TCP"},
-            {"containerPort": 9090 + index % 3, "name": "metrics", "protocol": "TCP"},
-        ]
+        """world.pods' container of an app, with its env, probes and a restricted security context."""
+        ports: list[ContainerPort] = [(8080, "http", "TCP"), (9090 + index % 3, "metrics", "TCP")]
         if tier == "db":
-            ports.append({"containerPort": 5432, "name": "postgres", "protocol": "TCP"})
-        env: list[Obj] = [
-            {"name": "LOG_LEVEL", "value": "info"},
-            {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel-collector.monitoring:4317"},
-            {
-                "name": "POD_NAME",
-                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
-            },
-        ]
-        env += [{"name": f"UPSTREAM_{i}_URL", "value": u} for i, u in enumerate(upstreams)]
+            ports.append((5432, "postgres", "TCP"))
+        pod_name = {
+            "name": "POD_NAME",
+            "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+        }
+        upstream = env_values(*((f"UPSTREAM_{i}_URL", u) for i, u in enumerate(upstreams)))
         probe = {
             "failureThreshold": 3,
             "httpGet": {"path": "/healthz", "port": "http", "scheme": "HTTP"},
@@ -735,12 +725,9 @@ class ClusterBuilder:
         }
         cpu = self.rng.choice(("100m", "250m", "500m", "1", "2"))
         memory = self.rng.choice(("256Mi", "512Mi", "1Gi", "2Gi", "4Gi"))
-        return {
-            "name": app,
-            "image": f"registry.example.com/{team}/{app}:v1.{index % 7}.{self.rng.randrange(40)}",
-            "ports": ports,
-            "env": env,
-            "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
+        image = f"registry.example.com/{team}/{app}:v1.{index % 7}.{self.rng.randrange(40)}"
+        return container(app, image, cpu, memory, ports) | {
+            "env": [*env_values(*APP_ENV), pod_name, *upstream],
             "livenessProbe": {**probe, "initialDelaySeconds": 10},
             "readinessProbe": probe,
             "securityContext": {
@@ -923,27 +910,19 @@ class ClusterBuilder:
         labels: dict[str, str] | None = None,
     ) -> None:
         ip = "None" if headless else f"172.20.{self.rng.randrange(256)}.{self.rng.randrange(1, 255)}"
-        self.add(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": self.meta(
-                    name, namespace, labels=labels or {}, ownerReferences=[owner] if owner else None
-                ),
-                "spec": {
-                    "clusterIP": ip,
-                    "clusterIPs": [ip],
-                    "internalTrafficPolicy": "Cluster",
-                    "ipFamilies": ["IPv4"],
-                    "ipFamilyPolicy": "SingleStack",
-                    "ports": service_ports(ports),
-                    "selector": selector,
-                    "sessionAffinity": "None",
-                    "type": "ClusterIP",
-                },
-                "status": {"loadBalancer": {}},
-            }
-        )
+        meta = self.meta(name, namespace, labels=labels or {}, ownerReferences=[owner] if owner else None)
+        spec = {
+            "clusterIP": ip,
+            "clusterIPs": [ip],
+            "internalTrafficPolicy": "Cluster",
+            "ipFamilies": ["IPv4"],
+            "ipFamilyPolicy": "SingleStack",
+            "ports": service_ports(ports),
+            "selector": selector,
+            "sessionAffinity": "None",
+            "type": "ClusterIP",
+        }
+        self.add(manifest("v1", "Service", meta, spec=spec, status={"loadBalancer": {}}))
 
     def system_workloads(self) -> None:
         system = next(p for p in POOLS if p.system)

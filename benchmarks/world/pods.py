@@ -17,6 +17,7 @@ from world.vocabulary import KUEUE_GROUP, KUEUE_REQUIRED, ZONE_KEY, Pool
 
 Obj = dict[str, Any]
 ContainerPort = tuple[int, str, str]  # containerPort, name, protocol
+APP_ENV = (("LOG_LEVEL", "info"), ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel-collector.monitoring:4317"))
 SHM_VOLUME: Obj = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}
 
 
