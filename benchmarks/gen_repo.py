@@ -13,7 +13,9 @@ queues around them. A small share of jobs and policies carry the mistakes the au
 (a coordinator without the GPU toleration, a zone label that disagrees with the pinned zone, an
 H100 job pinned to a zone without H100 nodes, a policy selecting a label the pods do not carry).
 
-Deterministic for a seed. Every object is one the auditor reads without a load error.
+Deterministic for a seed. Every object is one the auditor reads without a load error. The
+builders world/cluster.py uses too live in `world/` (objects, pods, jobs, policies, nodes); this
+module decides what the repository holds and how it is laid out and written.
 
     python benchmarks/gen_repo.py DIR [--jobs 2000 --policies 5000 --nodes 500 --seed 1]
 """

@@ -2,8 +2,11 @@
 it holds), deterministic for a seed. `generate` returns the objects (as list items, with apiVersion
 and kind) and the counts of what was planted (`Stats`); CRDS names the custom resources served.
 
-The pods' namespaces and NetworkPolicy shapes come from `world.netpol`, the nodes' pools and keys
-from `world.vocabulary` (shared with gen_repo.py).
+Shared with gen_repo.py: the app namespaces and NetworkPolicy shapes (`world.netpol`), the nodes'
+sites, pool labels and taints (`world.nodes`, `world.vocabulary`), object envelopes, Namespaces and
+Service ports (`world.objects`), containers and the training pod template (`world.pods`), the
+PyTorchJob (`world.jobs`) and the training namespaces' policies (`world.policies`). What this
+module adds is what a running cluster has: stored metadata, defaults, status, pods bound to nodes.
 """
 
 from __future__ import annotations
