@@ -64,7 +64,6 @@ from world.vocabulary import (
     HOST_KEY,
     JOB_NAME,
     RACK_KEY,
-    REGION,
     STEPS,
     ZONE_KEY,
     ZONES,
@@ -214,17 +213,8 @@ class Repo:
 def nodes(count: int, rng: random.Random) -> Iterator[tuple[str, Obj]]:
     for site in sites(POOLS, count):
         pool, zone, name = site.pool, site.zone, site.name
-        labels: dict[str, str] = {
-            "kubernetes.io/arch": "amd64",
-            "kubernetes.io/os": "linux",
-            HOST_KEY: name,
-            "node.kubernetes.io/instance-type": pool.instance_type,
-            "topology.kubernetes.io/region": REGION,
-            ZONE_KEY: zone,
-            "eks.amazonaws.com/nodegroup": f"{pool.name}-{zone[-1]}",
-            "node-pool": pool.name,
-            "karpenter.sh/capacity-type": "on-demand" if pool.gpus or pool.system else "spot",
-        }
+        capacity = "on-demand" if pool.gpus or pool.system else "spot"
+        labels = site.labels() | {"karpenter.sh/capacity-type": capacity}
         spec: Obj = {
             "podCIDR": site.pod_cidr,
             "providerID": f"aws:///{zone}/i-0{rng.getrandbits(60):015x}",

@@ -50,7 +50,6 @@ from world.pods import (
 from world.policies import allow_dns, namespace_peer, peers_only, pod_policy
 from world.vocabulary import (
     GRADIENT,
-    HOST_KEY,
     JOB_NAME,
     REGION,
     STEPS,
@@ -284,24 +283,17 @@ class ClusterBuilder:
         ]
         for site in sites(POOLS, count):
             pool, zone, ip, name = site.pool, site.zone, site.ip, site.name
-            labels: dict[str, str] = {
+            labels = {
                 "beta.kubernetes.io/arch": "amd64",
                 "beta.kubernetes.io/instance-type": pool.instance_type,
                 "beta.kubernetes.io/os": "linux",
                 "eks.amazonaws.com/capacityType": "ON_DEMAND",
-                "eks.amazonaws.com/nodegroup": f"{pool.name}-{zone[-1]}",
                 "eks.amazonaws.com/nodegroup-image": "ami-0c1f2a3b4d5e6f708",
                 "failure-domain.beta.kubernetes.io/region": REGION,
                 "failure-domain.beta.kubernetes.io/zone": zone,
                 "k8s.io/cloud-provider-aws": "a94967527effcefb5f5829f529c0a1b9",
-                "kubernetes.io/arch": "amd64",
-                HOST_KEY: name,
-                "kubernetes.io/os": "linux",
-                "node.kubernetes.io/instance-type": pool.instance_type,
-                "node-pool": pool.name,
                 "topology.k8s.aws/zone-id": f"use1-az{ZONES.index(zone) + 1}",
-                "topology.kubernetes.io/region": REGION,
-                ZONE_KEY: zone,
+                **site.labels(),
             }
             spec: Obj = {
                 "podCIDR": site.pod_cidr,

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from world.vocabulary import GPU_TAINT, SYSTEM_TAINT, Pool
+from world.vocabulary import GPU_TAINT, HOST_KEY, REGION, SYSTEM_TAINT, ZONE_KEY, Pool
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,20 @@ class Site:
             "nvidia.com/gpu.present": "true",
             "nvidia.com/gpu.product": pool.product,
             "nvidia.com/gpu.count": str(pool.gpus),
+        }
+
+    def labels(self) -> dict[str, str]:
+        """The well-known labels of the node (kubelet's, its zone and region, its node group)."""
+        pool, zone = self.pool, self.zone
+        return {
+            "kubernetes.io/arch": "amd64",
+            "kubernetes.io/os": "linux",
+            HOST_KEY: self.name,
+            "node.kubernetes.io/instance-type": pool.instance_type,
+            "topology.kubernetes.io/region": REGION,
+            ZONE_KEY: zone,
+            "eks.amazonaws.com/nodegroup": f"{pool.name}-{zone[-1]}",
+            "node-pool": pool.name,
         }
 
     def pool_labels(self) -> dict[str, str]:
