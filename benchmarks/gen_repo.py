@@ -13,7 +13,9 @@ queues around them. A small share of jobs and policies carry the mistakes the au
 (a coordinator without the GPU toleration, a zone label that disagrees with the pinned zone, an
 H100 job pinned to a zone without H100 nodes, a policy selecting a label the pods do not carry).
 
-Deterministic for a seed. Every object is one the auditor reads without a load error.
+Deterministic for a seed. Every object is one the auditor reads without a load error. The
+builders world/cluster.py uses too live in `world/` (objects, pods, jobs, policies, nodes); this
+module decides what the repository holds and how it is laid out and written.
 
     python benchmarks/gen_repo.py DIR [--jobs 2000 --policies 5000 --nodes 500 --seed 1]
 """
@@ -30,20 +32,39 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from world.jobs import KIND, KINDS, PYTORCH_PORT, pytorchjob, replica
 from world.nodes import sites
-from world.objects import DNS_EGRESS, network_policy, zone_node_affinity
+from world.objects import (
+    COREDNS_PORTS,
+    KUBE_DNS_PORTS,
+    ServicePort,
+    cilium_policy,
+    config_map,
+    manifest,
+    metadata,
+    namespace,
+    service_ports,
+)
+from world.pods import (
+    APP_ENV,
+    SHM_VOLUME,
+    Placement,
+    container,
+    dataset_env,
+    pod_template,
+    prometheus,
+    scrape_annotations,
+    zone_spread,
+)
+from world.policies import allow_dns, namespace_peer, peers_only, pod_policy
 from world.vocabulary import (
     BLOCK_KEY,
     EXCLUSIVE,
-    GPU_TAINT,
     GRADIENT,
     HOST_KEY,
-    KUEUE_GROUP,
-    KUEUE_REQUIRED,
+    JOB_NAME,
     RACK_KEY,
-    REGION,
     STEPS,
-    SYSTEM_TAINT,
     ZONE_KEY,
     ZONES,
     Pool,
@@ -75,19 +96,6 @@ PURPOSES = (
     ("data", 0, 3),
 )
 PLATFORM_NAMESPACES = ("kube-system", "monitoring", "ingress-nginx", "kueue-system", "kubeflow", "ray-system")
-
-# Training kinds and their share of the jobs.
-KINDS = (
-    ("PyTorchJob", 22),
-    ("TFJob", 8),
-    ("MPIJob", 10),
-    ("XGBoostJob", 4),
-    ("JobSet", 14),
-    ("TrainJob", 12),
-    ("RayJob", 8),
-    ("LeaderWorkerSet", 8),
-    ("Pair", 14),  # coordinator Deployment + Service + worker Job
-)
 
 
 POOLS = (
@@ -199,52 +207,24 @@ class Repo:
         return Counter(o["kind"] for docs in self.files.values() for o in docs)
 
 
-def _meta(name: str, namespace: str | None = None, **extra: Any) -> Obj:
-    meta: Obj = {"name": name}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    meta.update({k: v for k, v in extra.items() if v})
-    return meta
-
-
 # --- nodes ---------------------------------------------------------------------------------------
 
 
 def nodes(count: int, rng: random.Random) -> Iterator[tuple[str, Obj]]:
     for site in sites(POOLS, count):
         pool, zone, name = site.pool, site.zone, site.name
-        labels: dict[str, str] = {
-            "kubernetes.io/arch": "amd64",
-            "kubernetes.io/os": "linux",
-            HOST_KEY: name,
-            "node.kubernetes.io/instance-type": pool.instance_type,
-            "topology.kubernetes.io/region": REGION,
-            ZONE_KEY: zone,
-            "eks.amazonaws.com/nodegroup": f"{pool.name}-{zone[-1]}",
-            "node-pool": pool.name,
-            "karpenter.sh/capacity-type": "on-demand" if pool.gpus or pool.system else "spot",
-        }
+        capacity = "on-demand" if pool.gpus or pool.system else "spot"
+        labels = site.labels() | {"karpenter.sh/capacity-type": capacity}
         spec: Obj = {
             "podCIDR": site.pod_cidr,
             "providerID": f"aws:///{zone}/i-0{rng.getrandbits(60):015x}",
         }
-        taints: list[Obj] = []
+        taints = site.taints()
         allocatable = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110", "ephemeral-storage": "95Gi"}
-        if pool.system:
-            labels["node-role.kubernetes.io/system"] = ""
-            taints.append(dict(SYSTEM_TAINT))
+        allocatable |= site.devices()
+        labels |= site.pool_labels()
         if pool.gpus:
-            rack = site.rack
-            labels.update(
-                {
-                    **site.gpu_labels(),
-                    BLOCK_KEY: f"{zone}-block-{rack // 4}",
-                    RACK_KEY: f"{zone}-rack-{rack}",
-                }
-            )
-            taints.append(dict(GPU_TAINT))
-            allocatable["nvidia.com/gpu"] = str(pool.gpus)
-            allocatable["vpc.amazonaws.com/efa"] = "4"
+            labels |= {BLOCK_KEY: f"{zone}-block-{site.rack // 4}", RACK_KEY: f"{zone}-rack-{site.rack}"}
         if rng.random() < 0.02:  # cordoned for maintenance
             spec["unschedulable"] = True
             taints.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
@@ -307,65 +287,43 @@ def namespaces(count: int, rng: random.Random) -> list[Namespace]:
 
 
 def namespace_objects(ns: Namespace) -> list[Obj]:
-    labels = {
-        "kubernetes.io/metadata.name": ns.name,
-        "team": ns.team,
-        "purpose": ns.purpose,
-        "pod-security.kubernetes.io/enforce": "baseline",
-    }
+    labels = {"team": ns.team, "purpose": ns.purpose, "pod-security.kubernetes.io/enforce": "baseline"}
     if ns.zone_policies:
         labels["placement.example.com/zone-boundaries"] = "enforced"
+    role = f"arn:aws:iam::123456789012:role/{ns.name}-training"
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": _meta(ns.name, labels=labels, annotations={"owner": f"{ns.team}@example.com"}),
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": _meta(
-                "training-sa",
-                ns.name,
-                annotations={
-                    "eks.amazonaws.com/role-arn": f"arn:aws:iam::123456789012:role/{ns.name}-training"
-                },
-            ),
-        },
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "LocalQueue",
-            "metadata": _meta(f"{ns.name}-queue", ns.name),
-            "spec": {"clusterQueue": f"{ns.team}-cluster-queue"},
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": _meta("compute", ns.name),
-            "spec": {
+        namespace(ns.name, labels, {"owner": f"{ns.team}@example.com"}),
+        manifest(
+            "v1",
+            "ServiceAccount",
+            metadata("training-sa", ns.name, annotations={"eks.amazonaws.com/role-arn": role}),
+        ),
+        manifest(
+            "kueue.x-k8s.io/v1beta1",
+            "LocalQueue",
+            metadata(f"{ns.name}-queue", ns.name),
+            spec={"clusterQueue": f"{ns.team}-cluster-queue"},
+        ),
+        manifest(
+            "v1",
+            "ResourceQuota",
+            metadata("compute", ns.name),
+            spec={
                 "hard": {"requests.cpu": "2000", "requests.memory": "16Ti", "requests.nvidia.com/gpu": "256"}
             },
-        },
+        ),
     ]
 
 
 def platform_objects(repo: Repo) -> None:
     for name in PLATFORM_NAMESPACES:
-        repo.add(
-            "clusters/platform/namespaces.yaml",
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": _meta(name, labels={"kubernetes.io/metadata.name": name, "team": "platform"}),
-            },
-        )
+        repo.add("clusters/platform/namespaces.yaml", namespace(name, {"team": "platform"}))
     repo.add(
         "clusters/platform/cilium/cilium-config.yaml",
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": _meta("cilium-config", "kube-system"),
-            "data": {
+        config_map(
+            "cilium-config",
+            "kube-system",
+            {
                 "cluster-name": "ml-prod-use1",
                 "enable-policy": "default",
                 "identity-allocation-mode": "crd",
@@ -375,7 +333,7 @@ def platform_objects(repo: Repo) -> None:
                 "routing-mode": "native",
                 "policy-audit-mode": "false",
             },
-        },
+        ),
     )
     repo.add(
         "clusters/platform/kube-system/coredns.yaml",
@@ -384,12 +342,12 @@ def platform_objects(repo: Repo) -> None:
             "kube-system",
             {"k8s-app": "kube-dns"},
             2,
-            _container(
+            container(
                 "coredns",
                 "registry.k8s.io/coredns/coredns:v1.11.3",
                 "100m",
                 "70Mi",
-                [(53, "dns", "UDP"), (53, "dns-tcp", "TCP"), (9153, "metrics", "TCP")],
+                COREDNS_PORTS,
             ),
             tolerations=[{"key": "CriticalAddonsOnly", "operator": "Exists"}],
         ),
@@ -397,7 +355,7 @@ def platform_objects(repo: Repo) -> None:
             "kube-dns",
             "kube-system",
             {"k8s-app": "kube-dns"},
-            [(53, "dns", "UDP", "53"), (53, "dns-tcp", "TCP", "53")],
+            KUBE_DNS_PORTS,
         ),
     )
     repo.add(
@@ -407,9 +365,7 @@ def platform_objects(repo: Repo) -> None:
             "monitoring",
             {"app.kubernetes.io/name": "prometheus"},
             2,
-            _container(
-                "prometheus", "quay.io/prometheus/prometheus:v3.5.0", "2", "16Gi", [(9090, "web", "TCP")]
-            ),
+            prometheus(),
         ),
         _service(
             "prometheus",
@@ -425,7 +381,7 @@ def platform_objects(repo: Repo) -> None:
             "ingress-nginx",
             {"app.kubernetes.io/name": "ingress-nginx", "app.kubernetes.io/component": "controller"},
             3,
-            _container(
+            container(
                 "controller",
                 "registry.k8s.io/ingress-nginx/controller:v1.13.1",
                 "500m",
@@ -437,11 +393,11 @@ def platform_objects(repo: Repo) -> None:
     for team in TEAMS:
         repo.add(
             "clusters/platform/kueue/cluster-queues.yaml",
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta1",
-                "kind": "ClusterQueue",
-                "metadata": _meta(f"{team}-cluster-queue"),
-                "spec": {
+            manifest(
+                "kueue.x-k8s.io/v1beta1",
+                "ClusterQueue",
+                metadata(f"{team}-cluster-queue"),
+                spec={
                     "namespaceSelector": {"matchLabels": {"team": team}},
                     "resourceGroups": [
                         {
@@ -459,52 +415,22 @@ def platform_objects(repo: Repo) -> None:
                         }
                     ],
                 },
-            },
+            ),
         )
     repo.add(
         "clusters/platform/kueue/topology.yaml",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
-            "kind": "Topology",
-            "metadata": _meta("aws-topology"),
-            "spec": {"levels": [{"nodeLabel": BLOCK_KEY}, {"nodeLabel": RACK_KEY}, {"nodeLabel": HOST_KEY}]},
-        },
+        manifest(
+            "kueue.x-k8s.io/v1beta1",
+            "Topology",
+            metadata("aws-topology"),
+            spec={"levels": [{"nodeLabel": BLOCK_KEY}, {"nodeLabel": RACK_KEY}, {"nodeLabel": HOST_KEY}]},
+        ),
     )
     for runtime in training_runtimes():
         repo.add(f"clusters/platform/training-runtimes/{runtime['metadata']['name']}.yaml", runtime)
 
 
 # --- pod building blocks -------------------------------------------------------------------------
-
-
-def _container(
-    name: str,
-    image: str,
-    cpu: str,
-    memory: str,
-    ports: list[tuple[int, str, str]] | None = None,
-    *,
-    gpu: int = 0,
-    env: list[tuple[str, str]] | None = None,
-    command: list[str] | None = None,
-    args: list[str] | None = None,
-) -> Obj:
-    c: Obj = {"name": name, "image": image}
-    if command:
-        c["command"] = command
-    if args:
-        c["args"] = args
-    if env:
-        c["env"] = [{"name": k, "value": v} for k, v in env]
-    if ports:
-        c["ports"] = [{"name": n, "containerPort": p, "protocol": proto} for p, n, proto in ports]
-    resources: Obj = {"requests": {"cpu": cpu, "memory": memory}}
-    if gpu:
-        resources["limits"] = {"nvidia.com/gpu": gpu, "memory": memory}
-    else:
-        resources["limits"] = {"memory": memory}
-    c["resources"] = resources
-    return c
 
 
 def _deployment(
@@ -534,12 +460,7 @@ def _deployment(
     }
     if kind == "StatefulSet":
         spec["serviceName"] = name
-    return {
-        "apiVersion": "apps/v1",
-        "kind": kind,
-        "metadata": _meta(name, ns, labels=dict(labels)),
-        "spec": spec,
-    }
+    return manifest("apps/v1", kind, metadata(name, ns, labels=dict(labels)), spec=spec)
 
 
 def _statefulset(name: str, ns: str, labels: dict[str, str], replicas: int, container: Obj) -> Obj:
@@ -550,60 +471,12 @@ def _service(
     name: str,
     ns: str,
     selector: dict[str, str],
-    ports: list[tuple[int, str, str, str]],
+    ports: list[ServicePort],
     headless: bool = False,
 ) -> Obj:
-    spec: Obj = {
-        "selector": dict(selector),
-        "ports": [
-            {"name": n, "port": p, "protocol": proto, "targetPort": int(t) if t.isdigit() else t}
-            for p, n, proto, t in ports
-        ],
-    }
+    spec: Obj = {"selector": dict(selector), "ports": service_ports(ports)}
     spec = {"clusterIP": "None", **spec} if headless else {"type": "ClusterIP", **spec}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(name, ns, labels={"app": name}),
-        "spec": spec,
-    }
-
-
-@dataclass
-class Placement:
-    """How one job's pods are steered onto nodes and kept together."""
-
-    gpu_pool: Pool | None
-    selector_style: int
-    toleration_style: int
-    pin_zone: str | None = None
-    zone_label: str | None = None
-    pod_affinity: bool = False  # required podAffinity on the zone key to the job's own pods
-    preferred_affinity: bool = False
-    kueue_topology: str | None = None
-    kueue_group: bool = False
-    exclusive: str | None = None  # JobSet exclusive topology key
-    # Mistakes, each on one role (the coordinator-like one): no GPU toleration; another zone.
-    drop_toleration: bool = False
-    stray_zone: str | None = None
-    stray_label_only: bool = False
-
-    def node_selector(self) -> dict[str, str]:
-        pool = self.gpu_pool
-        if pool is None:
-            return {}
-        return [
-            {"nvidia.com/gpu.product": pool.product},
-            {"node.kubernetes.io/instance-type": pool.instance_type},
-            {"node-pool": pool.name},
-        ][self.selector_style]
-
-    def tolerations(self) -> list[Obj]:
-        if self.gpu_pool is None:
-            return []
-        if self.toleration_style == 0:
-            return [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-        return [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]
+    return manifest("v1", "Service", metadata(name, ns, labels={"app": name}), spec=spec)
 
 
 def choose_placement(ns: Namespace, rng: random.Random, gpu: bool) -> Placement:
@@ -643,77 +516,6 @@ def choose_placement(ns: Namespace, rng: random.Random, gpu: bool) -> Placement:
     return p
 
 
-def _without_gpu(container: Obj) -> Obj:
-    """The container as a small CPU pod (how a coordinator written without the GPU spec looks)."""
-    return {
-        **container,
-        "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
-    }
-
-
-def pod_template(
-    job_name: str,
-    p: Placement,
-    containers: list[Obj],
-    *,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    coordinator: bool = False,
-    gpu: bool = True,
-    restart: str | None = None,
-    service_account: str | None = "training-sa",
-    volumes: list[Obj] | None = None,
-    affinity_key: tuple[str, str] | None = None,
-) -> Obj:
-    """A pod template steered by the placement. `coordinator` marks the role the mistakes hit."""
-    lab = {"app": job_name, **(labels or {})}
-    ann = dict(annotations or {})
-    spec: Obj = {}
-    if restart:
-        spec["restartPolicy"] = restart
-    if service_account:
-        spec["serviceAccountName"] = service_account
-    zone = p.pin_zone
-    zone_label = p.zone_label
-    if coordinator and p.stray_zone:
-        zone_label = p.stray_zone
-        if not p.stray_label_only:
-            zone = p.stray_zone
-    if zone_label:
-        lab["zone"] = zone_label
-    if coordinator and p.drop_toleration:
-        # Written as a CPU pod: no GPU selector, toleration or request, so it lands on CPU nodes
-        # (in the seed scenario, in another zone than the workers it coordinates).
-        containers = [_without_gpu(c) for c in containers]
-    elif gpu and p.gpu_pool is not None:
-        spec["nodeSelector"] = p.node_selector()
-        spec["tolerations"] = p.tolerations()
-    affinity: Obj = {}
-    if zone:
-        affinity["nodeAffinity"] = zone_node_affinity(zone)
-    key, value = affinity_key or ("app", job_name)
-    term = {"labelSelector": {"matchLabels": {key: value}}, "topologyKey": ZONE_KEY}
-    if p.pod_affinity:
-        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
-    elif p.preferred_affinity:
-        affinity["podAffinity"] = {
-            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]
-        }
-    if affinity:
-        spec["affinity"] = affinity
-    if p.kueue_topology:
-        ann[KUEUE_REQUIRED] = p.kueue_topology
-        if p.kueue_group:
-            ann[KUEUE_GROUP] = f"{job_name}-group"
-    spec["containers"] = containers
-    if volumes:
-        spec["volumes"] = volumes
-    meta: Obj = {"labels": lab}
-    if ann:
-        meta["annotations"] = ann
-    return {"metadata": meta, "spec": spec}
-
-
 def job_meta(job: Job, rng: random.Random, extra_labels: dict[str, str] | None = None) -> Obj:
     labels = {
         "app.kubernetes.io/part-of": job.ns.team,
@@ -729,21 +531,7 @@ def job_meta(job: Job, rng: random.Random, extra_labels: dict[str, str] | None =
         )
         annotations[GRADIENT] = str(gradient)
         annotations[STEPS] = steps
-    return _meta(job.name, job.ns.name, labels=labels, annotations=annotations)
-
-
-def _images(kind: str) -> str:
-    return {
-        "PyTorchJob": "nvcr.io/nvidia/pytorch:25.08-py3",
-        "TFJob": "tensorflow/tensorflow:2.19.0-gpu",
-        "MPIJob": "mpioperator/tensorflow-benchmarks:latest",
-        "XGBoostJob": "docker.io/kubeflow/xgboost-dist-iris:latest",
-        "JobSet": "nvcr.io/nvidia/pytorch:25.08-py3",
-        "TrainJob": "pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime",
-        "RayJob": "rayproject/ray:2.49.1-py311-gpu",
-        "LeaderWorkerSet": "vllm/vllm-openai:v0.10.1",
-        "Pair": "nvcr.io/nvidia/pytorch:25.08-py3",
-    }[kind]
+    return metadata(job.name, job.ns.name, labels=labels, annotations=annotations)
 
 
 def _workers(rng: random.Random, gpu: bool) -> int:
@@ -758,22 +546,22 @@ def _resources(gpu: bool, rng: random.Random) -> tuple[str, str, int]:
 
 def _data_volume(job: Job, rng: random.Random) -> tuple[list[Obj], list[Obj]]:
     """Volumes for a job (shared memory, checkpoints on a PVC) and the PVC object if any."""
-    volumes: list[Obj] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}]
+    volumes: list[Obj] = [dict(SHM_VOLUME)]
     extra: list[Obj] = []
     if rng.random() < 0.15:
         claim = f"{job.name}-checkpoints"
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}})
         extra.append(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": _meta(claim, job.ns.name),
-                "spec": {
+            manifest(
+                "v1",
+                "PersistentVolumeClaim",
+                metadata(claim, job.ns.name),
+                spec={
                     "accessModes": ["ReadWriteMany"],
                     "storageClassName": "efs-sc",
                     "resources": {"requests": {"storage": "500Gi"}},
                 },
-            }
+            )
         )
     return volumes, extra
 
@@ -784,20 +572,20 @@ def _data_volume(job: Job, rng: random.Random) -> tuple[list[Obj], list[Obj]]:
 def kubeflow_job(job: Job, rng: random.Random) -> list[Obj]:
     p = choose_placement(job.ns, rng, job.gpu)
     cpu, mem, gpus = _resources(job.gpu, rng)
-    image = _images(job.kind)
+    image = KIND[job.kind].image
     volumes, extra = _data_volume(job, rng)
     n = _workers(rng, job.gpu)
-    op_key = ("training.kubeflow.org/job-name", job.name)
+    op_key = (JOB_NAME, job.name)
 
     def tmpl(role: str, coordinator: bool, ports: list[tuple[int, str, str]], gpu: bool = True) -> Obj:
-        c = _container(
+        c = container(
             job.kind.lower().removesuffix("job") or "trainer",
             image,
             cpu if gpu else "2",
             mem if gpu else "8Gi",
             ports,
             gpu=gpus if gpu else 0,
-            env=[("NCCL_DEBUG", "WARN"), ("DATASET_URI", f"s3://{job.ns.team}-datasets/{job.name}/")],
+            env=[("NCCL_DEBUG", "WARN"), dataset_env(job.ns.team, job.name)],
             args=["--epochs", str(rng.choice((10, 30, 90))), "--batch-size", str(rng.choice((64, 128, 256)))],
         )
         return pod_template(
@@ -814,7 +602,7 @@ def kubeflow_job(job: Job, rng: random.Random) -> list[Obj]:
     meta = job_meta(job, rng)
     spec: Obj
     if job.kind == "PyTorchJob":
-        port = [(23456, "pytorchjob-port", "TCP")]
+        port = [PYTORCH_PORT]
         if rng.random() < 0.15:  # elastic, workers only
             spec = {
                 "elasticPolicy": {
@@ -824,53 +612,23 @@ def kubeflow_job(job: Job, rng: random.Random) -> list[Obj]:
                     "maxRestarts": 100,
                     "nProcPerNode": max(gpus, 1),
                 },
-                "pytorchReplicaSpecs": {
-                    "Worker": {
-                        "replicas": n,
-                        "restartPolicy": "OnFailure",
-                        "template": tmpl("Worker", False, port),
-                    }
-                },
+                "pytorchReplicaSpecs": {"Worker": replica(n, tmpl("Worker", False, port), "OnFailure")},
             }
         else:
-            spec = {
-                "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 3},
-                "pytorchReplicaSpecs": {
-                    "Master": {
-                        "replicas": 1,
-                        "restartPolicy": "OnFailure",
-                        "template": tmpl("Master", True, port),
-                    },
-                    "Worker": {
-                        "replicas": n,
-                        "restartPolicy": "OnFailure",
-                        "template": tmpl("Worker", False, port),
-                    },
-                },
-            }
-        api = "kubeflow.org/v1"
+            run_policy = {"cleanPodPolicy": "None", "backoffLimit": 3}
+            master = tmpl("Master", True, port)
+            return [pytorchjob(meta, master, tmpl("Worker", False, port), n, run_policy), *extra]
     elif job.kind == "TFJob":
         port = [(2222, "tfjob-port", "TCP")]
         if rng.random() < 0.5:
             replica_specs = {
-                "Chief": {"replicas": 1, "restartPolicy": "Never", "template": tmpl("Chief", True, port)},
-                "PS": {
-                    "replicas": rng.choice((1, 2)),
-                    "restartPolicy": "Never",
-                    "template": tmpl("PS", False, port, False),
-                },
-                "Worker": {"replicas": n, "restartPolicy": "Never", "template": tmpl("Worker", False, port)},
+                "Chief": replica(1, tmpl("Chief", True, port), "Never"),
+                "PS": replica(rng.choice((1, 2)), tmpl("PS", False, port, False), "Never"),
+                "Worker": replica(n, tmpl("Worker", False, port), "Never"),
             }
         else:
-            replica_specs = {
-                "Worker": {
-                    "replicas": n,
-                    "restartPolicy": "OnFailure",
-                    "template": tmpl("Worker", False, port),
-                }
-            }
+            replica_specs = {"Worker": replica(n, tmpl("Worker", False, port), "OnFailure")}
         spec = {"runPolicy": {"cleanPodPolicy": "Running"}, "tfReplicaSpecs": replica_specs}
-        api = "kubeflow.org/v1"
     elif job.kind == "MPIJob":
         spec = {
             "slotsPerWorker": max(gpus, 1),
@@ -878,32 +636,19 @@ def kubeflow_job(job: Job, rng: random.Random) -> list[Obj]:
             "sshAuthMountPath": "/home/mpiuser/.ssh",
             "mpiImplementation": "OpenMPI",
             "mpiReplicaSpecs": {
-                "Launcher": {
-                    "replicas": 1,
-                    "template": tmpl("Launcher", True, [], gpu=False),
-                },
-                "Worker": {"replicas": n, "template": tmpl("Worker", False, [(2222, "ssh", "TCP")])},
+                "Launcher": replica(1, tmpl("Launcher", True, [], gpu=False)),
+                "Worker": replica(n, tmpl("Worker", False, [(2222, "ssh", "TCP")])),
             },
         }
-        api = "kubeflow.org/v2beta1"
     else:  # XGBoostJob
         port = [(9991, "xgboostjob-port", "TCP")]
         spec = {
             "xgbReplicaSpecs": {
-                "Master": {
-                    "replicas": 1,
-                    "restartPolicy": "Never",
-                    "template": tmpl("Master", True, port, False),
-                },
-                "Worker": {
-                    "replicas": n,
-                    "restartPolicy": "ExitCode",
-                    "template": tmpl("Worker", False, port, False),
-                },
+                "Master": replica(1, tmpl("Master", True, port, False), "Never"),
+                "Worker": replica(n, tmpl("Worker", False, port, False), "ExitCode"),
             }
         }
-        api = "kubeflow.org/v1"
-    return [{"apiVersion": api, "kind": job.kind, "metadata": meta, "spec": spec}, *extra]
+    return [manifest(KIND[job.kind].api_version, job.kind, meta, spec=spec), *extra]
 
 
 def jobset(job: Job, rng: random.Random) -> list[Obj]:
@@ -916,9 +661,9 @@ def jobset(job: Job, rng: random.Random) -> list[Obj]:
     par = rng.choice((2, 4, 8))
     port = 3389
     key = ("jobset.sigs.k8s.io/jobset-name", job.name)
-    worker_container = _container(
+    worker_container = container(
         "pytorch",
-        _images("JobSet"),
+        KIND["JobSet"].image,
         cpu,
         mem,
         [(port, "rdzv", "TCP")],
@@ -933,7 +678,7 @@ def jobset(job: Job, rng: random.Random) -> list[Obj]:
     replicated: list[Obj] = []
     with_driver = rng.random() < 0.3
     if with_driver:
-        driver = _container(
+        driver = container(
             "driver",
             "python:3.12-slim",
             "1",
@@ -996,20 +741,14 @@ def jobset(job: Job, rng: random.Random) -> list[Obj]:
     meta = job_meta(job, rng)
     if p.exclusive:
         meta.setdefault("annotations", {})[EXCLUSIVE] = p.exclusive
-    return [
-        {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta, "spec": spec},
-        *extra,
-    ]
+    return [manifest(KIND["JobSet"].api_version, "JobSet", meta, spec=spec), *extra]
 
 
 def training_runtimes() -> list[Obj]:
     def runtime(name: str, framework: str, jobs: list[Obj], ml: Obj) -> Obj:
-        return {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "ClusterTrainingRuntime",
-            "metadata": _meta(name, labels={"trainer.kubeflow.org/framework": framework}),
-            "spec": {"mlPolicy": ml, "template": {"spec": {"replicatedJobs": jobs}}},
-        }
+        meta = metadata(name, labels={"trainer.kubeflow.org/framework": framework})
+        spec = {"mlPolicy": ml, "template": {"spec": {"replicatedJobs": jobs}}}
+        return manifest("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", meta, spec=spec)
 
     def rjob(name: str, image: str, ports: list[Obj] | None = None) -> Obj:
         container: Obj = {"name": name, "image": image}
@@ -1109,29 +848,22 @@ def trainjob(job: Job, rng: random.Random) -> list[Obj]:
                 },
             }
         ]
-    return [
-        {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "TrainJob",
-            "metadata": job_meta(job, rng),
-            "spec": spec,
-        }
-    ]
+    return [manifest(KIND["TrainJob"].api_version, "TrainJob", job_meta(job, rng), spec=spec)]
 
 
 def rayjob(job: Job, rng: random.Random) -> list[Obj]:
     p = choose_placement(job.ns, rng, job.gpu)
     cpu, mem, gpus = _resources(job.gpu, rng)
-    image = _images("RayJob")
+    image = KIND["RayJob"].image
     key = ("ray.io/cluster", job.name)
-    head = _container(
+    head = container(
         "ray-head",
         image,
         "4",
         "16Gi",
         [(6379, "gcs-server", "TCP"), (8265, "dashboard", "TCP"), (10001, "client", "TCP")],
     )
-    worker = _container("ray-worker", image, cpu, mem, gpu=gpus)
+    worker = container("ray-worker", image, cpu, mem, gpu=gpus)
     n = _workers(rng, job.gpu)
     spec: Obj = {
         "entrypoint": f"python /home/ray/jobs/{job.name}.py",
@@ -1156,7 +888,7 @@ def rayjob(job: Job, rng: random.Random) -> list[Obj]:
             ],
         },
     }
-    return [{"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": job_meta(job, rng), "spec": spec}]
+    return [manifest(KIND["RayJob"].api_version, "RayJob", job_meta(job, rng), spec=spec)]
 
 
 def leaderworkerset(job: Job, rng: random.Random) -> list[Obj]:
@@ -1165,9 +897,9 @@ def leaderworkerset(job: Job, rng: random.Random) -> list[Obj]:
         p.kueue_topology = RACK_KEY if job.gpu else ZONE_KEY
         p.kueue_group = True
     cpu, mem, gpus = _resources(job.gpu, rng)
-    image = _images("LeaderWorkerSet")
+    image = KIND["LeaderWorkerSet"].image
     key = ("leaderworkerset.sigs.k8s.io/name", job.name)
-    leader = _container(
+    leader = container(
         "vllm-leader",
         image,
         cpu,
@@ -1176,7 +908,7 @@ def leaderworkerset(job: Job, rng: random.Random) -> list[Obj]:
         gpu=gpus,
         command=["sh", "-c", "ray start --head --port=6379 && vllm serve $MODEL --tensor-parallel-size 8"],
     )
-    worker = _container(
+    worker = container(
         "vllm-worker",
         image,
         cpu,
@@ -1197,14 +929,7 @@ def leaderworkerset(job: Job, rng: random.Random) -> list[Obj]:
             "workerTemplate": pod_template(job.name, p, [worker], gpu=job.gpu, affinity_key=key),
         },
     }
-    return [
-        {
-            "apiVersion": "leaderworkerset.x-k8s.io/v1",
-            "kind": "LeaderWorkerSet",
-            "metadata": job_meta(job, rng),
-            "spec": spec,
-        }
-    ]
+    return [manifest(KIND["LeaderWorkerSet"].api_version, "LeaderWorkerSet", job_meta(job, rng), spec=spec)]
 
 
 def pair(job: Job, rng: random.Random) -> list[Obj]:
@@ -1213,9 +938,9 @@ def pair(job: Job, rng: random.Random) -> list[Obj]:
     cpu, mem, gpus = _resources(job.gpu, rng)
     port = rng.choice((9999, 29500, 7777))
     coord_name = f"{job.name}-coordinator"
-    coordinator = _container(
+    coordinator = container(
         "coordinator",
-        _images("Pair"),
+        KIND["Pair"].image,
         "1",
         "2Gi",
         [(port, "rendezvous", "TCP")],
@@ -1250,20 +975,20 @@ def pair(job: Job, rng: random.Random) -> list[Obj]:
         )
     )
     workers = rng.choice((2, 4, 8))
-    worker = _container(
+    worker = container(
         "worker",
-        _images("Pair"),
+        KIND["Pair"].image,
         cpu,
         mem,
         gpu=gpus,
         env=[("COORDINATOR_ADDR", dns), ("WORLD_SIZE", str(workers))],
         command=["python", "train.py", "--rendezvous", dns],
     )
-    work = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": job_meta(job, rng, {"app": job.name}),
-        "spec": {
+    work = manifest(
+        "batch/v1",
+        "Job",
+        job_meta(job, rng, {"app": job.name}),
+        spec={
             "completions": workers,
             "parallelism": workers,
             "completionMode": "Indexed",
@@ -1277,7 +1002,7 @@ def pair(job: Job, rng: random.Random) -> list[Obj]:
                 restart="Never",
             ),
         },
-    }
+    )
     return [dep, svc, work]
 
 
@@ -1291,28 +1016,6 @@ BUILDERS = {
     "RayJob": rayjob,
     "LeaderWorkerSet": leaderworkerset,
     "Pair": pair,
-}
-SELECTOR = {
-    "PyTorchJob": "training.kubeflow.org/job-name",
-    "TFJob": "training.kubeflow.org/job-name",
-    "MPIJob": "training.kubeflow.org/job-name",
-    "XGBoostJob": "training.kubeflow.org/job-name",
-    "JobSet": "jobset.sigs.k8s.io/jobset-name",
-    "TrainJob": "jobset.sigs.k8s.io/jobset-name",
-    "RayJob": "app",
-    "LeaderWorkerSet": "leaderworkerset.sigs.k8s.io/name",
-    "Pair": "app",
-}
-NAME_STEMS = {
-    "PyTorchJob": ("resnet", "bert", "llama-ft", "vit", "whisper", "dlrm", "t5", "gpt-neox", "clip", "detr"),
-    "TFJob": ("mnist", "wide-deep", "efficientnet", "transformer"),
-    "MPIJob": ("horovod-resnet", "nccl-tests", "allreduce-bench", "hpl"),
-    "XGBoostJob": ("xgb-ctr", "xgb-churn", "xgb-fraud"),
-    "JobSet": ("jax-pretrain", "maxtext", "resnet-cifar", "megatron"),
-    "TrainJob": ("llama-sft", "mistral-lora", "qwen-dpo", "gemma-ft"),
-    "RayJob": ("ray-tune", "ray-train", "ray-data-prep", "ray-rl"),
-    "LeaderWorkerSet": ("vllm-70b", "sglang-405b", "vllm-mixtral"),
-    "Pair": ("trainer", "seq2seq", "ctr-model", "speech-ft"),
 }
 
 
@@ -1328,13 +1031,13 @@ def _weighted(items: list[tuple[Any, int]], rng: random.Random) -> Any:
 
 def _kind_sequence(count: int, rng: random.Random) -> list[str]:
     """Exactly proportional kinds (largest remainder), shuffled."""
-    total = sum(w for _, w in KINDS)
-    exact = [(k, count * w / total) for k, w in KINDS]
+    total = sum(k.share for k in KINDS)
+    exact = [(k.kind, count * k.share / total) for k in KINDS]
     out = {k: int(x) for k, x in exact}
     rest = count - sum(out.values())
     for k, _ in sorted(exact, key=lambda e: e[1] - int(e[1]), reverse=True)[:rest]:
         out[k] += 1
-    seq = [k for k, _ in KINDS for _ in range(out[k])]
+    seq = [k.kind for k in KINDS for _ in range(out[k.kind])]
     rng.shuffle(seq)
     return seq
 
@@ -1344,28 +1047,20 @@ def training_jobs(count: int, spaces: list[Namespace], repo: Repo, rng: random.R
     jobs: list[Job] = []
     for i, kind in enumerate(_kind_sequence(count, rng)):
         ns = _weighted(weighted, rng)
-        name = f"{rng.choice(NAME_STEMS[kind])}-{i:05d}"
+        name = f"{rng.choice(KIND[kind].stems)}-{i:05d}"
         gpu = kind in ("LeaderWorkerSet", "TrainJob", "JobSet") or rng.random() < (
             0.2 if kind == "XGBoostJob" else 0.7
         )
         if kind == "XGBoostJob":
             gpu = False
-        job = Job(ns, kind, name, (SELECTOR[kind], name), gpu)
+        job = Job(ns, kind, name, (KIND[kind].job_label, name), gpu)
         objs = BUILDERS[kind](job, rng)
         if rng.random() < 0.5:
-            objs.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": _meta(f"{name}-config", ns.name, labels={"app": name}),
-                    "data": {
-                        "train.yaml": (
-                            f"model: {name.rsplit('-', 1)[0]}\nlr: {rng.choice(('3e-4', '1e-4', '5e-5'))}\n"
-                            f"global_batch_size: {rng.choice((256, 512, 1024))}\nprecision: bf16\n"
-                        )
-                    },
-                }
+            train = (
+                f"model: {name.rsplit('-', 1)[0]}\nlr: {rng.choice(('3e-4', '1e-4', '5e-5'))}\n"
+                f"global_batch_size: {rng.choice((256, 512, 1024))}\nprecision: bf16\n"
             )
+            objs.append(config_map(f"{name}-config", ns.name, {"train.yaml": train}, {"app": name}))
         if kind == "Pair":
             base = f"{ns.dir}/training/{name}"
             repo.add(f"{base}/coordinator.yaml", objs[0], objs[1])
@@ -1395,10 +1090,7 @@ def apps(count: int, spaces: list[Namespace], repo: Repo, rng: random.Random) ->
             callee.callers.append(app)
         peers.append(app)
         out.append(app)
-        env = [
-            ("LOG_LEVEL", "info"),
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel-collector.monitoring:4317"),
-        ]
+        env = list(APP_ENV)
         for callee in app.calls:
             host = rng.choice(
                 (
@@ -1409,7 +1101,7 @@ def apps(count: int, spaces: list[Namespace], repo: Repo, rng: random.Random) ->
             )
             env.append((f"{callee.name.rsplit('-', 1)[0].upper().replace('-', '_')}_ADDR", host))
         labels = {"app": name, "app.kubernetes.io/name": stem, "app.kubernetes.io/part-of": ns.team}
-        container = _container(
+        main = container(
             stem,
             f"ghcr.io/example/{stem}:1.{i % 17}.{i % 5}",
             rng.choice(("250m", "500m", "1", "2")),
@@ -1418,23 +1110,14 @@ def apps(count: int, spaces: list[Namespace], repo: Repo, rng: random.Random) ->
             env=env,
         )
         kind = "StatefulSet" if stem in STATEFUL else "Deployment"
-        spread = {
-            "topologySpreadConstraints": [
-                {
-                    "maxSkew": 1,
-                    "topologyKey": ZONE_KEY,
-                    "whenUnsatisfiable": "ScheduleAnyway",
-                    "labelSelector": {"matchLabels": {"app": name}},
-                }
-            ]
-        }
+        spread = {"topologySpreadConstraints": zone_spread({"app": name})}
         workload = _deployment(
             name,
             ns.name,
             labels,
             rng.choice((1, 2, 3)),
-            container,
-            annotations={"prometheus.io/scrape": "true", "prometheus.io/port": "9102"},
+            main,
+            annotations=scrape_annotations(9102),
             spec_extra={"serviceAccountName": name, **(spread if rng.random() < 0.5 else {})},
             kind=kind,
         )
@@ -1445,19 +1128,9 @@ def apps(count: int, spaces: list[Namespace], repo: Repo, rng: random.Random) ->
             [(port, port_name, "TCP", port_name)],
             headless=kind == "StatefulSet",
         )
-        sa = {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": _meta(name, ns.name, labels={"app": name}),
-        }
-        config = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": _meta(f"{name}-config", ns.name, labels={"app": name}),
-            "data": {
-                "config.yaml": f"listen: :{port}\nmetrics: :9102\ntimeout: {rng.choice((5, 10, 30))}s\n"
-            },
-        }
+        sa = manifest("v1", "ServiceAccount", metadata(name, ns.name, labels={"app": name}))
+        listen = f"listen: :{port}\nmetrics: :9102\ntimeout: {rng.choice((5, 10, 30))}s\n"
+        config = config_map(f"{name}-config", ns.name, {"config.yaml": listen}, {"app": name})
         base = f"{ns.dir}/apps/{name}"
         repo.add(f"{base}/{kind.lower()}.yaml", workload)
         repo.add(f"{base}/service.yaml", service)
@@ -1467,31 +1140,6 @@ def apps(count: int, spaces: list[Namespace], repo: Repo, rng: random.Random) ->
 
 
 # --- policies ------------------------------------------------------------------------------------
-
-
-def _np(
-    name: str, ns: str, selector: Obj, types: list[str], ingress: list[Obj] | None, egress: list[Obj] | None
-) -> Obj:
-    spec: Obj = {"podSelector": selector}
-    if ingress is not None:
-        spec["ingress"] = ingress
-    if egress is not None:
-        spec["egress"] = egress
-    spec["policyTypes"] = types
-    return network_policy(name, ns, spec)
-
-
-def _cnp(name: str, ns: str | None, spec: Obj, labels: dict[str, str] | None = None) -> Obj:
-    return {
-        "apiVersion": "cilium.io/v2",
-        "kind": "CiliumNetworkPolicy" if ns else "CiliumClusterwideNetworkPolicy",
-        "metadata": _meta(name, ns, labels=labels),
-        "spec": spec,
-    }
-
-
-def _ns_sel(name: str) -> Obj:
-    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
 
 
 CILIUM_DNS = {
@@ -1508,11 +1156,13 @@ def clusterwide_policies() -> list[tuple[str, Obj]]:
     return [
         (
             f"{base}/allow-kube-dns.yaml",
-            _cnp("allow-kube-dns", None, {"endpointSelector": {}, **additive, "egress": [CILIUM_DNS]}),
+            cilium_policy(
+                "allow-kube-dns", None, {"endpointSelector": {}, **additive, "egress": [CILIUM_DNS]}
+            ),
         ),
         (
             f"{base}/deny-instance-metadata.yaml",
-            _cnp(
+            cilium_policy(
                 "deny-instance-metadata",
                 None,
                 {
@@ -1532,7 +1182,7 @@ def clusterwide_policies() -> list[tuple[str, Obj]]:
         ),
         (
             f"{base}/allow-prometheus-scrape.yaml",
-            _cnp(
+            cilium_policy(
                 "allow-prometheus-scrape",
                 None,
                 {
@@ -1563,7 +1213,7 @@ def clusterwide_policies() -> list[tuple[str, Obj]]:
         ),
         (
             f"{base}/allow-health-checks.yaml",
-            _cnp(
+            cilium_policy(
                 "allow-health-checks",
                 None,
                 {
@@ -1575,7 +1225,7 @@ def clusterwide_policies() -> list[tuple[str, Obj]]:
         ),
         (
             f"{base}/kube-system-baseline.yaml",
-            _cnp(
+            cilium_policy(
                 "kube-system-baseline",
                 None,
                 {
@@ -1591,7 +1241,7 @@ def clusterwide_policies() -> list[tuple[str, Obj]]:
 def baseline_policies(ns: Namespace) -> list[Obj]:
     n = ns.name
     out = [
-        _np(
+        pod_policy(
             "default-deny",
             n,
             {},
@@ -1599,7 +1249,7 @@ def baseline_policies(ns: Namespace) -> list[Obj]:
             [],
             [] if ns.deny_egress else None,
         ),
-        _np(
+        pod_policy(
             "allow-monitoring",
             n,
             {},
@@ -1608,7 +1258,7 @@ def baseline_policies(ns: Namespace) -> list[Obj]:
                 {
                     "from": [
                         {
-                            **_ns_sel("monitoring"),
+                            **namespace_peer("monitoring"),
                             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
                         }
                     ],
@@ -1619,9 +1269,9 @@ def baseline_policies(ns: Namespace) -> list[Obj]:
         ),
     ]
     if ns.deny_egress:
-        out.append(_np("allow-dns", n, {}, ["Egress"], None, [DNS_EGRESS]))
+        out.append(allow_dns(n))
         out.append(
-            _np(
+            pod_policy(
                 "allow-object-storage",
                 n,
                 {},
@@ -1639,7 +1289,7 @@ def baseline_policies(ns: Namespace) -> list[Obj]:
         )
     if ns.purpose == "serving":
         out.append(
-            _np(
+            pod_policy(
                 "allow-ingress-controller",
                 n,
                 {
@@ -1652,7 +1302,7 @@ def baseline_policies(ns: Namespace) -> list[Obj]:
                     {
                         "from": [
                             {
-                                **_ns_sel("ingress-nginx"),
+                                **namespace_peer("ingress-nginx"),
                                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ingress-nginx"}},
                             }
                         ]
@@ -1669,7 +1319,7 @@ def zone_policies(ns: Namespace) -> list[Obj]:
     out = []
     for zone in ZONES:
         out.append(
-            _cnp(
+            cilium_policy(
                 f"{zone}-only",
                 ns.name,
                 {
@@ -1703,23 +1353,11 @@ def job_policy(job: Job, rng: random.Random) -> Obj:
     key, value = job.selector
     if rng.random() < 0.02:
         # A selector copied from a Kubeflow job onto another kind: selects nothing.
-        key = "training.kubeflow.org/job-name" if key != "training.kubeflow.org/job-name" else "job-name"
+        key = JOB_NAME if key != JOB_NAME else "job-name"
     sel = {"matchLabels": {key: value}}
     name = f"allow-{job.name}-intra"
-    if job.ns.cilium:
-        return _cnp(
-            name,
-            job.ns.name,
-            {
-                "endpointSelector": sel,
-                "ingress": [{"fromEndpoints": [sel]}],
-                "egress": [{"toEndpoints": [sel]}],
-            },
-            labels={"app": job.name},
-        )
-    types = ["Ingress", "Egress"] if job.ns.deny_egress else ["Ingress"]
-    egress = [{"to": [{"podSelector": sel}]}] if job.ns.deny_egress else None
-    return _np(name, job.ns.name, sel, types, [{"from": [{"podSelector": sel}]}], egress)
+    labels = {"app": job.name} if job.ns.cilium else None
+    return peers_only(name, job.ns.name, sel, egress=job.ns.deny_egress, cilium=job.ns.cilium, labels=labels)
 
 
 def app_policies(app: App, rng: random.Random) -> list[Obj]:
@@ -1743,7 +1381,7 @@ def app_policies(app: App, rng: random.Random) -> list[Obj]:
                     "http": [{"method": "GET"}, {"method": "POST", "path": "/v1/.*"}]
                 }
             out.append(
-                _cnp(
+                cilium_policy(
                     f"{app.name}-ingress",
                     ns,
                     {"endpointSelector": sel, "ingress": [ingress]},
@@ -1755,7 +1393,7 @@ def app_policies(app: App, rng: random.Random) -> list[Obj]:
                 {"podSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": callers}]}}
             ]
             out.append(
-                _np(
+                pod_policy(
                     f"{app.name}-ingress",
                     ns,
                     sel,
@@ -1774,7 +1412,7 @@ def app_policies(app: App, rng: random.Random) -> list[Obj]:
     if app.calls and app.ns.deny_egress:
         if app.ns.cilium:
             out.append(
-                _cnp(
+                cilium_policy(
                     f"{app.name}-egress",
                     ns,
                     {
@@ -1792,7 +1430,7 @@ def app_policies(app: App, rng: random.Random) -> list[Obj]:
             )
         else:
             out.append(
-                _np(
+                pod_policy(
                     f"{app.name}-egress",
                     ns,
                     sel,
@@ -1817,7 +1455,7 @@ def extra_policy(app: App, index: int, rng: random.Random) -> Obj:
     shape = index % 4
     if app.ns.cilium:
         if shape == 0:
-            return _cnp(
+            return cilium_policy(
                 f"{app.name}-egress-fqdn-{index}",
                 ns,
                 {
@@ -1842,7 +1480,7 @@ def extra_policy(app: App, index: int, rng: random.Random) -> Obj:
                     ],
                 },
             )
-        return _cnp(
+        return cilium_policy(
             f"{app.name}-from-notebooks-{index}",
             ns,
             {
@@ -1863,7 +1501,7 @@ def extra_policy(app: App, index: int, rng: random.Random) -> Obj:
             },
         )
     if shape == 0:
-        return _np(
+        return pod_policy(
             f"{app.name}-egress-external-{index}",
             ns,
             sel,
@@ -1888,7 +1526,7 @@ def extra_policy(app: App, index: int, rng: random.Random) -> Obj:
             ],
         )
     if shape == 1:
-        return _np(
+        return pod_policy(
             f"{app.name}-from-team-{index}",
             ns,
             sel,
@@ -1912,7 +1550,7 @@ def extra_policy(app: App, index: int, rng: random.Random) -> Obj:
             None,
         )
     if shape == 2:
-        return _np(
+        return pod_policy(
             f"{app.name}-batch-clients-{index}",
             ns,
             sel,
@@ -1933,7 +1571,7 @@ def extra_policy(app: App, index: int, rng: random.Random) -> Obj:
             ],
             None,
         )
-    return _np(
+    return pod_policy(
         f"{app.name}-ephemeral-{index}",
         ns,
         sel,

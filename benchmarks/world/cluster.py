@@ -2,8 +2,11 @@
 it holds), deterministic for a seed. `generate` returns the objects (as list items, with apiVersion
 and kind) and the counts of what was planted (`Stats`); CRDS names the custom resources served.
 
-The pods' namespaces and NetworkPolicy shapes come from `world.netpol`, the nodes' pools and keys
-from `world.vocabulary` (shared with gen_repo.py).
+Shared with gen_repo.py: the app namespaces and NetworkPolicy shapes (`world.netpol`), the nodes'
+sites, pool labels and taints (`world.nodes`, `world.vocabulary`), object envelopes, Namespaces and
+Service ports (`world.objects`), containers and the training pod template (`world.pods`), the
+PyTorchJob (`world.jobs`) and the training namespaces' policies (`world.policies`). What this
+module adds is what a running cluster has: stored metadata, defaults, status, pods bound to nodes.
 """
 
 from __future__ import annotations
@@ -17,17 +20,39 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from world import netpol as synth
+from world.jobs import KIND, PYTORCH_PORT, pytorchjob
 from world.nodes import sites
-from world.objects import DNS_EGRESS, network_policy, zone_node_affinity
+from world.objects import (
+    COREDNS_PORTS,
+    KUBE_DNS_PORTS,
+    ServicePort,
+    config_map,
+    env_values,
+    manifest,
+    metadata,
+    namespace,
+    service_ports,
+    zone_node_affinity,
+)
+from world.pods import (
+    APP_ENV,
+    SHM_VOLUME,
+    ContainerPort,
+    Placement,
+    container,
+    dataset_env,
+    gpu_tolerations,
+    pod_template,
+    prometheus,
+    scrape_annotations,
+    zone_spread,
+)
+from world.policies import allow_dns, namespace_peer, peers_only, pod_policy
 from world.vocabulary import (
-    GPU_TAINT,
     GRADIENT,
-    HOST_KEY,
     JOB_NAME,
-    KUEUE_REQUIRED,
     REGION,
     STEPS,
-    SYSTEM_TAINT,
     ZONE_KEY,
     ZONES,
     Pool,
@@ -43,7 +68,6 @@ CRDS = {
     "/apis/cilium.io/v2/ciliumclusterwidenetworkpolicies",
 }
 KUBE_PROXY_IMAGE = "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/kube-proxy:v1.33.4-minimal-eksbuild.2"
-MODELS = ("resnet", "bert", "llama-ft", "vit", "whisper", "dlrm", "t5", "gpt-neox", "clip", "detr")
 
 
 POOLS = (
@@ -175,14 +199,16 @@ class ClusterBuilder:
         return "".join(self.rng.choices(SUFFIX, k=k))
 
     def meta(self, name: str, namespace: str | None = None, age_days: float = 120.0, **extra: Any) -> Obj:
-        meta: Obj = {"name": name}
-        if namespace is not None:
-            meta["namespace"] = namespace
-        meta["uid"] = self.uid()
-        meta["resourceVersion"] = str(self.rng.randrange(10_000_000, 900_000_000))
-        meta["creationTimestamp"] = _stamp(self.rng.uniform(3600, age_days * 86400))
-        meta.update({k: v for k, v in extra.items() if v})
-        return meta
+        return self.stored(metadata(name, namespace, **extra), age_days)
+
+    def stored(self, meta: Obj, age_days: float = 120.0) -> Obj:
+        """A manifest's metadata as the API server stores it: uid, resourceVersion and
+        creationTimestamp after the name and namespace."""
+        head: Obj = {k: meta[k] for k in ("name", "namespace") if k in meta}
+        head["uid"] = self.uid()
+        head["resourceVersion"] = str(self.rng.randrange(10_000_000, 900_000_000))
+        head["creationTimestamp"] = _stamp(self.rng.uniform(3600, age_days * 86400))
+        return head | {k: v for k, v in meta.items() if k not in ("name", "namespace")}
 
     @staticmethod
     def owner(obj: Obj) -> Obj:
@@ -257,31 +283,24 @@ class ClusterBuilder:
         ]
         for site in sites(POOLS, count):
             pool, zone, ip, name = site.pool, site.zone, site.ip, site.name
-            labels: dict[str, str] = {
+            labels = {
                 "beta.kubernetes.io/arch": "amd64",
                 "beta.kubernetes.io/instance-type": pool.instance_type,
                 "beta.kubernetes.io/os": "linux",
                 "eks.amazonaws.com/capacityType": "ON_DEMAND",
-                "eks.amazonaws.com/nodegroup": f"{pool.name}-{zone[-1]}",
                 "eks.amazonaws.com/nodegroup-image": "ami-0c1f2a3b4d5e6f708",
                 "failure-domain.beta.kubernetes.io/region": REGION,
                 "failure-domain.beta.kubernetes.io/zone": zone,
                 "k8s.io/cloud-provider-aws": "a94967527effcefb5f5829f529c0a1b9",
-                "kubernetes.io/arch": "amd64",
-                HOST_KEY: name,
-                "kubernetes.io/os": "linux",
-                "node.kubernetes.io/instance-type": pool.instance_type,
-                "node-pool": pool.name,
                 "topology.k8s.aws/zone-id": f"use1-az{ZONES.index(zone) + 1}",
-                "topology.kubernetes.io/region": REGION,
-                ZONE_KEY: zone,
+                **site.labels(),
             }
             spec: Obj = {
                 "podCIDR": site.pod_cidr,
                 "podCIDRs": [site.pod_cidr],
                 "providerID": f"aws:///{zone}/i-0{self.rng.getrandbits(60):015x}",
             }
-            taints: list[Obj] = []
+            taints = site.taints()
             allocatable = {
                 "cpu": pool.cpu,
                 "ephemeral-storage": "95491281146",
@@ -290,22 +309,14 @@ class ClusterBuilder:
                 "memory": pool.memory,
                 "pods": str(MAX_PODS),
             }
-            if pool.system:
-                labels["node-role.kubernetes.io/system"] = ""
-                taints.append(dict(SYSTEM_TAINT))
+            allocatable |= site.devices()
+            labels |= site.pool_labels()
             if pool.gpus:
-                rack = site.rack
-                labels.update(
-                    {
-                        **site.gpu_labels(),
-                        "topology.k8s.aws/network-node-layer-1": f"nn-{zone[-1]}{rack // 16:03d}",
-                        "topology.k8s.aws/network-node-layer-2": f"nn-{zone[-1]}{rack // 4:04d}",
-                        "topology.k8s.aws/network-node-layer-3": f"nn-{zone[-1]}{rack:05d}",
-                    }
-                )
-                taints.append(dict(GPU_TAINT))
-                allocatable["nvidia.com/gpu"] = str(pool.gpus)
-                allocatable["vpc.amazonaws.com/efa"] = "4"
+                labels |= {
+                    "topology.k8s.aws/network-node-layer-1": f"nn-{zone[-1]}{site.rack // 16:03d}",
+                    "topology.k8s.aws/network-node-layer-2": f"nn-{zone[-1]}{site.rack // 4:04d}",
+                    "topology.k8s.aws/network-node-layer-3": f"nn-{zone[-1]}{site.rack:05d}",
+                }
             if self.rng.random() < 0.01:  # cordoned for maintenance, pods not drained yet
                 spec["unschedulable"] = True
                 taints.append(
@@ -365,50 +376,44 @@ class ClusterBuilder:
     # -- namespaces, config, storage -------------------------------------------------------
 
     def namespace(self, name: str, labels: dict[str, str]) -> Obj:
-        ns = {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": self.meta(name, None, 300, labels={"kubernetes.io/metadata.name": name, **labels}),
-            "spec": {"finalizers": ["kubernetes"]},
-            "status": {"phase": "Active"},
-        }
+        ns = namespace(name, labels)
+        ns["metadata"] = self.stored(ns["metadata"], 300)
+        ns |= {"spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
         self.add(ns)
         return ns
 
     def cluster_basics(self, cilium: bool) -> None:
         for name in ("default", "kube-public", "kube-node-lease", "kubeflow"):
             self.namespace(name, {})
+        default_class = {"storageclass.kubernetes.io/is-default-class": "true"}
         self.add(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": self.meta(
-                    "gp3", None, 300, annotations={"storageclass.kubernetes.io/is-default-class": "true"}
-                ),
-                "provisioner": "ebs.csi.aws.com",
-                "parameters": {"type": "gp3", "encrypted": "true"},
-                "reclaimPolicy": "Delete",
-                "volumeBindingMode": "WaitForFirstConsumer",
-                "allowVolumeExpansion": True,
-            }
+            manifest(
+                "storage.k8s.io/v1",
+                "StorageClass",
+                self.meta("gp3", None, 300, annotations=default_class),
+                provisioner="ebs.csi.aws.com",
+                parameters={"type": "gp3", "encrypted": "true"},
+                reclaimPolicy="Delete",
+                volumeBindingMode="WaitForFirstConsumer",
+                allowVolumeExpansion=True,
+            )
         )
         if cilium:
-            self.add(
+            config = config_map(
+                "cilium-config",
+                "kube-system",
                 {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": self.meta("cilium-config", "kube-system", 300),
-                    "data": {
-                        "cluster-name": "bench",
-                        "cluster-id": "1",
-                        "enable-policy": "default",
-                        "identity-allocation-mode": "crd",
-                        "ipam": "eni",
-                        "kube-proxy-replacement": "false",
-                        "policy-audit-mode": "false",
-                    },
-                }
+                    "cluster-name": "bench",
+                    "cluster-id": "1",
+                    "enable-policy": "default",
+                    "identity-allocation-mode": "crd",
+                    "ipam": "eni",
+                    "kube-proxy-replacement": "false",
+                    "policy-audit-mode": "false",
+                },
             )
+            config["metadata"] = self.stored(config["metadata"], 300)
+            self.add(config)
 
     # -- pods ------------------------------------------------------------------------------
 
@@ -655,7 +660,7 @@ class ClusterBuilder:
                 "phase": "Pending",
                 "qosClass": "Burstable",
             }
-            return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+            return manifest("v1", "Pod", meta, spec=spec, status=status)
         ip = slot.bind(gpus, bool(spec.get("hostNetwork")))
         running = phase == "Running"
         status = {
@@ -692,32 +697,20 @@ class ClusterBuilder:
             "qosClass": "Burstable",
             "startTime": _stamp(started),
         }
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": meta,
-            "spec": {**spec, "nodeName": slot.name},
-            "status": status,
-        }
+        return manifest("v1", "Pod", meta, spec={**spec, "nodeName": slot.name}, status=status)
 
     # -- Deployments -----------------------------------------------------------------------
 
     def container(self, app: str, team: str, tier: str, index: int, upstreams: list[str]) -> Obj:
-        ports = [
-            {"containerPort": 8080, "name": "http", "protocol": "TCP"},
-            {"containerPort": 9090 + index % 3, "name": "metrics", "protocol": "TCP"},
-        ]
+        """world.pods' container of an app, with its env, probes and a restricted security context."""
+        ports: list[ContainerPort] = [(8080, "http", "TCP"), (9090 + index % 3, "metrics", "TCP")]
         if tier == "db":
-            ports.append({"containerPort": 5432, "name": "postgres", "protocol": "TCP"})
-        env: list[Obj] = [
-            {"name": "LOG_LEVEL", "value": "info"},
-            {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel-collector.monitoring:4317"},
-            {
-                "name": "POD_NAME",
-                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
-            },
-        ]
-        env += [{"name": f"UPSTREAM_{i}_URL", "value": u} for i, u in enumerate(upstreams)]
+            ports.append((5432, "postgres", "TCP"))
+        pod_name = {
+            "name": "POD_NAME",
+            "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+        }
+        upstream = env_values(*((f"UPSTREAM_{i}_URL", u) for i, u in enumerate(upstreams)))
         probe = {
             "failureThreshold": 3,
             "httpGet": {"path": "/healthz", "port": "http", "scheme": "HTTP"},
@@ -727,12 +720,9 @@ class ClusterBuilder:
         }
         cpu = self.rng.choice(("100m", "250m", "500m", "1", "2"))
         memory = self.rng.choice(("256Mi", "512Mi", "1Gi", "2Gi", "4Gi"))
-        return {
-            "name": app,
-            "image": f"registry.example.com/{team}/{app}:v1.{index % 7}.{self.rng.randrange(40)}",
-            "ports": ports,
-            "env": env,
-            "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
+        image = f"registry.example.com/{team}/{app}:v1.{index % 7}.{self.rng.randrange(40)}"
+        return container(app, image, cpu, memory, ports) | {
+            "env": [*env_values(*APP_ENV), pod_name, *upstream],
             "livenessProbe": {**probe, "initialDelaySeconds": 10},
             "readinessProbe": probe,
             "securityContext": {
@@ -908,34 +898,26 @@ class ClusterBuilder:
         name: str,
         namespace: str,
         selector: dict[str, str],
-        ports: list[Obj],
+        ports: list[ServicePort],
         *,
         headless: bool = False,
         owner: Obj | None = None,
         labels: dict[str, str] | None = None,
     ) -> None:
         ip = "None" if headless else f"172.20.{self.rng.randrange(256)}.{self.rng.randrange(1, 255)}"
-        self.add(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": self.meta(
-                    name, namespace, labels=labels or {}, ownerReferences=[owner] if owner else None
-                ),
-                "spec": {
-                    "clusterIP": ip,
-                    "clusterIPs": [ip],
-                    "internalTrafficPolicy": "Cluster",
-                    "ipFamilies": ["IPv4"],
-                    "ipFamilyPolicy": "SingleStack",
-                    "ports": ports,
-                    "selector": selector,
-                    "sessionAffinity": "None",
-                    "type": "ClusterIP",
-                },
-                "status": {"loadBalancer": {}},
-            }
-        )
+        meta = self.meta(name, namespace, labels=labels or {}, ownerReferences=[owner] if owner else None)
+        spec = {
+            "clusterIP": ip,
+            "clusterIPs": [ip],
+            "internalTrafficPolicy": "Cluster",
+            "ipFamilies": ["IPv4"],
+            "ipFamilyPolicy": "SingleStack",
+            "ports": service_ports(ports),
+            "selector": selector,
+            "sessionAffinity": "None",
+            "type": "ClusterIP",
+        }
+        self.add(manifest("v1", "Service", meta, spec=spec, status={"loadBalancer": {}}))
 
     def system_workloads(self) -> None:
         system = next(p for p in POOLS if p.system)
@@ -944,17 +926,15 @@ class ClusterBuilder:
             "priorityClassName": "system-cluster-critical",
             "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
         }
-        dns = {
-            "name": "coredns",
-            "image": "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/coredns:v1.11.4-eksbuild.2",
-            "args": ["-conf", "/etc/coredns/Corefile"],
-            "ports": [
-                {"containerPort": 53, "name": "dns", "protocol": "UDP"},
-                {"containerPort": 53, "name": "dns-tcp", "protocol": "TCP"},
-                {"containerPort": 9153, "name": "metrics", "protocol": "TCP"},
-            ],
-            "resources": {"requests": {"cpu": "100m", "memory": "70Mi"}, "limits": {"memory": "170Mi"}},
-        }
+        dns = container(
+            "coredns",
+            "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/coredns:v1.11.4-eksbuild.2",
+            "100m",
+            "70Mi",
+            COREDNS_PORTS,
+            args=["-conf", "/etc/coredns/Corefile"],
+            memory_limit="170Mi",
+        )
         self.deployment(
             "coredns",
             "kube-system",
@@ -967,18 +947,10 @@ class ClusterBuilder:
             "kube-dns",
             "kube-system",
             {"k8s-app": "kube-dns"},
-            [
-                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
-                {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
-            ],
+            KUBE_DNS_PORTS,
             labels={"k8s-app": "kube-dns"},
         )
-        prom = {
-            "name": "prometheus",
-            "image": "quay.io/prometheus/prometheus:v3.5.0",
-            "ports": [{"containerPort": 9090, "name": "web", "protocol": "TCP"}],
-            "resources": {"requests": {"cpu": "2", "memory": "16Gi"}, "limits": {"memory": "24Gi"}},
-        }
+        prom = prometheus(memory_limit="24Gi")
         self.deployment(
             "prometheus-server",
             "monitoring",
@@ -1059,16 +1031,9 @@ class ClusterBuilder:
                     "serviceAccountName": app,
                     "volumes": [{"name": "logs", "emptyDir": {}}],
                 }
-                zones = ZONES
+                zones: tuple[str, ...] = ZONES
                 if rng.random() < 0.3:
-                    spec["topologySpreadConstraints"] = [
-                        {
-                            "labelSelector": {"matchLabels": {"app": app}},
-                            "maxSkew": 1,
-                            "topologyKey": ZONE_KEY,
-                            "whenUnsatisfiable": "ScheduleAnyway",
-                        }
-                    ]
+                    spec["topologySpreadConstraints"] = zone_spread({"app": app})
                 elif rng.random() < 0.05:  # pinned to one zone (next to its data)
                     zone = rng.choice(ZONES)
                     zones = (zone,)
@@ -1077,16 +1042,13 @@ class ClusterBuilder:
                 if tier == "db":
                     spec["nodeSelector"] = {"node-pool": "highmem"}
                     pools = (highmem,)
-                annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(9090 + a % 3)}
+                annotations = scrape_annotations(9090 + a % 3)
                 self.deployment(app, ns, labels, next(replicas), spec, pools, zones, annotations)
                 self.service(
                     app,
                     ns,
                     {"app": app},
-                    [
-                        {"name": "http", "port": 8080, "protocol": "TCP", "targetPort": "http"},
-                        {"name": "metrics", "port": 9090, "protocol": "TCP", "targetPort": "metrics"},
-                    ],
+                    [(8080, "http", "TCP", "http"), (9090, "metrics", "TCP", "metrics")],
                     labels={"app": app},
                 )
 
@@ -1218,7 +1180,7 @@ class ClusterBuilder:
             {
                 "nodeSelector": {"nvidia.com/gpu.present": "true"},
                 "priorityClassName": "system-node-critical",
-                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "tolerations": gpu_tolerations(),
                 "containers": [
                     {
                         "name": "nvidia-device-plugin-ctr",
@@ -1242,7 +1204,7 @@ class ClusterBuilder:
         gpus = rng.choice((8, 8, 8, 8, 8, 4, 4, 4, 2, 1))
         per_node_memory = 1000 if pool.name == "gpu-a100" else 1800
         plan = JobPlan(
-            name=f"{rng.choice(MODELS)}-{team}-{index:04d}",
+            name=f"{rng.choice(KIND['PyTorchJob'].stems)}-{team}-{index:04d}",
             namespace=ns_obj["metadata"]["name"],
             team=team,
             pool=pool,
@@ -1280,61 +1242,51 @@ class ClusterBuilder:
         return plan
 
     def training_template(self, plan: JobPlan, role: str, zone: str | None, label_zone: str | None) -> Obj:
+        """world.pods' training template (pinned to `zone`, labelled `label_zone`), defaulted."""
         rng = self.rng
-        labels = {"app": plan.name, "team": plan.team, "role": role}
-        if label_zone:
-            labels["zone"] = label_zone
         memory, gpus = plan.memory, str(plan.gpus)
-        spec: Obj = {
-            "containers": [
-                {
-                    "name": "pytorch",
-                    "image": "nvcr.io/nvidia/pytorch:25.08-py3",
-                    "command": ["torchrun"],
-                    "args": [
-                        f"--nproc-per-node={plan.gpus}",
-                        "/workspace/train.py",
-                        "--epochs",
-                        str(rng.choice((10, 30, 90))),
-                        "--batch-size",
-                        str(rng.choice((64, 128, 256))),
-                    ],
-                    "env": [
-                        {"name": "NCCL_DEBUG", "value": "WARN"},
-                        {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
-                        {"name": "DATASET_URI", "value": f"s3://{plan.team}-datasets/{plan.name}/"},
-                    ],
-                    "ports": [{"containerPort": 23456, "name": "pytorchjob-port", "protocol": "TCP"}],
-                    "resources": {
-                        "requests": {"cpu": plan.cpu, "memory": memory, "nvidia.com/gpu": gpus},
-                        "limits": {"memory": memory, "nvidia.com/gpu": gpus},
-                    },
-                    "volumeMounts": [{"mountPath": "/dev/shm", "name": "dshm"}],
-                }
+        trainer: Obj = {
+            "name": "pytorch",
+            "image": KIND["PyTorchJob"].image,
+            "command": ["torchrun"],
+            "args": [
+                f"--nproc-per-node={plan.gpus}",
+                "/workspace/train.py",
+                "--epochs",
+                str(rng.choice((10, 30, 90))),
+                "--batch-size",
+                str(rng.choice((64, 128, 256))),
             ],
-            "nodeSelector": {"nvidia.com/gpu.product": plan.pool.product},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "serviceAccountName": "training-sa",
-            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}],
+            "env": env_values(
+                ("NCCL_DEBUG", "WARN"), ("NCCL_SOCKET_IFNAME", "eth0"), dataset_env(plan.team, plan.name)
+            ),
+            "ports": [{"containerPort": 23456, "name": "pytorchjob-port", "protocol": "TCP"}],
+            "resources": {
+                "requests": {"cpu": plan.cpu, "memory": memory, "nvidia.com/gpu": gpus},
+                "limits": {"memory": memory, "nvidia.com/gpu": gpus},
+            },
+            "volumeMounts": [{"mountPath": "/dev/shm", "name": "dshm"}],
         }
-        affinity: Obj = {}
-        if zone:
-            affinity["nodeAffinity"] = zone_node_affinity(zone)
-        if plan.coupling == "affinity":
-            affinity["podAffinity"] = {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"labelSelector": {"matchLabels": {JOB_NAME: plan.name}}, "topologyKey": ZONE_KEY}
-                ]
-            }
-        if affinity:
-            spec["affinity"] = affinity
-        annotations = {"sidecar.istio.io/inject": "false"}
-        if plan.coupling == "kueue":
-            annotations[KUEUE_REQUIRED] = ZONE_KEY
-        return {
-            "metadata": {"labels": labels, "annotations": annotations},
-            "spec": self.defaulted(spec, "OnFailure"),
-        }
+        placement = Placement(
+            plan.pool,
+            selector_style=0,
+            toleration_style=0,
+            pin_zone=zone,
+            zone_label=label_zone,
+            pod_affinity=plan.coupling == "affinity",
+            kueue_topology=ZONE_KEY if plan.coupling == "kueue" else None,
+        )
+        template = pod_template(
+            plan.name,
+            placement,
+            [trainer],
+            labels={"team": plan.team, "role": role},
+            annotations={"sidecar.istio.io/inject": "false"},
+            volumes=[dict(SHM_VOLUME)],
+            affinity_key=(JOB_NAME, plan.name),
+        )
+        template["spec"] = self.defaulted(template["spec"], "OnFailure")
+        return template
 
     def pending_message(self, plan: JobPlan) -> str:
         """The scheduler's message on a training pod it could not place."""
@@ -1370,42 +1322,32 @@ class ClusterBuilder:
         started = rng.uniform(600, 86400 * 5)
         done = plan.finished
         state = "Succeeded" if done else "Running"
-        job: Obj = {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "PyTorchJob",
-            "metadata": meta,
-            "spec": {
-                "runPolicy": {"backoffLimit": 3, "cleanPodPolicy": "None", "suspend": False},
-                "pytorchReplicaSpecs": {
-                    "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": t_master},
-                    "Worker": {"replicas": plan.workers, "restartPolicy": "OnFailure", "template": t_worker},
+        run_policy = {"backoffLimit": 3, "cleanPodPolicy": "None", "suspend": False}  # defaulted
+        job = pytorchjob(meta, t_master, t_worker, plan.workers, run_policy)
+        job["status"] = {
+            "conditions": [
+                {
+                    "lastTransitionTime": _stamp(started + 30),
+                    "lastUpdateTime": _stamp(started + 30),
+                    "message": f"PyTorchJob {name} is created.",
+                    "reason": "PyTorchJobCreated",
+                    "status": "True",
+                    "type": "Created",
                 },
-            },
-            "status": {
-                "conditions": [
-                    {
-                        "lastTransitionTime": _stamp(started + 30),
-                        "lastUpdateTime": _stamp(started + 30),
-                        "message": f"PyTorchJob {name} is created.",
-                        "reason": "PyTorchJobCreated",
-                        "status": "True",
-                        "type": "Created",
-                    },
-                    {
-                        "lastTransitionTime": _stamp(started / 2 if done else started),
-                        "lastUpdateTime": _stamp(started / 2 if done else started),
-                        "message": f"PyTorchJob {ns}/{name} is {state.lower()}.",
-                        "reason": f"PyTorchJob{state}",
-                        "status": "True",
-                        "type": state,
-                    },
-                ],
-                "replicaStatuses": {
-                    "Master": {"succeeded" if done else "active": 1},
-                    "Worker": {"succeeded" if done else "active": plan.workers},
+                {
+                    "lastTransitionTime": _stamp(started / 2 if done else started),
+                    "lastUpdateTime": _stamp(started / 2 if done else started),
+                    "message": f"PyTorchJob {ns}/{name} is {state.lower()}.",
+                    "reason": f"PyTorchJob{state}",
+                    "status": "True",
+                    "type": state,
                 },
-                "startTime": _stamp(started),
+            ],
+            "replicaStatuses": {
+                "Master": {"succeeded" if done else "active": 1},
+                "Worker": {"succeeded" if done else "active": plan.workers},
             },
+            "startTime": _stamp(started),
         }
         self.add(job)
         owner = self.owner(job)
@@ -1424,20 +1366,17 @@ class ClusterBuilder:
             labels = {**template["metadata"]["labels"], **operator}
             if rtype == "master":
                 labels["training.kubeflow.org/job-role"] = "master"
-            env = [
-                {"name": k, "value": v}
-                for k, v in (
-                    ("MASTER_PORT", "23456"),
-                    ("PET_MASTER_PORT", "23456"),
-                    ("MASTER_ADDR", f"{name}-master-0"),
-                    ("PET_MASTER_ADDR", f"{name}-master-0"),
-                    ("WORLD_SIZE", str(world)),
-                    ("PET_NNODES", str(world)),
-                    ("RANK", str(rank)),
-                    ("PET_NODE_RANK", str(rank)),
-                    ("PYTHONUNBUFFERED", "1"),
-                )
-            ]
+            env = env_values(
+                ("MASTER_PORT", "23456"),
+                ("PET_MASTER_PORT", "23456"),
+                ("MASTER_ADDR", f"{name}-master-0"),
+                ("PET_MASTER_ADDR", f"{name}-master-0"),
+                ("WORLD_SIZE", str(world)),
+                ("PET_NNODES", str(world)),
+                ("RANK", str(rank)),
+                ("PET_NODE_RANK", str(rank)),
+                ("PYTHONUNBUFFERED", "1"),
+            )
             tspec = template["spec"]
             container = {**tspec["containers"][0], "env": [*tspec["containers"][0]["env"], *env]}
             spec: Obj = {
@@ -1490,7 +1429,7 @@ class ClusterBuilder:
                 f"{name}-{rtype}-{index}",
                 ns,
                 operator,
-                [{"name": "pytorchjob-port", "port": 23456, "protocol": "TCP", "targetPort": 23456}],
+                [(*PYTORCH_PORT, 23456)],
                 headless=True,
                 owner=owner,
                 labels={JOB_NAME: name},
@@ -1519,70 +1458,28 @@ class ClusterBuilder:
         fenced namespaces zone boundaries on the pod label `zone` instead of per-job allows."""
         made = 0
 
-        def np(ns: str, name: str, spec: Obj) -> None:
+        def add(policy: Obj) -> None:
             nonlocal made
             made += 1
-            self.add(self.live_policy(network_policy(name, ns, spec)))
+            self.add(self.live_policy(policy))
 
         for ns_obj in namespaces:
             ns = ns_obj["metadata"]["name"]
-            np(ns, "default-deny-all", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]})
-            np(
-                ns,
-                "allow-dns",
-                {
-                    "podSelector": {},
-                    "policyTypes": ["Egress"],
-                    "egress": [DNS_EGRESS],
-                },
-            )
-            np(
-                ns,
-                "allow-monitoring",
-                {
-                    "podSelector": {},
-                    "policyTypes": ["Ingress"],
-                    "ingress": [
-                        {
-                            "from": [
-                                {
-                                    "namespaceSelector": {
-                                        "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
-                                    }
-                                }
-                            ]
-                        }
-                    ],
-                },
+            add(pod_policy("default-deny-all", ns, {}, ["Ingress", "Egress"]))
+            add(allow_dns(ns))
+            add(
+                pod_policy(
+                    "allow-monitoring", ns, {}, ["Ingress"], [{"from": [namespace_peer("monitoring")]}]
+                )
             )
             if ns in fenced:
                 for zone in ZONES:
-                    sel = {"matchLabels": {"zone": zone}}
-                    np(
-                        ns,
-                        f"{zone}-only",
-                        {
-                            "podSelector": sel,
-                            "policyTypes": ["Ingress", "Egress"],
-                            "ingress": [{"from": [{"podSelector": sel}]}],
-                            "egress": [{"to": [{"podSelector": sel}]}],
-                        },
-                    )
+                    add(peers_only(f"{zone}-only", ns, {"matchLabels": {"zone": zone}}))
         for job in jobs:
             ns = job["metadata"]["namespace"]
-            if ns in fenced:
-                continue
-            sel = {"matchLabels": {JOB_NAME: job["metadata"]["name"]}}
-            np(
-                ns,
-                f"allow-{job['metadata']['name']}-intra",
-                {
-                    "podSelector": sel,
-                    "policyTypes": ["Ingress", "Egress"],
-                    "ingress": [{"from": [{"podSelector": sel}]}],
-                    "egress": [{"to": [{"podSelector": sel}]}],
-                },
-            )
+            if ns not in fenced:
+                sel = {"matchLabels": {JOB_NAME: job["metadata"]["name"]}}
+                add(peers_only(f"allow-{job['metadata']['name']}-intra", ns, sel))
         return made
 
     def app_policies(self, namespaces: list[str], count: int, cilium_share: float) -> None:

@@ -7,6 +7,7 @@ they can be written as YAML for other tools or fed to our inventory directly.
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,43 +15,22 @@ from typing import Any
 
 import yaml
 
+from world.objects import DNS_EGRESS, cilium_policy, namespace, network_policy
+
 TIERS = ("frontend", "backend", "db", "cache", "worker")
 TEAMS = ("payments", "search", "ml", "platform", "data", "web", "infra", "risk")
 ENVS = ("prod", "staging", "dev")
 PODS_PER_NAMESPACE = 300
 APPS_PER_NAMESPACE = 12
+PLATFORM_NAMESPACES = ("kube-system", "monitoring", "ingress-nginx")
 
 
 def make_namespaces(count: int, rng: random.Random) -> list[dict[str, Any]]:
-    out = []
-    for i in range(count):
-        name = f"ns-{i:04d}"
-        out.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {
-                    "name": name,
-                    "labels": {
-                        "kubernetes.io/metadata.name": name,
-                        "team": rng.choice(TEAMS),
-                        "env": rng.choice(ENVS),
-                    },
-                },
-            }
-        )
-    for name in ("kube-system", "monitoring", "ingress-nginx"):
-        out.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {
-                    "name": name,
-                    "labels": {"kubernetes.io/metadata.name": name, "team": "platform"},
-                },
-            }
-        )
-    return out
+    """`count` app namespaces `ns-0000`... of random teams and envs, then the platform ones."""
+    out = [
+        namespace(f"ns-{i:04d}", {"team": rng.choice(TEAMS), "env": rng.choice(ENVS)}) for i in range(count)
+    ]
+    return out + [namespace(name, {"team": "platform"}) for name in PLATFORM_NAMESPACES]
 
 
 def _pods(namespaces: list[str], total: int, rng: random.Random) -> Iterator[dict[str, Any]]:
@@ -86,43 +66,24 @@ def _pods(namespaces: list[str], total: int, rng: random.Random) -> Iterator[dic
             }
 
 
-def _np(ns: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": spec,
-    }
-
-
 def network_policies(ns: str, index: int, count: int, rng: random.Random) -> Iterator[dict[str, Any]]:
     """`count` NetworkPolicies for one namespace, cycling through common shapes."""
     shapes = [
-        lambda k: _np(ns, f"default-deny-{k}", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
-        lambda k: _np(
-            ns,
+        lambda k: network_policy(
+            f"default-deny-{k}", ns, {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+        ),
+        lambda k: network_policy(
             f"allow-dns-{k}",
+            ns,
             {
                 "podSelector": {},
                 "policyTypes": ["Egress"],
-                "egress": [
-                    {
-                        "to": [
-                            {
-                                "namespaceSelector": {
-                                    "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
-                                },
-                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                            }
-                        ],
-                        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-                    }
-                ],
+                "egress": [copy.deepcopy(DNS_EGRESS)],  # a copy: YAML would write an alias
             },
         ),
-        lambda k: _np(
-            ns,
+        lambda k: network_policy(
             f"frontend-from-ingress-{k}",
+            ns,
             {
                 "podSelector": {"matchLabels": {"tier": "frontend"}},
                 "ingress": [
@@ -139,9 +100,9 @@ def network_policies(ns: str, index: int, count: int, rng: random.Random) -> Ite
                 ],
             },
         ),
-        lambda k: _np(
-            ns,
+        lambda k: network_policy(
             f"backend-from-frontend-{k}",
+            ns,
             {
                 "podSelector": {"matchLabels": {"tier": "backend"}},
                 "ingress": [
@@ -152,9 +113,9 @@ def network_policies(ns: str, index: int, count: int, rng: random.Random) -> Ite
                 ],
             },
         ),
-        lambda k: _np(
-            ns,
+        lambda k: network_policy(
             f"db-from-backend-{k}",
+            ns,
             {
                 "podSelector": {"matchLabels": {"tier": "db"}},
                 "ingress": [
@@ -173,9 +134,9 @@ def network_policies(ns: str, index: int, count: int, rng: random.Random) -> Ite
                 ],
             },
         ),
-        lambda k: _np(
-            ns,
+        lambda k: network_policy(
             f"metrics-{k}",
+            ns,
             {
                 "podSelector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]},
                 "ingress": [
@@ -193,9 +154,9 @@ def network_policies(ns: str, index: int, count: int, rng: random.Random) -> Ite
                 ],
             },
         ),
-        lambda k: _np(
-            ns,
+        lambda k: network_policy(
             f"app-egress-{k}",
+            ns,
             {
                 "podSelector": {"matchLabels": {"app": f"app-{k % APPS_PER_NAMESPACE}"}},
                 "policyTypes": ["Egress"],
@@ -210,9 +171,9 @@ def network_policies(ns: str, index: int, count: int, rng: random.Random) -> Ite
                 ],
             },
         ),
-        lambda k: _np(
-            ns,
+        lambda k: network_policy(
             f"team-peers-{k}",
+            ns,
             {
                 "podSelector": {
                     "matchLabels": {"app": f"app-{k % APPS_PER_NAMESPACE}", "version": f"v{1 + k % 3}"}
@@ -275,12 +236,7 @@ def cilium_policies(ns: str, count: int) -> Iterator[dict[str, Any]]:
                 "ingressDeny": [{"fromEntities": ["world"]}],
                 "ingress": [{"fromEndpoints": [{}]}],
             }
-        yield {
-            "apiVersion": "cilium.io/v2",
-            "kind": "CiliumNetworkPolicy",
-            "metadata": {"name": f"cnp-{k}", "namespace": ns},
-            "spec": spec,
-        }
+        yield cilium_policy(f"cnp-{k}", ns, spec)
 
 
 def generate(pods: int, policies: int, seed: int = 1, cilium_share: float = 0.0) -> list[dict[str, Any]]:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from world.vocabulary import Pool
+from world.vocabulary import GPU_TAINT, HOST_KEY, REGION, SYSTEM_TAINT, ZONE_KEY, Pool
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,32 @@ class Site:
             "nvidia.com/gpu.product": pool.product,
             "nvidia.com/gpu.count": str(pool.gpus),
         }
+
+    def labels(self) -> dict[str, str]:
+        """The well-known labels of the node (kubelet's, its zone and region, its node group)."""
+        pool, zone = self.pool, self.zone
+        return {
+            "kubernetes.io/arch": "amd64",
+            "kubernetes.io/os": "linux",
+            HOST_KEY: self.name,
+            "node.kubernetes.io/instance-type": pool.instance_type,
+            "topology.kubernetes.io/region": REGION,
+            ZONE_KEY: zone,
+            "eks.amazonaws.com/nodegroup": f"{pool.name}-{zone[-1]}",
+            "node-pool": pool.name,
+        }
+
+    def pool_labels(self) -> dict[str, str]:
+        """The labels the pool gives its nodes: the system role or the GPU features."""
+        return {"node-role.kubernetes.io/system": ""} if self.pool.system else self.gpu_labels()
+
+    def taints(self) -> list[dict[str, Any]]:
+        """The pool's taints: system nodes keep ordinary pods away, GPU nodes CPU pods."""
+        return [dict(SYSTEM_TAINT)] * self.pool.system + [dict(GPU_TAINT)] * bool(self.pool.gpus)
+
+    def devices(self) -> dict[str, str]:
+        """The extended resources the node's devices add to its allocatable (GPUs and EFA)."""
+        return {"nvidia.com/gpu": str(self.pool.gpus), "vpc.amazonaws.com/efa": "4"} if self.pool.gpus else {}
 
 
 def sites(pools: Sequence[Pool], count: int) -> Iterator[Site]:
