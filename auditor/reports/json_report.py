@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Collection
 from typing import Any
 
 import orjson
@@ -103,7 +104,8 @@ def _edge(e: GroupEdge) -> dict[str, Any]:
 
 
 def render(result: ScanResult) -> str:
-    return dumps(to_document(result)) + "\n"
+    # The group listing (most of a large report) is built above from ints, strings and booleans.
+    return dumps(to_document(result), without_floats=("groups",)) + "\n"
 
 
 # Characters json.dumps escapes by default (ensure_ascii) that orjson writes as they are: DEL and
@@ -134,7 +136,7 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\u{code:04x}"
 
 
-def dumps(doc: dict[str, Any]) -> str:
+def dumps(doc: Any, *, without_floats: Collection[str] = ()) -> str:
     """Exactly `json.dumps(doc, indent=2)`, about ten times faster.
 
     The standard library indents with its pure-Python encoder (a 15 MB report took a second);
@@ -143,11 +145,13 @@ def dumps(doc: dict[str, Any]) -> str:
     lone surrogates (an exception); writes NaN and infinities as null (json's C encoder, compact
     and with allow_nan=False, finds them four times faster than reading orjson's text back);
     writes small floats in another form (found in the text); and leaves non-ASCII as UTF-8
-    (escaped here as json's ensure_ascii does).
+    (escaped here as json's ensure_ascii does). `without_floats`: top-level members the caller
+    built without floats, not searched for NaN.
     """
     try:
         raw = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
-        json.dumps(doc, allow_nan=False)
+        searched = {k: v for k, v in doc.items() if k not in without_floats} if without_floats else doc
+        json.dumps(searched, allow_nan=False)
     except (orjson.JSONEncodeError, TypeError, ValueError, OverflowError):
         return json.dumps(doc, indent=2)
     if _small_float(raw):

@@ -73,3 +73,25 @@ def test_a_real_report(tmp_path: Path) -> None:
     doc = json.loads(text)
     assert doc["findings"], "the seed repository has findings"
     assert text == json.dumps(doc, indent=2) + "\n"
+
+
+def _floats(value: Any) -> list[float]:
+    if isinstance(value, float):
+        return [value]
+    if isinstance(value, dict):
+        return [f for v in value.values() for f in _floats(v)]
+    if isinstance(value, list):
+        return [f for v in value for f in _floats(v)]
+    return []
+
+
+def test_the_group_listing_holds_no_floats() -> None:
+    """render() does not search the groups member for NaN: nothing in it may be a float."""
+    from auditor.audit.scan import scan
+    from auditor.settings.config import Settings
+    from auditor.sources.manifests import load_inventory
+
+    doc = json_report.to_document(scan(load_inventory([SEED], Settings())))
+    assert doc["groups"], "the seed repository has training groups"
+    assert _floats(doc["groups"]) == []
+    assert json_report.dumps({"groups": [float("nan")]}) == json.dumps({"groups": [float("nan")]}, indent=2)
