@@ -299,7 +299,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         kind, directory = args.child[0], Path(args.child[1])
         result = child_parse(directory) if kind == "parse" else child_scan(directory, *args.child[2:])
-        print(json.dumps(result))
+        print(json.dumps(result), flush=True)
+        cli = sys.modules.get("auditor.cli")
+        if getattr(cli, "_KEPT", None):
+            # Leave as the tree's own `auditor` program does after a one-shot audit (cli.entry:
+            # os._exit, without freeing what the audit built), so process CPU is the program's.
+            sys.stderr.flush()
+            os._exit(0)
         return 0
 
     burners = busy(args.busy)
