@@ -151,7 +151,7 @@ def _as_utc(value: datetime | None) -> datetime | None:
 R = TypeVar("R")
 
 
-def _record(cls: type[R], row: object, **given: Any) -> R:
+def record(cls: type[R], row: object, **given: Any) -> R:
     """A record of an ORM row: each field the row's attribute of that name (times as UTC, lists
     as tuples) unless `given`; an extra field (records.extra) only when given."""
     values = dict(given)
@@ -166,6 +166,13 @@ def _record(cls: type[R], row: object, **given: Any) -> R:
                 else value
             )
     return cls(**values)
+
+
+def target_id_of(session: Session, name: str) -> int:
+    found = session.scalar(select(Target.id).where(Target.name == name))
+    if found is None:
+        raise UnknownTarget(name)
+    return found
 
 
 class Store:
@@ -203,15 +210,9 @@ class Store:
         with self.sessions() as session:
             last_ok = _last_success(session)
             return [
-                _record(TargetRecord, t, last_successful_run_at=last_ok.get(t.id))
+                record(TargetRecord, t, last_successful_run_at=last_ok.get(t.id))
                 for t in session.scalars(select(Target).order_by(Target.name))
             ]
-
-    def _target_id(self, session: Session, name: str) -> int:
-        found = session.scalar(select(Target.id).where(Target.name == name))
-        if found is None:
-            raise UnknownTarget(name)
-        return found
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -220,7 +221,7 @@ class Store:
         now = self.clock()
         try:
             with self.sessions.begin() as session:
-                run = Run.running(self._target_id(session, target), slot, trigger, owner, now)
+                run = Run.running(target_id_of(session, target), slot, trigger, owner, now)
                 session.add(run)
                 session.flush()
                 return run.id
@@ -440,7 +441,7 @@ class Store:
                 row[1],
                 detail=row[0].detail,
                 history=tuple(
-                    _record(
+                    record(
                         HistoryEntry,
                         obs,
                         run_id=run.id,
@@ -472,7 +473,7 @@ class Store:
                 return _run_record(run, t.name) if run else None
 
             evidence = tuple(
-                _record(
+                record(
                     TargetEvidence,
                     t,
                     last_run=last(t, Run.status != "running"),
@@ -488,7 +489,7 @@ class Store:
                 _finding_record(f, names[f.target_id], detail=f.detail) for f in session.scalars(fq)
             )
             wq = select(Waiver).where(Waiver.target_id.in_(ids)).order_by(Waiver.id)
-            waivers = tuple(_record(WaiverRecord, w, target=names[w.target_id]) for w in session.scalars(wq))
+            waivers = tuple(record(WaiverRecord, w, target=names[w.target_id]) for w in session.scalars(wq))
             rq = select(Run).where(Run.target_id.in_(ids), Run.status != "running")
             if since is not None:
                 rq = rq.where(Run.started_at >= since)
@@ -571,7 +572,7 @@ class Store:
     def pending_digests(self) -> list[DigestRecord]:
         with self.sessions() as session:
             query = select(Digest).where(Digest.status == "pending").order_by(Digest.id)
-            return [_record(DigestRecord, d) for d in session.scalars(query)]
+            return [record(DigestRecord, d) for d in session.scalars(query)]
 
     def digest_attempt(
         self, digest_id: int, error: str | None, *, permanent: bool = False, note: str | None = None
@@ -590,7 +591,7 @@ class Store:
 
     def digests(self) -> list[DigestRecord]:
         with self.sessions() as session:
-            return [_record(DigestRecord, d) for d in session.scalars(select(Digest).order_by(Digest.id))]
+            return [record(DigestRecord, d) for d in session.scalars(select(Digest).order_by(Digest.id))]
 
     # -- pull requests ------------------------------------------------------------------------
 
@@ -607,7 +608,7 @@ class Store:
     ) -> None:
         now = self.clock()
         with self.sessions.begin() as session:
-            target_id = self._target_id(session, target)
+            target_id = target_id_of(session, target)
             row = session.scalar(
                 select(PullRequest).where(
                     PullRequest.target_id == target_id,
@@ -650,14 +651,14 @@ class Store:
         if fix_id is not None:
             query = query.where(PullRequest.fix_id == fix_id)
         with self.sessions() as session:
-            return [_record(PullRequestRecord, r) for r in session.scalars(query)]
+            return [record(PullRequestRecord, r) for r in session.scalars(query)]
 
     # -- aggregates for metrics ---------------------------------------------------------------
 
     def active_by_severity(self, target: str) -> dict[str, int]:
         """How many of the target's findings are active (new, open, reopened), per severity."""
         with self.sessions() as session:
-            target_id = self._target_id(session, target)
+            target_id = target_id_of(session, target)
             rows = session.execute(
                 select(FindingRow.severity, func.count())
                 .where(FindingRow.target_id == target_id, FindingRow.status.in_(ACTIVE_STATUSES))
@@ -802,7 +803,7 @@ def _last_success(session: Session) -> dict[int, datetime | None]:
 
 
 def _finding_record(f: FindingRow, target: str, **extras: Any) -> FindingRecord:
-    return _record(
+    return record(
         FindingRecord,
         f,
         target=target,
@@ -813,7 +814,7 @@ def _finding_record(f: FindingRow, target: str, **extras: Any) -> FindingRecord:
 
 
 def _run_record(r: Run, target: str, **extras: Any) -> RunRecord:
-    return _record(
+    return record(
         RunRecord,
         r,
         target=target,
