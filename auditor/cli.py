@@ -598,9 +598,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_fix(args: argparse.Namespace) -> int:
-    import difflib
-
-    from auditor.remediation.fix import propose
+    from auditor.remediation.fix import propose, unified_diff
 
     settings = _settings(args)
     paths = _paths(args) + [Path(p) for p in args.nodes or []]
@@ -631,14 +629,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
             Path(file).write_text(after, encoding="utf-8", newline="")
             print(f"wrote {file}", file=sys.stderr)
         else:
-            sys.stdout.writelines(
-                difflib.unified_diff(
-                    before.splitlines(keepends=True),
-                    after.splitlines(keepends=True),
-                    f"a/{file}",
-                    f"b/{file}",
-                )
-            )
+            sys.stdout.write(unified_diff(file, before, after))
     return (
         EXIT_OK
         if all(p.plan is not None or p.reason.startswith("already fixed") for p in proposals)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from auditor.errors import RemoteError
+from auditor.settings.service import GitSource
 
 log = logging.getLogger("auditor.gitops")
 
@@ -50,6 +51,12 @@ class Credentials:
     def header(self) -> str:
         raw = f"{self.username}:{self.token}".encode()
         return "Authorization: Basic " + base64.b64encode(raw).decode()
+
+
+def credentials(source: GitSource, environ: Mapping[str, str]) -> Credentials | None:
+    """The HTTPS user and token of a git target (None without a token)."""
+    token = source.token or environ.get(source.token_env, "")
+    return Credentials(source.username, token) if token else None
 
 
 def environment(credentials: Credentials | None, base: Mapping[str, str]) -> dict[str, str]:

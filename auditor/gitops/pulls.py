@@ -141,7 +141,7 @@ def github_client(
         key = Path(gh.private_key_file).read_text(encoding="utf-8")
         auth = Auth.AppAuth(gh.app_id, key).get_installation_auth(gh.installation_id)
     else:
-        token = gh.token or (environ.get(gh.token_env, "") if gh.token_env else "")
+        token = gh.token or environ.get(gh.token_env, "")
         if not token:
             raise git.GitError(
                 f"no GitHub token: set {gh.token_env or 'github.token_env'} for {gh.repository}"
@@ -331,8 +331,7 @@ def sync_pull_requests(
     repo = client.get_repo(gh.repository)
     base_branch = target.git.branch or repo.default_branch
     cache = Path(settings.service.git_cache_dir)
-    token = target.git.token or (environ.get(target.git.token_env, "") if target.git.token_env else "")
-    credentials = git.Credentials(target.git.username, token) if token else None
+    credentials = git.credentials(target.git, environ)
     outcomes: list[PullOutcome] = []
     with git.checkout_lock(cache, target.git.url):
         checkout = git.fetch(
