@@ -53,6 +53,12 @@ class Credentials:
         return "Authorization: Basic " + base64.b64encode(raw).decode()
 
 
+def relative_to(file: str, root: Path) -> str:
+    """`file` relative to the checkout `root` (unchanged when it lies outside)."""
+    path, top = Path(file).resolve(), root.resolve()
+    return str(path.relative_to(top)) if path.is_relative_to(top) else file
+
+
 def credentials(source: GitSource, environ: Mapping[str, str]) -> Credentials | None:
     """The HTTPS user and token of a git target (None without a token)."""
     token = source.token or environ.get(source.token_env, "")

@@ -255,13 +255,6 @@ def branch_for(workload: ObjectRef, fix_id: str) -> str:
     return f"{branch_prefix(workload)}-{fix_id}"
 
 
-def _relative(file: str, root: Path) -> str:
-    try:
-        return str(Path(file).resolve().relative_to(root.resolve()))
-    except ValueError:
-        return file
-
-
 def _body(proposals: Sequence[Proposal], fix_id: str, root: Path) -> tuple[str, str]:
     first = proposals[0]
     f = first.finding
@@ -294,7 +287,7 @@ def _body(proposals: Sequence[Proposal], fix_id: str, root: Path) -> tuple[str, 
     }.get(f.rule, f.message)
     w = f.workload
     title = title_text(f"placement-auditor: keep {w.kind} {w.namespace}/{w.name} in {first.plan.zone}")
-    policies = [{**p.to_json(), "file": _relative(p.file, root)} for p in f.policies]
+    policies = [{**p.to_json(), "file": git.relative_to(p.file, root)} for p in f.policies]
     body = render_body(
         {
             "workload": f"{w.kind} {w.namespace}/{w.name}",

@@ -314,10 +314,7 @@ class AuditRunner:
                 if not proposal.fixed:
                     reasons.append(proposal.reason)
                 for file, (before, after) in sorted(proposal.files.items()):
-                    name = Path(file).resolve()
-                    shown = (
-                        str(name.relative_to(root.resolve())) if name.is_relative_to(root.resolve()) else file
-                    )
+                    shown = git.relative_to(file, root)
                     diffs.append((shown, unified_diff(shown, before, after)))
                 if proposal.reaudit:
                     reasons.append(proposal.reaudit)
