@@ -130,7 +130,7 @@ def _paths(args: argparse.Namespace) -> list[Path]:
         raise ConfigError(
             "(arguments)", 0, "PATH", "give at least one manifest path, '-' for stdin, or --example NAME"
         )
-    return paths
+    return paths + [Path(p) for p in args.nodes or []]
 
 
 def _jobs(text: str) -> int:
@@ -145,7 +145,7 @@ def _jobs(text: str) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    paths = _paths(args)
     stream = _read_stdin() if STDIN in args.paths else None
     inv = load_inventory(paths, settings, stream=stream)
     errors = [e.to_json() for e in inv.errors]
@@ -191,7 +191,7 @@ def _document_cache(args: argparse.Namespace) -> DocumentCache | None:
 
 def cmd_scan(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    paths = _paths(args)
     if args.diff_base:
         return _diff_scan(args, settings, paths)
     stream = _read_stdin() if STDIN in args.paths else None
@@ -323,7 +323,7 @@ def cmd_connectivity(args: argparse.Namespace) -> int:
     from auditor.reports import connectivity_report
 
     settings = _settings(args)
-    paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    paths = _paths(args)
     with gcpause.paused(resume=not args.one_shot):
         inv = load_inventory(paths, settings, jobs=args.jobs)
         cmap = connectivity(inv, args.protocol.upper(), args.port or settings.network.ephemeral_ports)
@@ -333,10 +333,7 @@ def cmd_connectivity(args: argparse.Namespace) -> int:
             print(f"warning: {e}", file=sys.stderr)
     else:
         text = connectivity_report.render_json(cmap, inv.network.describe(), list(inv.errors))
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    _write(args, text)
     return EXIT_FAILED if not inv.workloads and inv.errors else EXIT_OK
 
 
@@ -601,7 +598,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
     from auditor.remediation.fix import propose, unified_diff
 
     settings = _settings(args)
-    paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    paths = _paths(args)
     pack = load_packs([Path(p) for p in args.policy or []])
     wanted = set(args.finding) if args.finding else None
     result, proposals = propose(paths, settings, pack, utc_date(system_clock), wanted, Tools.detect())
@@ -1128,22 +1125,16 @@ def main(argv: Sequence[str] | None = None, *, one_shot: bool = False) -> int:
     except BrokenPipeError:
         _stdout_gone()
         return EXIT_BROKEN_PIPE
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Exception) as exc:
         if debug:
             traceback.print_exc()
-        print("error: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except AuditorError as exc:
-        if debug:
-            traceback.print_exc()
-        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
-        return exc.exit_code
-    except Exception as exc:
-        if debug:
-            traceback.print_exc()
-            hint = ""
-        else:
-            hint = " (run with --debug for the traceback)"
+        if isinstance(exc, KeyboardInterrupt):
+            print("error: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if isinstance(exc, AuditorError):
+            print(f"error: {_one_line(str(exc))}", file=sys.stderr)
+            return exc.exit_code
+        hint = "" if debug else " (run with --debug for the traceback)"
         print(f"error: internal error: {type(exc).__name__}: {_one_line(str(exc))}{hint}", file=sys.stderr)
         return EXIT_FAILED
 

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple, Protocol
 from auditor.service.runner import AuditRunner, process_owner
 from auditor.service.webhooks import InstallationEvent, PullRequestEvent, PushEvent
 from auditor.settings.config import Settings
+from auditor.settings.service import TargetSettings
 from auditor.store.fleet import FleetStore
 
 log = logging.getLogger("auditor.tasks")
@@ -145,21 +146,12 @@ def run_audit(ctx: WorkerContext, task: AuditTask) -> str:
         return result.status
 
 
-def _sync_target(ctx: WorkerContext, target: Any) -> None:
+def _sync_target(ctx: WorkerContext, t: TargetSettings) -> None:
     from auditor.store.repository import TargetSpec
 
+    branch = t.git.branch if t.git else None
     ctx.runner.store.sync_targets(
-        [
-            TargetSpec(
-                target.name,
-                target.kind,
-                target.location,
-                target.git.branch if target.git else None,
-                target.paths,
-                target.nodes,
-                target.schedule,
-            )
-        ]
+        [TargetSpec(t.name, t.kind, t.location, branch, t.paths, t.nodes, t.schedule)]
     )
 
 

@@ -274,15 +274,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
             e = info.get(f.target)
             urls[f.id] = source_link(e, e.revision if e else None, f.workload.file, f.workload.line)
         query = {
-            k: v
-            for k, v in (
-                ("target", target),
-                ("rule", rule),
-                ("severity", severity),
-                ("status", status),
-                ("namespace", namespace),
-            )
-            if v
+            k: v for k in ("target", "rule", "severity", "status", "namespace") if (v := getattr(flt, k))
         }
         more = start + PER_PAGE < len(ordered)
         next_url = "/findings?" + urllib.parse.urlencode({**query, "page": page_no + 1}) if more else ""
