@@ -549,7 +549,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     if args.format == "json":
         from auditor.service import wire
 
-        print(json.dumps(wire.page_json(page), indent=2))
+        print(json.dumps(wire.record_json(page), indent=2))
         return EXIT_OK
     if not page.items:
         print("no findings match")
@@ -688,7 +688,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         settings.target(args.target)
     from auditor.service import wire
 
-    export = wire.export_json(store.export(args.target, since))
+    export = wire.record_json(store.export(args.target, since))
     if args.format in ("sarif", "junit", "policyreport", "openreports"):
         export = _checkout_relative(export, settings)
     report = compliance.build(export, settings.reports, store.clock(), since)

@@ -195,7 +195,7 @@ def create_app(
 
     def paged(read: Callable[[], Page[FindingRecord] | Page[RunRecord]]) -> dict[str, Any]:
         try:
-            return wire.page_json(read())
+            return wire.record_json(read())
         except BadCursor as exc:
             raise HTTPException(400, str(exc)) from None
 
@@ -256,7 +256,7 @@ def create_app(
         found = store.finding(finding_id)
         if found is None:
             raise HTTPException(404, "no such finding")
-        return wire.finding_json(found)
+        return wire.record_json(found)
 
     @app.get("/api/v1/runs", tags=["runs"])
     def runs(
@@ -272,12 +272,12 @@ def create_app(
         found = store.run(run_id)
         if found is None:
             raise HTTPException(404, "no such run")
-        return wire.run_json(found)
+        return wire.record_json(found)
 
     @app.get("/api/v1/targets", tags=["targets"])
     def targets() -> dict[str, Any]:
         """The targets, with their schedule and last successful run."""
-        return {"items": [wire.target_json(t) for t in store.targets()]}
+        return {"items": [wire.record_json(t) for t in store.targets()]}
 
     @app.post(
         "/api/v1/targets/{name}/runs",

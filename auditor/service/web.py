@@ -216,7 +216,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         return out
 
     def trends(names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-        return {n: [wire.run_json(r) for r in store.trend(n)] for n in names}
+        return {n: [wire.record_json(r) for r in store.trend(n)] for n in names}
 
     def source_link(e: Evidence | None, revision: str | None, file: str, line: int) -> str | None:
         if e is None or e.target.kind != "git":
