@@ -779,6 +779,8 @@ CONFIG_HELP = (
     f"config file (YAML); default: ${CONFIG_ENV}, else {CONFIG_FILE_NAME} in the scanned "
     "repository's root or a directory above it"
 )
+SCAN_FORMATS = ("table", "json", "sarif", "junit", "csv", "markdown")
+FAIL_ON = ("critical", "high", "medium", "low", "none")
 SERVICE_CONFIG_HELP = f"config file (YAML); default: ${CONFIG_ENV}, else {CONFIG_FILE_NAME} here or above"
 
 EPILOGS = {
@@ -847,6 +849,13 @@ def build_parser() -> argparse.ArgumentParser:
         return original_add(name, **kwargs)
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
+
+    def manifest_args(cmd: argparse.ArgumentParser, paths: str, config: str = "config file (YAML)") -> None:
+        cmd.add_argument("paths", nargs="*", metavar="PATH", help=paths)
+        cmd.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
+        cmd.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
+        cmd.add_argument("--config", help=config)
+
     ex = sub.add_parser("explain", help="answer one reachability question with the deciding policies")
     ex.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories; - for stdin")
     ex.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
@@ -876,18 +885,10 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser(
         "scan", help="audit manifests: training groups blocked, slowed or billed across zones"
     )
-    sc.add_argument(
-        "paths",
-        nargs="*",
-        metavar="PATH",
-        help="manifest files or directories; - reads a multi-document YAML stream from stdin",
+    manifest_args(
+        sc, "manifest files or directories; - reads a multi-document YAML stream from stdin", CONFIG_HELP
     )
-    sc.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
-    sc.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
-    sc.add_argument("--config", help=CONFIG_HELP)
-    sc.add_argument(
-        "--format", choices=("table", "json", "sarif", "junit", "csv", "markdown"), default="table"
-    )
+    sc.add_argument("--format", choices=SCAN_FORMATS, default="table")
     sc.add_argument(
         "--diff-base",
         metavar="REF",
@@ -906,7 +907,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
     sc.add_argument(
         "--fail-on",
-        choices=("critical", "high", "medium", "low", "none"),
+        choices=FAIL_ON,
         default="high",
         help="exit 1 when a finding is at or above this severity (default high)",
     )
@@ -932,10 +933,7 @@ def build_parser() -> argparse.ArgumentParser:
     cn = sub.add_parser(
         "connectivity", help="export who can reach whom, per namespace × zone, for training traffic"
     )
-    cn.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories")
-    cn.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
-    cn.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
-    cn.add_argument("--config", help="config file (YAML)")
+    manifest_args(cn, "manifest files or directories")
     cn.add_argument(
         "--port",
         type=_port_range,
@@ -959,11 +957,9 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_args(cl)
     cl.add_argument("--config", help="config file (YAML)")
     cl.add_argument("--policy", action="append", metavar="PACK", help="extra policy pack (repeatable)")
-    cl.add_argument(
-        "--format", choices=("table", "json", "sarif", "junit", "csv", "markdown"), default="table"
-    )
+    cl.add_argument("--format", choices=SCAN_FORMATS, default="table")
     cl.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
-    cl.add_argument("--fail-on", choices=("critical", "high", "medium", "low", "none"), default="high")
+    cl.add_argument("--fail-on", choices=FAIL_ON, default="high")
     cl.add_argument(
         "--publish-reports",
         nargs="?",
@@ -982,10 +978,7 @@ def build_parser() -> argparse.ArgumentParser:
     sn.set_defaults(func=cmd_snapshot)
 
     fx = sub.add_parser("fix", help="propose verified placement fixes as a diff (or write them)")
-    fx.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories")
-    fx.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
-    fx.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
-    fx.add_argument("--config", help="config file (YAML)")
+    manifest_args(fx, "manifest files or directories")
     fx.add_argument("--policy", action="append", metavar="PACK", help="extra policy pack (repeatable)")
     which = fx.add_mutually_exclusive_group()
     which.add_argument(
@@ -1024,7 +1017,7 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--config", help=SERVICE_CONFIG_HELP)
     rn.add_argument(
         "--fail-on",
-        choices=("critical", "high", "medium", "low", "none"),
+        choices=FAIL_ON,
         default="high",
         help="exit 1 when an active finding of the target is at or above this severity",
     )

@@ -118,7 +118,6 @@ def build(
     }
     groups, _ = overview.top_groups(items, len(items) or 1)
     groups.sort(key=lambda g: (g.target, g.kind, g.namespace, g.name) not in blocked_groups)  # stable
-    base = settings.base_url.rstrip("/") if settings.base_url else ""
     values = {
         "team": team,
         "since": since,
@@ -138,7 +137,7 @@ def build(
         "trend": None if first else trend,
         "expiring": expiring,
         "coverage": coverage,
-        "base_url": base,
+        "base_url": settings.base_url,
     }
     subject = (
         f"[placement-auditor] {team.name}: {len(blocked_groups)} blocked, {len(new)} new,"
