@@ -241,12 +241,7 @@ def create_app(
     ) -> dict[str, Any]:
         """Findings, newest first, filtered; `next_cursor` fetches the next page."""
         flt = FindingFilter(
-            target,
-            rule,
-            severity.value if severity else None,
-            status.value if status else None,
-            namespace,
-            since,
+            target, rule, severity and severity.value, status and status.value, namespace, since
         )
         return paged(lambda: store.findings(flt, limit, cursor))
 

@@ -408,11 +408,10 @@ class Store:
         """A page of findings, newest first (keyset pagination on the id)."""
         before = decode_cursor(cursor) if cursor is not None else None
         with self.sessions() as session:
-            target_id = None
-            if flt.target is not None:
-                target_id = session.scalar(select(Target.id).where(Target.name == flt.target))
-                if target_id is None:
-                    return Page([], None)
+            try:
+                target_id = target_id_of(session, flt.target) if flt.target is not None else None
+            except UnknownTarget:
+                return Page([], None)
             query = self._finding_query(flt, target_id)
             if before is not None:
                 query = query.where(FindingRow.id < before)
