@@ -38,15 +38,11 @@ log = logging.getLogger("auditor.leader")
 LOCK_NAME = "placement-auditor:scheduler"
 
 
-def lock_key(name: str = LOCK_NAME) -> int:
-    """A stable signed 64-bit key for `pg_try_advisory_lock(bigint)`."""
-    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
-
-
 class Leadership:
     def __init__(self, engine: Engine, name: str = LOCK_NAME) -> None:
         self.engine = engine
-        self.key = lock_key(name)
+        # A stable signed 64-bit key for `pg_try_advisory_lock(bigint)`.
+        self.key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
         self.postgres = engine.dialect.name == "postgresql"
         self._connection: Any = None
         self._lock = threading.Lock()
