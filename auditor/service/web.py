@@ -218,6 +218,11 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
     def trends(names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         return {n: [wire.record_json(r) for r in store.trend(n)] for n in names}
 
+    def analysis(name: str) -> Analysis:
+        if name not in {t.name for t in store.targets()}:
+            raise HTTPException(404, "no such target")
+        return analyses.get(name)
+
     def source_link(e: Evidence | None, revision: str | None, file: str, line: int) -> str | None:
         if e is None or e.target.kind != "git":
             return None
@@ -359,9 +364,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
 
     @app.get("/targets/{name}/map", response_class=HTMLResponse, include_in_schema=False)
     def cluster_map_page(name: TargetName) -> HTMLResponse:
-        if name not in {t.name for t in store.targets()}:
-            raise HTTPException(404, "no such target")
-        a = analyses.get(name)
+        a = analysis(name)
         cmap = connectivity(a.inventory, "TCP", a.inventory.settings.network.ephemeral_ports)
         groups = clustermap.straddlers(a.result.groups) if a.result.groups is not None else []
         drawn = clustermap.svg(cmap, groups, f"cluster map of {name}")
@@ -379,9 +382,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         "/targets/{name}/groups/{namespace}/{workload}", response_class=HTMLResponse, include_in_schema=False
     )
     def group_page(name: TargetName, namespace: K8sName, workload: K8sName) -> HTMLResponse:
-        if name not in {t.name for t in store.targets()}:
-            raise HTTPException(404, "no such target")
-        a = analyses.get(name)
+        a = analysis(name)
         groups = a.result.groups
         found = (
             [g for g in groups.groups if g.workload.namespace == namespace and g.workload.name == workload]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, date, datetime
 from typing import Any, TypeVar, cast
 
@@ -191,13 +191,9 @@ class Store:
             existing = {t.name: t for t in session.scalars(select(Target))}
             for spec in specs:
                 row = existing.get(spec.name)
+                # The columns of the spec's fields (lists where the spec holds tuples), but its name.
                 values = {
-                    "kind": spec.kind,
-                    "location": spec.location,
-                    "branch": spec.branch,
-                    "paths": list(spec.paths),
-                    "node_files": list(spec.node_files),
-                    "schedule": spec.schedule,
+                    k: list(v) if isinstance(v, tuple) else v for k, v in asdict(spec).items() if k != "name"
                 }
                 if row is None:
                     session.add(Target(name=spec.name, created_at=now, updated_at=now, **values))
