@@ -348,12 +348,11 @@ def _read_cluster(args: argparse.Namespace) -> ClusterRead | None:
         read = cluster.read_cluster(
             args.context, args.kubeconfig, args.in_cluster, ReadOptions.from_settings(settings)
         )
-    except (ValueError, OSError) as exc:  # kubeconfig missing or broken, unknown context
-        raise ConfigError(args.kubeconfig or "kubeconfig", 0, "--context", str(exc)) from None
     except Exception as exc:
-        if type(exc).__name__ == "ConfigException":  # the kubernetes client's own config errors
-            raise ConfigError(args.kubeconfig or "kubeconfig", 0, "--context", str(exc)) from None
-        raise
+        # A kubeconfig missing or broken, an unknown context, the kubernetes client's config errors.
+        if not isinstance(exc, ValueError | OSError) and type(exc).__name__ != "ConfigException":
+            raise
+        raise ConfigError(args.kubeconfig or "kubeconfig", 0, "--context", str(exc)) from None
     for problem in read.incomplete:
         grant = f" — grant it with: {problem.rbac}" if problem.rbac else ""
         print(f"error: {problem.what}: {problem.problem}: {problem.message}{grant}", file=sys.stderr)

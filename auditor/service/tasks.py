@@ -158,13 +158,10 @@ def _sync_target(ctx: WorkerContext, t: TargetSettings) -> None:
 def run_pr_check(ctx: WorkerContext, event: PullRequestEvent, task_key: str) -> str:
     from auditor.service import githubapp
 
-    app = ctx.settings.service.github_app
-    assert app is not None
     broker = ctx.settings.service.broker
     seconds = broker.lease_seconds if broker else 300
     with leased(ctx.fleet, f"check:{event.repository}:{event.head_sha}", seconds, task_key):
-        output = githubapp.audit_pull_request(ctx.settings, ctx.runner, ctx.fleet, event, task_key)
-        return output.conclusion
+        return githubapp.audit_pull_request(ctx.settings, ctx.runner, ctx.fleet, event, task_key).conclusion
 
 
 def run_installation(ctx: WorkerContext, event: InstallationEvent) -> None:
