@@ -375,9 +375,8 @@ class Store:
             .options(defer(FindingRow.detail))  # lists never return it
         )
         if flt.target is not None:
-            # A scalar subquery, so the planner uses the (target_id, status, id) index.
-            # The id as a value (looked up first): the planner then knows how many rows the
-            # target has and walks the (target_id, id) index instead of the whole table.
+            # The id as a value (looked up first), not a subquery: the planner then knows how many
+            # rows the target has and walks the (target_id, id) index instead of the whole table.
             query = query.where(FindingRow.target_id == target_id)
         if flt.rule is not None:
             query = query.where(FindingRow.rule == flt.rule)
