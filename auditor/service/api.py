@@ -248,10 +248,7 @@ def create_app(
     @app.get("/api/v1/findings/{finding_id}", tags=["findings"])
     def finding(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> dict[str, Any]:
         """One finding with its history (one entry per run that saw or resolved it)."""
-        found = store.finding(finding_id)
-        if found is None:
-            raise HTTPException(404, "no such finding")
-        return wire.record_json(found)
+        return wire.record_json(web.found(store.finding(finding_id), "finding"))
 
     @app.get("/api/v1/runs", tags=["runs"])
     def runs(
@@ -264,10 +261,7 @@ def create_app(
 
     @app.get("/api/v1/runs/{run_id}", tags=["runs"])
     def run(run_id: Annotated[int, Path(ge=1, le=2**62)]) -> dict[str, Any]:
-        found = store.run(run_id)
-        if found is None:
-            raise HTTPException(404, "no such run")
-        return wire.record_json(found)
+        return wire.record_json(web.found(store.run(run_id), "run"))
 
     @app.get("/api/v1/targets", tags=["targets"])
     def targets() -> dict[str, Any]:

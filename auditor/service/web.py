@@ -50,6 +50,13 @@ FAVICON = (
 )
 
 
+def found(value: V | None, what: str) -> V:
+    """`value`, or a 404 saying there is no such `what`."""
+    if value is None:
+        raise HTTPException(404, f"no such {what}")
+    return value
+
+
 class Analyser(Protocol):
     def analyse(self, target_name: str) -> Analysis: ...
 
@@ -296,9 +303,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
 
     @app.get("/findings/{finding_id}", response_class=HTMLResponse, include_in_schema=False)
     def finding_page(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> HTMLResponse:
-        item = store.finding(finding_id)
-        if item is None:
-            raise HTTPException(404, "no such finding")
+        item = found(store.finding(finding_id), "finding")
         w, detail = item.workload, item.detail or {}
         title = f"{w.kind} {w.namespace}/{w.name}"
         # The group's map from every stored finding of the same workload (a fresh read of the
@@ -330,11 +335,8 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
 
     @app.get("/findings/{finding_id}/fix", response_class=HTMLResponse, include_in_schema=False)
     def fix_page(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> HTMLResponse:
-        item = store.finding(finding_id)
-        if item is None:
-            raise HTTPException(404, "no such finding")
-        preview = analyses.fix(item.target, item.fingerprint)
-        return page("fix.html.j2", item=item, preview=preview)
+        item = found(store.finding(finding_id), "finding")
+        return page("fix.html.j2", item=item, preview=analyses.fix(item.target, item.fingerprint))
 
     @app.get("/targets/{name}", response_class=HTMLResponse, include_in_schema=False)
     def target_page(name: TargetName) -> HTMLResponse:
