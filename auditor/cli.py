@@ -130,7 +130,7 @@ def _paths(args: argparse.Namespace) -> list[Path]:
         raise ConfigError(
             "(arguments)", 0, "PATH", "give at least one manifest path, '-' for stdin, or --example NAME"
         )
-    return paths
+    return paths + [Path(p) for p in args.nodes or []]
 
 
 def _jobs(text: str) -> int:
@@ -145,7 +145,7 @@ def _jobs(text: str) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    paths = _paths(args)
     stream = _read_stdin() if STDIN in args.paths else None
     inv = load_inventory(paths, settings, stream=stream)
     errors = [e.to_json() for e in inv.errors]
@@ -191,7 +191,7 @@ def _document_cache(args: argparse.Namespace) -> DocumentCache | None:
 
 def cmd_scan(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    paths = _paths(args)
     if args.diff_base:
         return _diff_scan(args, settings, paths)
     stream = _read_stdin() if STDIN in args.paths else None
@@ -324,7 +324,7 @@ def cmd_connectivity(args: argparse.Namespace) -> int:
     from auditor.reports import connectivity_report
 
     settings = _settings(args)
-    paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    paths = _paths(args)
     with gcpause.paused(resume=not args.one_shot):
         inv = load_inventory(paths, settings, jobs=args.jobs)
         cmap = connectivity(inv, args.protocol.upper(), args.port or settings.network.ephemeral_ports)
@@ -335,10 +335,7 @@ def cmd_connectivity(args: argparse.Namespace) -> int:
             print(f"warning: {e}", file=sys.stderr)
     else:
         text = connectivity_report.render_json(cmap, inv.network.describe(), list(inv.errors))
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    _write(args, text)
     return EXIT_FAILED if not inv.workloads and inv.errors else EXIT_OK
 
 
@@ -353,12 +350,11 @@ def _read_cluster(args: argparse.Namespace) -> ClusterRead | None:
         read = cluster.read_cluster(
             args.context, args.kubeconfig, args.in_cluster, ReadOptions.from_settings(settings)
         )
-    except (ValueError, OSError) as exc:  # kubeconfig missing or broken, unknown context
-        raise ConfigError(args.kubeconfig or "kubeconfig", 0, "--context", str(exc)) from None
     except Exception as exc:
-        if type(exc).__name__ == "ConfigException":  # the kubernetes client's own config errors
-            raise ConfigError(args.kubeconfig or "kubeconfig", 0, "--context", str(exc)) from None
-        raise
+        # A kubeconfig missing or broken, an unknown context, the kubernetes client's config errors.
+        if not isinstance(exc, ValueError | OSError) and type(exc).__name__ != "ConfigException":
+            raise
+        raise ConfigError(args.kubeconfig or "kubeconfig", 0, "--context", str(exc)) from None
     for problem in read.incomplete:
         grant = f" — grant it with: {problem.rbac}" if problem.rbac else ""
         print(f"error: {problem.what}: {problem.problem}: {problem.message}{grant}", file=sys.stderr)
@@ -555,7 +551,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     if args.format == "json":
         from auditor.service import wire
 
-        print(json.dumps(wire.page_json(page), indent=2))
+        print(json.dumps(wire.record_json(page), indent=2))
         return EXIT_OK
     if not page.items:
         print("no findings match")
@@ -601,12 +597,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_fix(args: argparse.Namespace) -> int:
-    import difflib
-
-    from auditor.remediation.fix import propose
+    from auditor.remediation.fix import propose, unified_diff
 
     settings = _settings(args)
-    paths = _paths(args) + [Path(p) for p in args.nodes or []]
+    paths = _paths(args)
     pack = load_packs([Path(p) for p in args.policy or []])
     wanted = set(args.finding) if args.finding else None
     result, proposals = propose(paths, settings, pack, utc_date(system_clock), wanted, Tools.detect())
@@ -634,14 +628,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
             Path(file).write_text(after, encoding="utf-8", newline="")
             print(f"wrote {file}", file=sys.stderr)
         else:
-            sys.stdout.writelines(
-                difflib.unified_diff(
-                    before.splitlines(keepends=True),
-                    after.splitlines(keepends=True),
-                    f"a/{file}",
-                    f"b/{file}",
-                )
-            )
+            sys.stdout.write(unified_diff(file, before, after))
     return (
         EXIT_OK
         if all(p.plan is not None or p.reason.startswith("already fixed") for p in proposals)
@@ -703,7 +690,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         settings.target(args.target)
     from auditor.service import wire
 
-    export = wire.export_json(store.export(args.target, since))
+    export = wire.record_json(store.export(args.target, since))
     if args.format in ("sarif", "junit", "policyreport", "openreports"):
         export = _checkout_relative(export, settings)
     report = compliance.build(export, settings.reports, store.clock(), since)
@@ -794,6 +781,8 @@ CONFIG_HELP = (
     f"config file (YAML); default: ${CONFIG_ENV}, else {CONFIG_FILE_NAME} in the scanned "
     "repository's root or a directory above it"
 )
+SCAN_FORMATS = ("table", "json", "sarif", "junit", "csv", "markdown")
+FAIL_ON = ("critical", "high", "medium", "low", "none")
 SERVICE_CONFIG_HELP = f"config file (YAML); default: ${CONFIG_ENV}, else {CONFIG_FILE_NAME} here or above"
 
 EPILOGS = {
@@ -862,6 +851,13 @@ def build_parser() -> argparse.ArgumentParser:
         return original_add(name, **kwargs)
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
+
+    def manifest_args(cmd: argparse.ArgumentParser, paths: str, config: str = "config file (YAML)") -> None:
+        cmd.add_argument("paths", nargs="*", metavar="PATH", help=paths)
+        cmd.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
+        cmd.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
+        cmd.add_argument("--config", help=config)
+
     ex = sub.add_parser("explain", help="answer one reachability question with the deciding policies")
     ex.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories; - for stdin")
     ex.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
@@ -891,18 +887,10 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser(
         "scan", help="audit manifests: training groups blocked, slowed or billed across zones"
     )
-    sc.add_argument(
-        "paths",
-        nargs="*",
-        metavar="PATH",
-        help="manifest files or directories; - reads a multi-document YAML stream from stdin",
+    manifest_args(
+        sc, "manifest files or directories; - reads a multi-document YAML stream from stdin", CONFIG_HELP
     )
-    sc.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
-    sc.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
-    sc.add_argument("--config", help=CONFIG_HELP)
-    sc.add_argument(
-        "--format", choices=("table", "json", "sarif", "junit", "csv", "markdown"), default="table"
-    )
+    sc.add_argument("--format", choices=SCAN_FORMATS, default="table")
     sc.add_argument(
         "--diff-base",
         metavar="REF",
@@ -921,7 +909,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
     sc.add_argument(
         "--fail-on",
-        choices=("critical", "high", "medium", "low", "none"),
+        choices=FAIL_ON,
         default="high",
         help="exit 1 when a finding is at or above this severity (default high)",
     )
@@ -947,10 +935,7 @@ def build_parser() -> argparse.ArgumentParser:
     cn = sub.add_parser(
         "connectivity", help="export who can reach whom, per namespace × zone, for training traffic"
     )
-    cn.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories")
-    cn.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
-    cn.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
-    cn.add_argument("--config", help="config file (YAML)")
+    manifest_args(cn, "manifest files or directories")
     cn.add_argument(
         "--port",
         type=_port_range,
@@ -974,11 +959,9 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_args(cl)
     cl.add_argument("--config", help="config file (YAML)")
     cl.add_argument("--policy", action="append", metavar="PACK", help="extra policy pack (repeatable)")
-    cl.add_argument(
-        "--format", choices=("table", "json", "sarif", "junit", "csv", "markdown"), default="table"
-    )
+    cl.add_argument("--format", choices=SCAN_FORMATS, default="table")
     cl.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
-    cl.add_argument("--fail-on", choices=("critical", "high", "medium", "low", "none"), default="high")
+    cl.add_argument("--fail-on", choices=FAIL_ON, default="high")
     cl.add_argument(
         "--publish-reports",
         nargs="?",
@@ -997,10 +980,7 @@ def build_parser() -> argparse.ArgumentParser:
     sn.set_defaults(func=cmd_snapshot)
 
     fx = sub.add_parser("fix", help="propose verified placement fixes as a diff (or write them)")
-    fx.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories")
-    fx.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
-    fx.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
-    fx.add_argument("--config", help="config file (YAML)")
+    manifest_args(fx, "manifest files or directories")
     fx.add_argument("--policy", action="append", metavar="PACK", help="extra policy pack (repeatable)")
     which = fx.add_mutually_exclusive_group()
     which.add_argument(
@@ -1039,7 +1019,7 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--config", help=SERVICE_CONFIG_HELP)
     rn.add_argument(
         "--fail-on",
-        choices=("critical", "high", "medium", "low", "none"),
+        choices=FAIL_ON,
         default="high",
         help="exit 1 when an active finding of the target is at or above this severity",
     )
@@ -1150,22 +1130,16 @@ def main(argv: Sequence[str] | None = None, *, one_shot: bool = False) -> int:
     except BrokenPipeError:
         _stdout_gone()
         return EXIT_BROKEN_PIPE
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Exception) as exc:
         if debug:
             traceback.print_exc()
-        print("error: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except AuditorError as exc:
-        if debug:
-            traceback.print_exc()
-        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
-        return exc.exit_code
-    except Exception as exc:
-        if debug:
-            traceback.print_exc()
-            hint = ""
-        else:
-            hint = " (run with --debug for the traceback)"
+        if isinstance(exc, KeyboardInterrupt):
+            print("error: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if isinstance(exc, AuditorError):
+            print(f"error: {_one_line(str(exc))}", file=sys.stderr)
+            return exc.exit_code
+        hint = "" if debug else " (run with --debug for the traceback)"
         print(f"error: internal error: {type(exc).__name__}: {_one_line(str(exc))}{hint}", file=sys.stderr)
         return EXIT_FAILED
 

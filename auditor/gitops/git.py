@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from auditor.errors import RemoteError
+from auditor.settings.service import GitSource
 
 log = logging.getLogger("auditor.gitops")
 
@@ -50,6 +51,18 @@ class Credentials:
     def header(self) -> str:
         raw = f"{self.username}:{self.token}".encode()
         return "Authorization: Basic " + base64.b64encode(raw).decode()
+
+
+def relative_to(file: str, root: Path) -> str:
+    """`file` relative to the checkout `root` (unchanged when it lies outside)."""
+    path, top = Path(file).resolve(), root.resolve()
+    return str(path.relative_to(top)) if path.is_relative_to(top) else file
+
+
+def credentials(source: GitSource, environ: Mapping[str, str]) -> Credentials | None:
+    """The HTTPS user and token of a git target (None without a token)."""
+    token = source.token or environ.get(source.token_env, "")
+    return Credentials(source.username, token) if token else None
 
 
 def environment(credentials: Credentials | None, base: Mapping[str, str]) -> dict[str, str]:
@@ -84,21 +97,16 @@ def _redact(text: str, credentials: Credentials | None, env: Mapping[str, str]) 
     return text
 
 
+_NEEDS_CREDENTIALS = ("could not read username", "authentication failed", "terminal prompts disabled")
+
+
 def _explain(stderr: str) -> str:
     lowered = stderr.lower()
-    if (
-        "could not read username" in lowered
-        or "authentication failed" in lowered
-        or "terminal prompts disabled" in lowered
-    ):
+    if any(s in lowered for s in _NEEDS_CREDENTIALS):
         return "the remote asks for credentials (set token_env for the target, or check the token)"
     if "permission denied (publickey" in lowered:
         return "the SSH key was refused"
-    if (
-        "could not resolve host" in lowered
-        or "connection refused" in lowered
-        or "failed to connect" in lowered
-    ):
+    if any(s in lowered for s in ("could not resolve host", "connection refused", "failed to connect")):
         return "the remote cannot be reached"
     if ("remote branch" in lowered and "not found" in lowered) or "couldn't find remote ref" in lowered:
         return "the branch does not exist on the remote"
@@ -142,14 +150,6 @@ def run(
     return done.stdout
 
 
-def plaintext_token_warning(url: str) -> str:
-    """The warning for a token sent to an `http://` URL: anyone on the path can read and reuse it."""
-    return (
-        f"the git token for {url} is sent unencrypted (http://): anyone on the network path can "
-        "read it; use an https:// URL"
-    )
-
-
 def cache_dir_for(cache_root: Path, url: str) -> Path:
     return cache_root / hashlib.sha256(url.encode()).hexdigest()[:20]
 
@@ -189,32 +189,33 @@ def fetch(
     if url.startswith("-") or "::" in url or (branch is not None and branch.startswith("-")):
         raise GitError(f"refusing to fetch {url!r} {branch or ''}: not a plain URL and branch")
     if credentials is not None and credentials.token and url.lower().startswith("http://"):
-        log.warning("%s", plaintext_token_warning(url))
+        log.warning(
+            "the git token for %s is sent unencrypted (http://): anyone on the network path can read it; "
+            "use an https:// URL",
+            url,
+        )
     directory = cache_dir_for(cache_root, url)
     env = environment(credentials, environ)
+
+    def git(*args: str) -> str:
+        return run(args, directory, env, timeout, credentials)
+
     if not (directory / ".git").is_dir():
         if directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
-        run(["init", "--quiet"], directory, env, timeout, credentials)
-        run(["remote", "add", "origin", url], directory, env, timeout, credentials)
+        git("init", "--quiet")
+        git("remote", "add", "origin", url)
     else:
-        run(["remote", "set-url", "origin", url], directory, env, timeout, credentials)
+        git("remote", "set-url", "origin", url)
     ref = branch or "HEAD"
     try:
-        run(
-            ["fetch", "--quiet", "--depth", "1", "--no-tags", "origin", ref],
-            directory,
-            env,
-            timeout,
-            credentials,
-        )
+        git("fetch", "--quiet", "--depth", "1", "--no-tags", "origin", ref)
     except GitError as exc:
         if "shallow" not in str(exc).lower():
             raise
         # Some servers (dumb HTTP) cannot serve shallow fetches: fetch the branch whole.
-        run(["fetch", "--quiet", "--no-tags", "origin", ref], directory, env, timeout, credentials)
-    run(["checkout", "--quiet", "--force", "--detach", "FETCH_HEAD"], directory, env, timeout, credentials)
-    run(["clean", "--quiet", "-ffdx"], directory, env, timeout, credentials)
-    commit = run(["rev-parse", "HEAD"], directory, env, timeout, credentials).strip()
-    return Checkout(directory, commit)
+        git("fetch", "--quiet", "--no-tags", "origin", ref)
+    git("checkout", "--quiet", "--force", "--detach", "FETCH_HEAD")
+    git("clean", "--quiet", "-ffdx")
+    return Checkout(directory, git("rev-parse", "HEAD").strip())

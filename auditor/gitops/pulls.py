@@ -141,7 +141,7 @@ def github_client(
         key = Path(gh.private_key_file).read_text(encoding="utf-8")
         auth = Auth.AppAuth(gh.app_id, key).get_installation_auth(gh.installation_id)
     else:
-        token = gh.token or (environ.get(gh.token_env, "") if gh.token_env else "")
+        token = gh.token or environ.get(gh.token_env, "")
         if not token:
             raise git.GitError(
                 f"no GitHub token: set {gh.token_env or 'github.token_env'} for {gh.repository}"
@@ -255,13 +255,6 @@ def branch_for(workload: ObjectRef, fix_id: str) -> str:
     return f"{branch_prefix(workload)}-{fix_id}"
 
 
-def _relative(file: str, root: Path) -> str:
-    try:
-        return str(Path(file).resolve().relative_to(root.resolve()))
-    except ValueError:
-        return file
-
-
 def _body(proposals: Sequence[Proposal], fix_id: str, root: Path) -> tuple[str, str]:
     first = proposals[0]
     f = first.finding
@@ -294,7 +287,7 @@ def _body(proposals: Sequence[Proposal], fix_id: str, root: Path) -> tuple[str, 
     }.get(f.rule, f.message)
     w = f.workload
     title = title_text(f"placement-auditor: keep {w.kind} {w.namespace}/{w.name} in {first.plan.zone}")
-    policies = [{**p.to_json(), "file": _relative(p.file, root)} for p in f.policies]
+    policies = [{**p.to_json(), "file": git.relative_to(p.file, root)} for p in f.policies]
     body = render_body(
         {
             "workload": f"{w.kind} {w.namespace}/{w.name}",
@@ -331,8 +324,7 @@ def sync_pull_requests(
     repo = client.get_repo(gh.repository)
     base_branch = target.git.branch or repo.default_branch
     cache = Path(settings.service.git_cache_dir)
-    token = target.git.token or (environ.get(target.git.token_env, "") if target.git.token_env else "")
-    credentials = git.Credentials(target.git.username, token) if token else None
+    credentials = git.credentials(target.git, environ)
     outcomes: list[PullOutcome] = []
     with git.checkout_lock(cache, target.git.url):
         checkout = git.fetch(
@@ -411,16 +403,14 @@ def _one(
     fix_id = fix_id_of(fix_intent(proposals))
     branch = branch_for(proposals[0].finding.workload, fix_id)
     files = _files(root, proposals)
+
+    def skipped(detail: str, number: int | None = None) -> PullOutcome:
+        return PullOutcome(identity, branch, "skipped", detail, number)
+
     mine = store.pull_requests(target, fix_id=fix_id)
     refused = next((r for r in mine if r.closed_by_human), None)
     if refused is not None:
-        return PullOutcome(
-            identity,
-            branch,
-            "skipped",
-            f"a human closed #{refused.number} for this fix",
-            refused.number,
-        )
+        return skipped(f"a human closed #{refused.number} for this fix", refused.number)
     closed_by_us = {r.number for r in mine if r.state == "superseded"}
     owner = gh.repository.split("/")[0]
     # What GitHub says of the PRs on the fix's branch: their state, never their body.
@@ -428,9 +418,7 @@ def _one(
     for p in pulls:
         if p.state == "closed" and not p.merged and p.number not in closed_by_us:
             store.record_pull_request(target, identity, branch, p.number, p.html_url, "closed", fix_id, True)
-            return PullOutcome(
-                identity, branch, "skipped", f"#{p.number} was closed unmerged by a human", p.number
-            )
+            return skipped(f"#{p.number} was closed unmerged by a human", p.number)
     open_pr = next((p for p in pulls if p.state == "open"), None)
     if open_pr is not None:
         store.record_pull_request(target, identity, branch, open_pr.number, open_pr.html_url, "open", fix_id)
@@ -447,28 +435,16 @@ def _one(
         authors = [c.commit.author.email for c in repo.compare(base_branch, branch).commits]
         foreign = sorted({a for a in authors if a != gh.commit_email})
         if foreign:
-            return PullOutcome(
-                identity,
-                branch,
-                "skipped",
-                f"someone else committed to the branch ({', '.join(foreign)}); not force-pushing",
-            )
+            return skipped(f"someone else committed to the branch ({', '.join(foreign)}); not force-pushing")
     if not earlier:
         open_fix_prs = [
             p for p in repo.get_pulls(state="open") if p.head.ref.startswith("placement-auditor/")
         ]
         if len(open_fix_prs) >= gh.max_open_prs:
-            return PullOutcome(
-                identity, branch, "skipped", f"{len(open_fix_prs)} fix pull requests are open (max_open_prs)"
-            )
+            return skipped(f"{len(open_fix_prs)} fix pull requests are open (max_open_prs)")
     recent = store.pull_requests_since(target, store.clock() - timedelta(hours=1))
     if recent >= gh.max_new_prs_per_hour:
-        return PullOutcome(
-            identity,
-            branch,
-            "skipped",
-            f"{recent} pull requests opened in the last hour (max_new_prs_per_hour)",
-        )
+        return skipped(f"{recent} pull requests opened in the last hour (max_new_prs_per_hour)")
     title, body = _body(proposals, fix_id, root)
     git.run(["checkout", "--quiet", "--force", "-B", branch, base_commit], root, env)
     for rel, text in files.items():

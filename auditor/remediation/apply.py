@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -173,19 +174,7 @@ def kustomize_patch(
     if affinity:
         spec["affinity"] = affinity
     if fragment.get("tolerations"):
-        old = [
-            {
-                k: v
-                for k, v in {
-                    "key": t.key,
-                    "operator": t.operator,
-                    "value": t.value,
-                    "effect": t.effect,
-                }.items()
-                if v
-            }
-            for t in patch.role.template.tolerations
-        ]
+        old = [{k: v for k, v in asdict(t).items() if v} for t in patch.role.template.tolerations]
         spec["tolerations"] = [*old, *fragment["tolerations"]]
     if spec:
         template["spec"] = spec
@@ -229,14 +218,8 @@ def kustomize_json6902(
     def add(parts: Sequence[PathPart], value: Any) -> None:
         ops.append({"op": "add", "path": _pointer((*base, *parts)), "value": value})
 
-    wanted_meta = {
-        group: values
-        for group, values in (
-            ("labels", dict(patch.labels)),
-            ("annotations", fragment.get("annotations") or {}),
-        )
-        if values
-    }
+    wanted = {"labels": dict(patch.labels), "annotations": fragment.get("annotations") or {}}
+    wanted_meta = {group: values for group, values in wanted.items() if values}
     meta = template.get("metadata")
     if wanted_meta and not isinstance(meta, Mapping):
         add(["metadata"], wanted_meta)

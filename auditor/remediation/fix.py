@@ -7,6 +7,7 @@ fix already removed is reported as such.
 
 from __future__ import annotations
 
+import difflib
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -37,6 +38,14 @@ class Proposal:
     @property
     def fixed(self) -> bool:
         return self.plan is not None
+
+
+def unified_diff(name: str, before: str, after: str) -> str:
+    """The change of the file `name` as a unified diff (`a/NAME`, `b/NAME`)."""
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{name}", f"b/{name}"
+    )
+    return "".join(lines)
 
 
 def _read(path: Path) -> str:

@@ -95,10 +95,6 @@ def _tolerable(taint: Taint) -> bool:
     return taint.effect in ("NoSchedule", "NoExecute") and not taint.key.startswith(_NEVER_TOLERATE)
 
 
-def _tolerates(role: Role, taint: Taint) -> bool:
-    return any(t.tolerates(taint) for t in role.template.tolerations)
-
-
 def landing(
     role: Role, zone: str, nodes: Sequence[Node], zone_key: str, volumes: Mapping[str, frozenset[str]]
 ) -> tuple[Taint, ...] | str:
@@ -108,7 +104,8 @@ def landing(
     for node in nodes:
         if node.label_map.get(zone_key) != zone:
             continue
-        missing = tuple(t for t in node.taints if not _tolerates(role, t))
+        tolerations = role.template.tolerations
+        missing = tuple(t for t in node.taints if not any(tol.tolerates(t) for tol in tolerations))
         if any(not _tolerable(t) for t in missing):
             why = f"{node.name} has a taint a fix never tolerates"
             continue
@@ -125,9 +122,7 @@ def landing(
     return best if best is not None else f"{role} cannot land in {zone} ({why})"
 
 
-def _zone_labels(
-    role: Role, zone: str, zones: set[str], written: Mapping[str, str]
-) -> tuple[tuple[str, str], ...]:
+def _zone_labels(zone: str, zones: set[str], written: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(
         (k, zone)
         for k, v in sorted(written.items())
@@ -155,7 +150,7 @@ def plan(
                     finding,
                     f"{role} can land in {len(placement.zones)} zones: the right label is not decidable",
                 )
-            labels = _zone_labels(role, placement.zones[0], set(zones), dict(role.template.labels))
+            labels = _zone_labels(placement.zones[0], set(zones), dict(role.template.labels))
             if labels:
                 patches.append(RolePatch(role, labels=labels))
         if not patches:
@@ -190,7 +185,7 @@ def plan(
                 blocked = found
                 break
             confined = model.placements[role].zones == (zone,)
-            labels = _zone_labels(role, zone, set(zones), dict(role.template.labels))
+            labels = _zone_labels(zone, set(zones), dict(role.template.labels))
             if strategy == "follow-coordinator" and peer is not None:
                 if role == peer:
                     patch = RolePatch(role, None if confined else zone, found, labels)

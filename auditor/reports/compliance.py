@@ -9,7 +9,7 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -220,10 +220,6 @@ def to_pdf(report: Report) -> bytes:
     return bytes(HTML(string=to_html(report)).write_pdf())
 
 
-def _stored(report: Report) -> StoredResult:
-    return StoredResult.of(report.findings, report.targets)
-
-
 def to_policyreport(report: Report, flavour: str = "wgpolicyk8s") -> str:
     """PolicyReport objects per namespace (reports/policyreport.py): wgpolicyk8s.io/v1alpha2
     or openreports.io/v1alpha1."""
@@ -232,28 +228,23 @@ def to_policyreport(report: Report, flavour: str = "wgpolicyk8s") -> str:
     return policyreport.render(policyreport.build(entries, policyreport.FLAVOURS[flavour], now))
 
 
-def _controls(report: Report, rule: str) -> list[str]:
-    return next((r["controls"] for r in report.rows if r["rule"] == rule), [])
+_TEXT: dict[str, Callable[[Report], str]] = {
+    "json": to_json,
+    "csv": to_csv,
+    "html": to_html,
+    "sarif": lambda report: sarif.render(StoredResult.of(report.findings, report.targets)),
+    "junit": lambda report: junit.render(StoredResult.of(report.findings, report.targets)),
+    "policyreport": to_policyreport,
+    "openreports": lambda report: to_policyreport(report, "openreports"),
+}
 
 
 def render(report: Report, fmt: str) -> bytes:
-    if fmt == "json":
-        return to_json(report).encode()
-    if fmt == "csv":
-        return to_csv(report).encode()
-    if fmt == "html":
-        return to_html(report).encode()
     if fmt == "pdf":
         return to_pdf(report)
-    if fmt == "sarif":
-        return sarif.render(_stored(report)).encode()
-    if fmt == "junit":
-        return junit.render(_stored(report)).encode()
-    if fmt == "policyreport":
-        return to_policyreport(report).encode()
-    if fmt == "openreports":
-        return to_policyreport(report, "openreports").encode()
-    raise ValueError(f"unknown format {fmt}")
+    if fmt not in _TEXT:
+        raise ValueError(f"unknown format {fmt}")
+    return _TEXT[fmt](report).encode()
 
 
 def write(report: Report, fmt: str, output: Path) -> Path:
@@ -263,11 +254,6 @@ def write(report: Report, fmt: str, output: Path) -> Path:
     manifest = output.with_name(output.name + ".sha256")
     manifest.write_text(f"{hashlib.sha256(data).hexdigest()}  {output.name}\n")
     return manifest
-
-
-def manifest_ok(manifest: Path) -> bool:
-    digest, _, name = manifest.read_text().strip().partition("  ")
-    return hashlib.sha256((manifest.parent / name).read_bytes()).hexdigest() == digest
 
 
 __all__: Sequence[str] = ("FORMATS", "Report", "build", "render", "write")

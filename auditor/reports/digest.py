@@ -96,18 +96,14 @@ def build(
     for t in targets:
         last, ok = t.get("last_run"), t.get("last_successful_run")
         if last is not None and last["status"] in ("failed", "interrupted"):
-            coverage.append(
-                {
-                    "target": t["name"],
-                    "problem": f"last run {last['status']}: {last.get('error') or ''}".strip(),
-                }
-            )
+            problem = f"last run {last['status']}: {last.get('error') or ''}".strip()
         elif ok is None:
-            coverage.append({"target": t["name"], "problem": "never audited successfully"})
+            problem = "never audited successfully"
         elif datetime.fromisoformat(ok["finished_at"].replace("Z", "+00:00")) < stale_before:
-            coverage.append(
-                {"target": t["name"], "problem": f"stale: last successful run {ok['finished_at']}"}
-            )
+            problem = f"stale: last successful run {ok['finished_at']}"
+        else:
+            continue
+        coverage.append({"target": t["name"], "problem": problem})
     blocked = _blocked_first([f for f in active if f["rule"] in BLOCKED])
     items = [overview.Item.from_json(f) for f in active]
     summary = overview.overview(items, {}, LIST_LIMIT)
@@ -118,7 +114,6 @@ def build(
     }
     groups, _ = overview.top_groups(items, len(items) or 1)
     groups.sort(key=lambda g: (g.target, g.kind, g.namespace, g.name) not in blocked_groups)  # stable
-    base = settings.base_url.rstrip("/") if settings.base_url else ""
     values = {
         "team": team,
         "since": since,
@@ -138,7 +133,7 @@ def build(
         "trend": None if first else trend,
         "expiring": expiring,
         "coverage": coverage,
-        "base_url": base,
+        "base_url": settings.base_url,
     }
     subject = (
         f"[placement-auditor] {team.name}: {len(blocked_groups)} blocked, {len(new)} new,"

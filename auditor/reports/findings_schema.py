@@ -43,6 +43,8 @@ _AT = {
     "file": _t("string", "File the object was read from."),
     "line": _t("integer", "1-based line; 0: unknown."),
 }
+# An end of an edge: the role and the zones it lands in.
+_END = {"role": _t("string", "Role label."), "zones": _arr(_t("string", "Zone."), "Zones.")}
 
 FINDING = _obj(
     "One finding.",
@@ -61,20 +63,8 @@ FINDING = _obj(
                 _obj(
                     "The communication edge, with the zones of the placements concerned.",
                     {
-                        "from": _obj(
-                            "Source role.",
-                            {
-                                "role": _t("string", "Role label."),
-                                "zones": _arr(_t("string", "Zone."), "Zones."),
-                            },
-                        ),
-                        "to": _obj(
-                            "Destination role.",
-                            {
-                                "role": _t("string", "Role label."),
-                                "zones": _arr(_t("string", "Zone."), "Zones."),
-                            },
-                        ),
+                        "from": _obj("Source role.", _END),
+                        "to": _obj("Destination role.", _END),
                         "port": _t(["integer", "null"], "Destination port; null: a data-plane port range."),
                         "protocol": _t("string", "TCP, UDP or SCTP."),
                     },

@@ -79,14 +79,7 @@ def _edge(e: GroupEdge) -> dict[str, Any]:
         "from": {"role": e.source},
         "to": {
             "role": e.destination,
-            "workload": None
-            if other is None
-            else {
-                "apiVersion": other.api_version,
-                "kind": other.kind,
-                "namespace": other.namespace,
-                "name": other.name,
-            },
+            "workload": None if other is None else _workload(other),
         },
         "port": e.port,
         "ports": e.ports,

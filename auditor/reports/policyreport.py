@@ -189,11 +189,7 @@ def entries_from_export(
             props["controls"] = controls[(f["target"], f["rule"])]
         if status == "resolved" and f.get("resolved_at"):
             props["resolvedAt"] = str(f["resolved_at"])
-        message = f["message"]
-        if status == "resolved":
-            message = f"resolved: {message}"
-        elif status == "waived":
-            message = f"waived: {message}"
+        message = f"{status}: {f['message']}" if status in ("resolved", "waived") else f["message"]
         with_findings.add((f["target"], f["rule"]))
         out.append(
             Entry(

@@ -40,6 +40,7 @@ SRCROOT = "%SRCROOT%"
 PROJECT_URL = "https://github.com/placement-auditor/placement-auditor"
 DOCS_URL = f"{PROJECT_URL}/blob/main/"
 _LEVEL = {"critical": "error", "high": "error", "medium": "warning", "low": "note"}
+_PROBLEM_SEVERITY = {"critical": "error", "high": "error", "medium": "warning"}  # else recommendation
 # GitHub's security-severity: critical > 9.0, high 7.0–8.9, medium 4.0–6.9, low 0.1–3.9.
 SECURITY_SEVERITY = {"critical": "9.5", "high": "8.0", "medium": "5.5", "low": "2.0"}
 
@@ -76,15 +77,11 @@ class RuleDescriptor:
             "defaultConfiguration": {"level": _LEVEL[self.severity]},
             "properties": {
                 "security-severity": SECURITY_SEVERITY[self.severity],
-                "problem.severity": _problem_severity(self.severity),
+                "problem.severity": _PROBLEM_SEVERITY.get(self.severity, "recommendation"),
                 "tags": [*self.tags, "placement", self.origin],
                 "precision": "high",
             },
         }
-
-
-def _problem_severity(severity: str) -> str:
-    return {"critical": "error", "high": "error", "medium": "warning"}.get(severity, "recommendation")
 
 
 def _sentence(text: str) -> str:

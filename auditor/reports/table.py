@@ -63,16 +63,12 @@ def render(result: ScanResult, colour: bool = False) -> str:
                 f"    estimated ${f.estimated_monthly_cost_usd:,.2f}/month, "
                 f"{f.estimated_slowdown_pct}% slower"
             )
-        for a in f.assumptions:
-            lines.extend(
-                textwrap.wrap(clean(a), 100, initial_indent="      assumes: ", subsequent_indent="        ")
-            )
-        for measured in f.evidence:
-            lines.extend(
-                textwrap.wrap(
-                    clean(measured), 100, initial_indent="      measured: ", subsequent_indent="        "
+        for label, texts in (("assumes", f.assumptions), ("measured", f.evidence)):
+            for text in texts:
+                indent = f"      {label}: "
+                lines.extend(
+                    textwrap.wrap(clean(text), 100, initial_indent=indent, subsequent_indent=" " * 8)
                 )
-            )
         lines.append(f"    fingerprint {f.fingerprint}")
     s = result.summary()
     by = ", ".join(f"{n} {k}" for k, n in s["by_severity"].items()) if s["by_severity"] else "none"  # type: ignore[attr-defined]

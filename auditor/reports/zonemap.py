@@ -271,8 +271,7 @@ def svg(group: GroupMap) -> str:
         state = "denied" if denied else "allowed"
         crossing = sz != dz and UNKNOWN_ZONE not in (sz, dz)
         crossing_any = crossing or any(a != b for a, b in (*e.denied, *e.allowed))
-        verdict = "denied" if denied else "allowed"
-        label = f"{e.source} → {e.destination}  {e.protocol}/{e.ports}  {verdict}"
+        label = f"{e.source} → {e.destination}  {e.protocol}/{e.ports}  {state}"
         if crossing:
             label += f" {sz} → {dz}"
         if e.policies:

@@ -195,7 +195,7 @@ def create_app(
 
     def paged(read: Callable[[], Page[FindingRecord] | Page[RunRecord]]) -> dict[str, Any]:
         try:
-            return wire.page_json(read())
+            return wire.record_json(read())
         except BadCursor as exc:
             raise HTTPException(400, str(exc)) from None
 
@@ -241,22 +241,14 @@ def create_app(
     ) -> dict[str, Any]:
         """Findings, newest first, filtered; `next_cursor` fetches the next page."""
         flt = FindingFilter(
-            target,
-            rule,
-            severity.value if severity else None,
-            status.value if status else None,
-            namespace,
-            since,
+            target, rule, severity and severity.value, status and status.value, namespace, since
         )
         return paged(lambda: store.findings(flt, limit, cursor))
 
     @app.get("/api/v1/findings/{finding_id}", tags=["findings"])
     def finding(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> dict[str, Any]:
         """One finding with its history (one entry per run that saw or resolved it)."""
-        found = store.finding(finding_id)
-        if found is None:
-            raise HTTPException(404, "no such finding")
-        return wire.finding_json(found)
+        return wire.record_json(web.found(store.finding(finding_id), "finding"))
 
     @app.get("/api/v1/runs", tags=["runs"])
     def runs(
@@ -269,15 +261,12 @@ def create_app(
 
     @app.get("/api/v1/runs/{run_id}", tags=["runs"])
     def run(run_id: Annotated[int, Path(ge=1, le=2**62)]) -> dict[str, Any]:
-        found = store.run(run_id)
-        if found is None:
-            raise HTTPException(404, "no such run")
-        return wire.run_json(found)
+        return wire.record_json(web.found(store.run(run_id), "run"))
 
     @app.get("/api/v1/targets", tags=["targets"])
     def targets() -> dict[str, Any]:
         """The targets, with their schedule and last successful run."""
-        return {"items": [wire.target_json(t) for t in store.targets()]}
+        return {"items": [wire.record_json(t) for t in store.targets()]}
 
     @app.post(
         "/api/v1/targets/{name}/runs",

@@ -22,13 +22,13 @@ def build_all(settings: Settings, store: Store) -> list[tuple[digests.Digest, da
         raise NoDigestConfig("no digest section with teams in the config")
     now = store.clock()
     stored = store.export()
-    export = wire.export_json(stored)
-    trends = {t.name: [wire.run_json(r) for r in store.trend(t.name)] for t in stored.targets}
+    export = wire.record_json(stored)
+    trends = {t.name: [wire.record_json(r) for r in store.trend(t.name)] for t in stored.targets}
     out: list[tuple[digests.Digest, datetime, datetime]] = []
     for team in settings.digest.teams:
         last = store.last_digest_end(team.name)
         since = last or now - timedelta(days=1)
-        changes = wire.changes_json(store.changes_since(since))
+        changes = wire.record_json(store.changes_since(since))
         built = digests.build(team, settings.digest, export, changes, trends, since, now, first=last is None)
         out.append((built, since, now))
     return out

@@ -122,21 +122,12 @@ class CheckOutput:
     annotations: tuple[dict[str, Any], ...]
 
 
-def _relative(file: str, root: Path | None) -> str:
-    if root is not None:
-        try:
-            return str(Path(file).resolve().relative_to(root.resolve()))
-        except ValueError:
-            pass
-    return file
-
-
 def annotation(f: Finding, root: Path | None) -> dict[str, Any]:
     policies = ", ".join(f"{p.kind} {p.namespace}/{p.name}".replace(" /", " ") for p in f.policies)
     message = f.message + (f"\nDeciding policies: {policies}" if policies else "")
     line = max(1, f.workload.line)
     return {
-        "path": _relative(f.workload.file, root),
+        "path": git.relative_to(f.workload.file, root) if root is not None else f.workload.file,
         "start_line": line,
         "end_line": line,
         "annotation_level": LEVEL.get(f.severity, "warning"),
@@ -289,13 +280,9 @@ def fetch_commit(
     """Check out one commit of the target's repository (the cache work tree)."""
     assert target.git is not None
     credentials = git.Credentials(target.git.username, token) if token else None
+    service = settings.service
     checkout = git.fetch(
-        target.git.url,
-        sha,
-        Path(settings.service.git_cache_dir),
-        credentials,
-        settings.service.git_timeout_seconds,
-        environ,
+        target.git.url, sha, Path(service.git_cache_dir), credentials, service.git_timeout_seconds, environ
     )
     if checkout.commit != sha:
         raise git.GitError(f"fetched {checkout.commit}, not {sha}")
@@ -335,10 +322,10 @@ def audit_pull_request(
         with git.checkout_lock(Path(settings.service.git_cache_dir), target.git.url):
             root = fetch_commit(settings, target, event.base_sha, token, runner.environ)
             with gcpause.paused():
-                base = runner._audit(target, root)
+                base = runner._analyse(target, root).result
             root = fetch_commit(settings, target, event.head_sha, token, runner.environ)
             with gcpause.paused():
-                head = runner._audit(target, root)
+                head = runner._analyse(target, root).result
             output = check_output(base, head, app.fail_on, root)
     except Exception as exc:
         log.error("pull request %s#%s: %s: %s", event.repository, event.number, type(exc).__name__, exc)

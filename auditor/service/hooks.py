@@ -14,7 +14,7 @@ from typing import Any
 
 from auditor.clock import Clock
 from auditor.service import webhooks
-from auditor.service.tasks import Dispatch, pr_task_key, push_task_key
+from auditor.service.tasks import AuditTask, Dispatch, pr_task_key, push_task_key
 from auditor.settings.service import GitHubAppSettings
 from auditor.store.fleet import FleetStore
 
@@ -69,7 +69,7 @@ class GitHubHook:
             if parsed.ref != f"refs/heads/{branch}":
                 return []
             key = push_task_key(parsed)
-            self.dispatch.audit("", key, None, "push", parsed.repository, parsed.installation_id)
+            self.dispatch.audit(AuditTask("", key, None, "push", parsed.repository, parsed.installation_id))
             return [key]
         if isinstance(parsed, webhooks.InstallationEvent):
             self.dispatch.installation(parsed)

@@ -30,6 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from auditor.clock import Clock
 from auditor.service.runner import AuditRunner
 from auditor.service.scheduler import Scheduler, slot_of, slot_text
+from auditor.service.tasks import AuditTask
 from auditor.settings.config import Settings
 
 log = logging.getLogger("auditor.leader")
@@ -37,15 +38,11 @@ log = logging.getLogger("auditor.leader")
 LOCK_NAME = "placement-auditor:scheduler"
 
 
-def lock_key(name: str = LOCK_NAME) -> int:
-    """A stable signed 64-bit key for `pg_try_advisory_lock(bigint)`."""
-    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
-
-
 class Leadership:
     def __init__(self, engine: Engine, name: str = LOCK_NAME) -> None:
         self.engine = engine
-        self.key = lock_key(name)
+        # A stable signed 64-bit key for `pg_try_advisory_lock(bigint)`.
+        self.key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
         self.postgres = engine.dialect.name == "postgresql"
         self._connection: Any = None
         self._lock = threading.Lock()
@@ -116,7 +113,7 @@ class FleetScheduler(Scheduler):
         if slot is None:
             return
         key = f"audit:{target}:{slot_text(slot)}"
-        self.dispatch.audit(target, key, slot_text(slot), "schedule")
+        self.dispatch.audit(AuditTask(target, key, slot_text(slot), "schedule"))
         self.fired.append(key)
 
     def run_all_now(self) -> None:
@@ -125,7 +122,7 @@ class FleetScheduler(Scheduler):
         stamp = slot_text(self.clock())
         for name in self.triggers:
             key = f"startup:{name}:{stamp}"
-            self.dispatch.audit(name, key, None, "startup")
+            self.dispatch.audit(AuditTask(name, key, None, "startup"))
             self.fired.append(key)
 
     def submit(self, run_id: int, target: str) -> None:
@@ -138,7 +135,7 @@ class FleetScheduler(Scheduler):
             run.task_key = key
         with self.runner._lock:
             self.runner._busy.discard(target)  # this process does not execute it
-        self.dispatch.audit(target, key, None, "api")
+        self.dispatch.audit(AuditTask(target, key, None, "api"))
 
     def send_digests(self) -> None:
         if self.leader.is_leader():

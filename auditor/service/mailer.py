@@ -61,9 +61,7 @@ def message(smtp: SmtpSettings, digest: DigestRecord, now_header: str) -> EmailM
         problem = address_problem(address)
         if problem:
             raise MailError(f"recipient {problem}", permanent=True)
-    ident = digest.message_id
-    if not ident:
-        ident = message_id(team, digest.period_end.date(), smtp.message_id_domain)
+    ident = digest.message_id or message_id(team, digest.period_end.date(), smtp.message_id_domain)
     # Headers unfolded up to SMTP's line limit: a Message-ID on one line, as naive receivers expect.
     msg = EmailMessage(policy=_POLICY)
     try:
@@ -104,7 +102,7 @@ def _classified(exc: smtplib.SMTPException | OSError, where: str) -> MailError:
 def send(smtp: SmtpSettings, msg: EmailMessage, environ: Mapping[str, str]) -> dict[str, str]:
     """Send one message; the recipients the server refused while accepting others (address →
     answer). MailError, temporary or permanent, when nothing was accepted."""
-    password = environ.get(smtp.password_env, "") if smtp.password_env else ""
+    password = environ.get(smtp.password_env, "")
     context = ssl.create_default_context()
     where = f"{smtp.host}:{smtp.port}"
     client: smtplib.SMTP | None = None

@@ -11,7 +11,6 @@ that `recover` marks `interrupted` on the next start.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 import os
 import socket
@@ -20,6 +19,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -45,16 +45,14 @@ def process_owner() -> str:
 def owner_is_dead(owner: str) -> bool:
     """True when `owner` (host:pid) is a process on this host that no longer exists."""
     host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    if int(pid) == os.getpid():
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
         return False
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
-    except PermissionError:
-        return False
+    except PermissionError:  # alive, another user's
+        pass
     return False
 
 
@@ -154,7 +152,7 @@ class AuditRunner:
                     with self._holding(target):
                         root, revision = self._materialise(target)
                         with gcpause.paused():
-                            result = self._audit(target, root)
+                            result = self._analyse(target, root).result
             except git.GitError as exc:
                 return self._fail(run_id, f"fetching {target.location}: {exc}", revision)
             except Exception as exc:
@@ -255,10 +253,7 @@ class AuditRunner:
             if not root.is_dir():
                 raise FileNotFoundError(f"directory {target.directory} does not exist")
             return root, None
-        token = target.git.token or (
-            self.environ.get(target.git.token_env, "") if target.git.token_env else ""
-        )
-        credentials = git.Credentials(target.git.username, token) if token else None
+        credentials = git.credentials(target.git, self.environ)
         checkout = git.fetch(
             target.git.url,
             target.git.branch,
@@ -275,17 +270,18 @@ class AuditRunner:
             raise ValueError(f"{what} {relative!r} leads outside the target")
         return path
 
-    def _audit(self, target: TargetSettings, root: Path) -> ScanResult:
-        return self._analyse(target, root).result
-
-    def _analyse(self, target: TargetSettings, root: Path) -> Analysis:
+    def _inputs(self, target: TargetSettings, root: Path) -> tuple[list[Path], PolicyPack]:
+        """The target's manifest paths and node files, and its policy pack, inside `root`."""
         paths = [self._inside(root, p, "path") for p in target.paths] or [root]
         nodes = [self._inside(root, n, "node file") for n in target.nodes]
-        packs = [self._inside(root, p, "policy pack") for p in target.policies]
-        pack = load_packs(packs)
-        inv = load_inventory([*paths, *nodes], self.settings, self.tools, root=root, cache=self.cache)
+        pack = load_packs([self._inside(root, p, "policy pack") for p in target.policies])
+        return [*paths, *nodes], pack
+
+    def _analyse(self, target: TargetSettings, root: Path) -> Analysis:
+        paths, pack = self._inputs(target, root)
+        inv = load_inventory(paths, self.settings, self.tools, root=root, cache=self.cache)
         today = self.store.clock().date()
-        return Analysis(inv, scan(inv, pack, today), None, [*paths, *nodes], pack, today)
+        return Analysis(inv, scan(inv, pack, today), None, paths, pack, today)
 
     def analyse(self, target_name: str) -> Analysis:
         """A fresh scan of a Git or directory target with its inventory, recording nothing: what
@@ -302,42 +298,24 @@ class AuditRunner:
     def preview_fix(self, target_name: str, fingerprint: str) -> FixPreview:
         """The fix `auditor fix` would propose for one finding of a Git or directory target, as
         unified diffs against the target's files (recording and committing nothing)."""
-        from auditor.remediation.fix import propose
+        from auditor.remediation.fix import propose, unified_diff
 
         target = self.settings.target(target_name)
         if target.cluster is not None:
             raise ValueError(f"target {target_name} is a cluster: fixes apply to manifests in Git")
         with self._holding(target):
             root, revision = self._materialise(target)
-            paths = [self._inside(root, p, "path") for p in target.paths] or [root]
-            nodes = [self._inside(root, n, "node file") for n in target.nodes]
-            pack = load_packs([self._inside(root, p, "policy pack") for p in target.policies])
-            _, proposals = propose(
-                [*paths, *nodes], self.settings, pack, self.store.clock().date(), {fingerprint}, self.tools
-            )
+            paths, pack = self._inputs(target, root)
+            today = self.store.clock().date()
+            _, proposals = propose(paths, self.settings, pack, today, {fingerprint}, self.tools)
             diffs: list[tuple[str, str]] = []
             reasons: list[str] = []
             for proposal in proposals:
                 if not proposal.fixed:
                     reasons.append(proposal.reason)
                 for file, (before, after) in sorted(proposal.files.items()):
-                    name = Path(file).resolve()
-                    shown = (
-                        str(name.relative_to(root.resolve())) if name.is_relative_to(root.resolve()) else file
-                    )
-                    diffs.append(
-                        (
-                            shown,
-                            "".join(
-                                difflib.unified_diff(
-                                    before.splitlines(keepends=True),
-                                    after.splitlines(keepends=True),
-                                    f"a/{shown}",
-                                    f"b/{shown}",
-                                )
-                            ),
-                        )
-                    )
+                    shown = git.relative_to(file, root)
+                    diffs.append((shown, unified_diff(shown, before, after)))
                 if proposal.reaudit:
                     reasons.append(proposal.reaudit)
         return FixPreview(revision, diffs, reasons)
@@ -365,35 +343,17 @@ class AuditRunner:
     def _outcome(result: ScanResult, revision: str | None) -> RunOutcome | None:
         if result.audited_objects == 0 and result.errors:
             return None
-        waived = [
-            (
-                w.finding,
-                WaiverSeen(
-                    w.finding.fingerprint,
-                    f"{w.waiver.origin}:{w.waiver.source.file}:{w.waiver.name}"[:255],
-                    w.waiver.reason,
-                    w.waiver.expires,
-                    False,
-                ),
-            )
-            for w in result.waived
-        ]
-        expired = [
-            WaiverSeen(
-                e.finding.fingerprint,
-                f"{e.waiver.origin}:{e.waiver.source.file}:{e.waiver.name}"[:255],
-                e.waiver.reason,
-                e.waiver.expires,
-                True,
-            )
-            for e in result.expired_waivers
-        ]
+
+        def seen(w: Any, expired: bool) -> WaiverSeen:
+            where = f"{w.waiver.origin}:{w.waiver.source.file}:{w.waiver.name}"[:255]
+            return WaiverSeen(w.finding.fingerprint, where, w.waiver.reason, w.waiver.expires, expired)
+
         return RunOutcome(
             "partial" if result.errors or result.not_audited else "succeeded",
             revision,
             result.findings,
-            waived,
-            expired,
+            [(w.finding, seen(w, False)) for w in result.waived],
+            [seen(e, True) for e in result.expired_waivers],
             [e.to_json() for e in result.errors],
             result.audited_objects,
             result.workload_labels,

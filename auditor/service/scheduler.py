@@ -46,15 +46,8 @@ def slot_text(slot: datetime) -> str:
 
 
 class Scheduler:
-    def __init__(
-        self,
-        settings: Settings,
-        runner: AuditRunner,
-        clock: Clock,
-    ) -> None:
-        self.settings = settings
-        self.runner = runner
-        self.clock = clock
+    def __init__(self, settings: Settings, runner: AuditRunner, clock: Clock) -> None:
+        self.settings, self.runner, self.clock = settings, runner, clock
         service = settings.service
         self.scheduler = BackgroundScheduler(
             timezone=service.timezone,
@@ -181,11 +174,3 @@ class Scheduler:
             name=f"audit {target} (run {run_id})",
             misfire_grace_time=None,
         )
-
-    def next_runs(self) -> dict[str, str | None]:
-        out: dict[str, str | None] = {}
-        for job in self.scheduler.get_jobs():
-            if job.id.startswith("target:"):
-                nxt = getattr(job, "next_run_time", None)
-                out[job.id.removeprefix("target:")] = slot_text(nxt) if nxt else None
-        return out

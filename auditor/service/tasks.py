@@ -26,28 +26,33 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from auditor.service.runner import AuditRunner, process_owner
 from auditor.service.webhooks import InstallationEvent, PullRequestEvent, PushEvent
 from auditor.settings.config import Settings
+from auditor.settings.service import TargetSettings
 from auditor.store.fleet import FleetStore
 
 log = logging.getLogger("auditor.tasks")
 
 
+class AuditTask(NamedTuple):
+    """One audit of `target`, recorded once under `task_key`; a push to a GitHub App repository
+    names it by `repository` and `installation_id` (the target is then made from them)."""
+
+    target: str
+    task_key: str
+    slot: str | None
+    trigger: str
+    repository: str = ""
+    installation_id: int = 0
+
+
 class Dispatch(Protocol):
     """Where work goes: the broker (fleet) or this process (embedded)."""
 
-    def audit(
-        self,
-        target: str,
-        task_key: str,
-        slot: str | None,
-        trigger: str,
-        repository: str = "",
-        installation_id: int = 0,
-    ) -> None: ...
+    def audit(self, task: AuditTask) -> None: ...
 
     def pr_check(self, event: PullRequestEvent, task_key: str) -> None: ...
 
@@ -115,21 +120,14 @@ def leased(fleet: FleetStore, name: str, seconds: float, task_key: str) -> Itera
 # -- the work itself (shared by Celery tasks and the in-process dispatcher) ----------------------
 
 
-def run_audit(
-    ctx: WorkerContext,
-    target: str,
-    task_key: str,
-    slot: str | None,
-    trigger: str,
-    repository: str = "",
-    installation_id: int = 0,
-) -> str:
-    """One audit of `target` under its lease, recorded once under `task_key`."""
+def run_audit(ctx: WorkerContext, task: AuditTask) -> str:
+    """One audit of the task's target under its lease, recorded once under its key."""
     from auditor.service import githubapp
 
     settings, runner = ctx.settings, ctx.runner
-    if repository:
-        app_target = githubapp.target_for(settings, repository, installation_id)
+    target, task_key = task.target, task.task_key
+    if task.repository:
+        app_target = githubapp.target_for(settings, task.repository, task.installation_id)
         target = app_target.name
         if not any(t.name == target for t in settings.targets):
             settings = githubapp.with_target(settings, app_target)
@@ -138,7 +136,7 @@ def run_audit(
     broker = settings.service.broker
     seconds = broker.lease_seconds if broker else 300
     with leased(ctx.fleet, f"target:{target}", seconds, task_key):
-        keyed = ctx.fleet.claim_keyed_run(target, task_key, slot, trigger, runner.owner)
+        keyed = ctx.fleet.claim_keyed_run(target, task_key, task.slot, task.trigger, runner.owner)
         if keyed.state == "done":
             log.info("task %s: run %s already %s", task_key, keyed.run_id, keyed.status)
             return keyed.status
@@ -148,34 +146,22 @@ def run_audit(
         return result.status
 
 
-def _sync_target(ctx: WorkerContext, target: Any) -> None:
+def _sync_target(ctx: WorkerContext, t: TargetSettings) -> None:
     from auditor.store.repository import TargetSpec
 
+    branch = t.git.branch if t.git else None
     ctx.runner.store.sync_targets(
-        [
-            TargetSpec(
-                target.name,
-                target.kind,
-                target.location,
-                target.git.branch if target.git else None,
-                target.paths,
-                target.nodes,
-                target.schedule,
-            )
-        ]
+        [TargetSpec(t.name, t.kind, t.location, branch, t.paths, t.nodes, t.schedule)]
     )
 
 
 def run_pr_check(ctx: WorkerContext, event: PullRequestEvent, task_key: str) -> str:
     from auditor.service import githubapp
 
-    app = ctx.settings.service.github_app
-    assert app is not None
     broker = ctx.settings.service.broker
     seconds = broker.lease_seconds if broker else 300
     with leased(ctx.fleet, f"check:{event.repository}:{event.head_sha}", seconds, task_key):
-        output = githubapp.audit_pull_request(ctx.settings, ctx.runner, ctx.fleet, event, task_key)
-        return output.conclusion
+        return githubapp.audit_pull_request(ctx.settings, ctx.runner, ctx.fleet, event, task_key).conclusion
 
 
 def run_installation(ctx: WorkerContext, event: InstallationEvent) -> None:
@@ -231,17 +217,9 @@ def celery_app(settings: Settings, environ: dict[str, str]) -> Any:
     busy = broker.busy_retry_seconds
 
     @app.task(name="auditor.audit", bind=True, max_retries=None)  # type: ignore[untyped-decorator]
-    def audit(
-        self: Any,
-        target: str,
-        task_key: str,
-        slot: str | None,
-        trigger: str,
-        repository: str = "",
-        installation_id: int = 0,
-    ) -> str:
+    def audit(self: Any, *args: Any) -> str:  # the fields of an AuditTask
         try:
-            return run_audit(context(), target, task_key, slot, trigger, repository, installation_id)
+            return run_audit(context(), AuditTask(*args))
         except LeaseBusy:
             raise self.retry(countdown=busy) from None
 
@@ -273,18 +251,8 @@ class ToBroker:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    def audit(
-        self,
-        target: str,
-        task_key: str,
-        slot: str | None,
-        trigger: str,
-        repository: str = "",
-        installation_id: int = 0,
-    ) -> None:
-        self.app.send_task(
-            "auditor.audit", args=[target, task_key, slot, trigger, repository, installation_id]
-        )
+    def audit(self, task: AuditTask) -> None:
+        self.app.send_task("auditor.audit", args=list(task))
 
     def pr_check(self, event: PullRequestEvent, task_key: str) -> None:
         self.app.send_task("auditor.pr_check", args=[asdict(event), task_key])
@@ -302,20 +270,8 @@ class InProcess:
     def __init__(self, ctx: WorkerContext, submit: Callable[[Callable[[], Any]], None]) -> None:
         self.ctx, self.submit = ctx, submit
 
-    def audit(
-        self,
-        target: str,
-        task_key: str,
-        slot: str | None,
-        trigger: str,
-        repository: str = "",
-        installation_id: int = 0,
-    ) -> None:
-        self.submit(
-            lambda: self._quiet(
-                lambda: run_audit(self.ctx, target, task_key, slot, trigger, repository, installation_id)
-            )
-        )
+    def audit(self, task: AuditTask) -> None:
+        self.submit(lambda: self._quiet(lambda: run_audit(self.ctx, task)))
 
     def pr_check(self, event: PullRequestEvent, task_key: str) -> None:
         self.submit(lambda: self._quiet(lambda: run_pr_check(self.ctx, event, task_key)))

@@ -50,6 +50,13 @@ FAVICON = (
 )
 
 
+def found(value: V | None, what: str) -> V:
+    """`value`, or a 404 saying there is no such `what`."""
+    if value is None:
+        raise HTTPException(404, f"no such {what}")
+    return value
+
+
 class Analyser(Protocol):
     def analyse(self, target_name: str) -> Analysis: ...
 
@@ -216,7 +223,12 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         return out
 
     def trends(names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-        return {n: [wire.run_json(r) for r in store.trend(n)] for n in names}
+        return {n: [wire.record_json(r) for r in store.trend(n)] for n in names}
+
+    def analysis(name: str) -> Analysis:
+        if name not in {t.name for t in store.targets()}:
+            raise HTTPException(404, "no such target")
+        return analyses.get(name)
 
     def source_link(e: Evidence | None, revision: str | None, file: str, line: int) -> str | None:
         if e is None or e.target.kind != "git":
@@ -274,15 +286,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
             e = info.get(f.target)
             urls[f.id] = source_link(e, e.revision if e else None, f.workload.file, f.workload.line)
         query = {
-            k: v
-            for k, v in (
-                ("target", target),
-                ("rule", rule),
-                ("severity", severity),
-                ("status", status),
-                ("namespace", namespace),
-            )
-            if v
+            k: v for k in ("target", "rule", "severity", "status", "namespace") if (v := getattr(flt, k))
         }
         more = start + PER_PAGE < len(ordered)
         next_url = "/findings?" + urllib.parse.urlencode({**query, "page": page_no + 1}) if more else ""
@@ -299,9 +303,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
 
     @app.get("/findings/{finding_id}", response_class=HTMLResponse, include_in_schema=False)
     def finding_page(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> HTMLResponse:
-        item = store.finding(finding_id)
-        if item is None:
-            raise HTTPException(404, "no such finding")
+        item = found(store.finding(finding_id), "finding")
         w, detail = item.workload, item.detail or {}
         title = f"{w.kind} {w.namespace}/{w.name}"
         # The group's map from every stored finding of the same workload (a fresh read of the
@@ -333,11 +335,8 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
 
     @app.get("/findings/{finding_id}/fix", response_class=HTMLResponse, include_in_schema=False)
     def fix_page(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> HTMLResponse:
-        item = store.finding(finding_id)
-        if item is None:
-            raise HTTPException(404, "no such finding")
-        preview = analyses.fix(item.target, item.fingerprint)
-        return page("fix.html.j2", item=item, preview=preview)
+        item = found(store.finding(finding_id), "finding")
+        return page("fix.html.j2", item=item, preview=analyses.fix(item.target, item.fingerprint))
 
     @app.get("/targets/{name}", response_class=HTMLResponse, include_in_schema=False)
     def target_page(name: TargetName) -> HTMLResponse:
@@ -367,9 +366,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
 
     @app.get("/targets/{name}/map", response_class=HTMLResponse, include_in_schema=False)
     def cluster_map_page(name: TargetName) -> HTMLResponse:
-        if name not in {t.name for t in store.targets()}:
-            raise HTTPException(404, "no such target")
-        a = analyses.get(name)
+        a = analysis(name)
         cmap = connectivity(a.inventory, "TCP", a.inventory.settings.network.ephemeral_ports)
         groups = clustermap.straddlers(a.result.groups) if a.result.groups is not None else []
         drawn = clustermap.svg(cmap, groups, f"cluster map of {name}")
@@ -387,9 +384,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         "/targets/{name}/groups/{namespace}/{workload}", response_class=HTMLResponse, include_in_schema=False
     )
     def group_page(name: TargetName, namespace: K8sName, workload: K8sName) -> HTMLResponse:
-        if name not in {t.name for t in store.targets()}:
-            raise HTTPException(404, "no such target")
-        a = analyses.get(name)
+        a = analysis(name)
         groups = a.result.groups
         found = (
             [g for g in groups.groups if g.workload.namespace == namespace and g.workload.name == workload]

@@ -94,19 +94,16 @@ def _field(data: Any, path: str, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
-def _time(value: Any, path: str) -> datetime:
+def _time(data: Any, path: str) -> datetime:
     """GitHub's times: ISO 8601 strings, or (push's repository.pushed_at) epoch seconds."""
-    if isinstance(value, bool):
-        raise WebhookRejected(400, f"payload field {path} is not a time")
-    if isinstance(value, int | float):
+    value = _field(data, path, (str, int))
+    if isinstance(value, int):
         return datetime.fromtimestamp(value, UTC)
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise WebhookRejected(400, f"payload field {path} is not a time") from None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    raise WebhookRejected(400, f"payload field {path} is not a time")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise WebhookRejected(400, f"payload field {path} is not a time") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 _SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
@@ -114,17 +111,17 @@ _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
 def _repo(data: Any, path: str) -> str:
-    name = _field(data, path, str)
+    name = str(_field(data, path, str))
     if not _REPO.match(name) or any(part in (".", "..") for part in name.split("/")):
         raise WebhookRejected(400, f"payload field {path} is not owner/name")
-    return str(name)
+    return name
 
 
 def _sha(data: Any, path: str) -> str:
-    sha = _field(data, path, str)
+    sha = str(_field(data, path, str))
     if not _SHA.match(sha):
         raise WebhookRejected(400, f"payload field {path} is not a commit SHA")
-    return str(sha)
+    return sha
 
 
 def parse_event(
@@ -140,7 +137,7 @@ def parse_event(
     parsed: Event | None
     if event == "pull_request":
         action = _field(data, "action", str)
-        at = _time(_field(data, "pull_request.updated_at", (str, int)), "pull_request.updated_at")
+        at = _time(data, "pull_request.updated_at")
         if action not in PR_ACTIONS:
             return None, at
         parsed = PullRequestEvent(
@@ -153,7 +150,7 @@ def parse_event(
             str(_field(data, "pull_request.base.ref", str)),
         )
     elif event == "push":
-        at = _time(_field(data, "repository.pushed_at", (str, int)), "repository.pushed_at")
+        at = _time(data, "repository.pushed_at")
         after = _field(data, "after", str)
         if data.get("deleted") is True or set(after) == {"0"}:
             return None, at
@@ -164,7 +161,7 @@ def parse_event(
             _sha(data, "after"),
         )
     elif event in ("installation", "installation_repositories"):
-        at = _time(_field(data, "installation.updated_at", (str, int)), "installation.updated_at")
+        at = _time(data, "installation.updated_at")
         action = str(_field(data, "action", str))
         installation = int(_field(data, "installation.id", int))
         if event == "installation":

@@ -40,31 +40,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def finding_json(finding: FindingRecord) -> dict[str, Any]:
-    """A finding (GET /api/v1/findings/{id} with its detail and history)."""
-    return dict(_plain(finding))
+Record = FindingRecord | RunRecord | TargetRecord | Page[FindingRecord] | Page[RunRecord] | Export | Changes
 
 
-def run_json(run: RunRecord) -> dict[str, Any]:
-    """A run (GET /api/v1/runs/{id} with its load errors and cost by rule)."""
-    return dict(_plain(run))
-
-
-def target_json(target: TargetRecord) -> dict[str, Any]:
-    """A target as GET /api/v1/targets lists it."""
-    return dict(_plain(target))
-
-
-def page_json(page: Page[FindingRecord] | Page[RunRecord]) -> dict[str, Any]:
-    """A page of findings or runs: `items` and `next_cursor`."""
-    return dict(_plain(page))
-
-
-def export_json(export: Export) -> dict[str, Any]:
-    """The export compliance reports and digests read: targets, findings, waivers and runs."""
-    return dict(_plain(export))
-
-
-def changes_json(changes: Changes) -> dict[str, list[dict[str, Any]]]:
-    """The digest's changes: findings new, reopened and resolved in the period."""
-    return dict(_plain(changes))
+def record_json(record: Record) -> dict[str, Any]:
+    """A record as the API's JSON: a finding or a run (GET /api/v1/findings/{id} and
+    /api/v1/runs/{id}, with the extras read), a target (GET /api/v1/targets), a page (`items` and
+    `next_cursor`), the export compliance reports and digests read, or a digest's changes."""
+    return dict(_plain(record))

@@ -68,7 +68,7 @@ class Meta:
     item_check: Callable[[Any], str | None] | None = None  # each item of a list
     parse: Callable[[Any], Any] | None = None  # reads the raw YAML value (raises Invalid)
     json: JSON | None = None  # JSON Schema of what `parse` reads
-    path: str = ""  # "resolve": a path relative to the config file; "inside": relative, no ".."
+    path: str = ""  # "resolve": a path relative to the config file
     secret: bool = False
     internal: bool = False  # not read from the file (e.g. where the settings came from)
 
@@ -99,10 +99,6 @@ def meta_of(f: dataclasses.Field[Any]) -> Meta:
     if not isinstance(found, Meta):
         raise TypeError(f"{f.name}: declare settings fields with schema.setting()")
     return found
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
 
 
 def _optional(tp: Any) -> Any | None:
@@ -153,7 +149,7 @@ def read(cls: type[T], raw: Any, path: str, where: Where, line: int = 0) -> T:
     if not isinstance(raw, Mapping):
         raise where.error(path or "(top)", line or 1, f"must be a mapping, not {kind_of(raw)}")
     fields = {meta_of(f).key or f.name: f for f in dataclasses.fields(cast(Any, cls)) if not is_internal(f)}
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     prefix = f"{path}." if path else ""
     for key, value in raw.items():
@@ -163,17 +159,17 @@ def read(cls: type[T], raw: Any, path: str, where: Where, line: int = 0) -> T:
             raise where.error(f"{prefix}{key}", key_line, f"unknown key (known: {', '.join(sorted(fields))})")
         values[f.name] = _value(hints[f.name], meta_of(f), value, f"{prefix}{key}", where, key_line)
     for key, f in fields.items():
-        if (
-            f.name not in values
-            and f.default is dataclasses.MISSING
-            and f.default_factory is dataclasses.MISSING
-        ):
+        if f.name not in values and _required(f):
             raise where.error(f"{prefix}{key}", line, "is required")
     obj = cls(**values)
     validated = getattr(obj, "validated", None)
     if validated is not None:
         obj = validated(raw, where, path, line)
     return obj
+
+
+def _required(f: dataclasses.Field[Any]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 def _value(tp: Any, meta: Meta, value: Any, path: str, where: Where, line: int) -> Any:
@@ -226,8 +222,6 @@ def _checked(meta: Meta, value: Any, path: str, where: Where, line: int) -> Any:
             raise where.error(
                 path, line, f"{meta.pattern_text or 'does not match ' + meta.pattern}: {value!r}"
             )
-        if meta.path == "inside" and (not value or Path(value).is_absolute() or ".." in Path(value).parts):
-            raise where.error(path, line, f"{value!r} must be a relative path inside the target")
         if meta.path == "resolve" and value and not Path(value).is_absolute():
             value = str(where.base / value)
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -269,7 +263,7 @@ def json_schema(cls: type, title: str, schema_id: str) -> JSON:
 
 
 def _object_schema(cls: type, defs: dict[str, JSON]) -> JSON:
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     props: dict[str, JSON] = {}
     required: list[str] = []
     for f in dataclasses.fields(cast(Any, cls)):
@@ -278,7 +272,7 @@ def _object_schema(cls: type, defs: dict[str, JSON]) -> JSON:
         meta = meta_of(f)
         key = meta.key or f.name
         props[key] = _field_schema(hints[f.name], meta, f, defs)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        if _required(f):
             required.append(key)
     out: JSON = {"type": "object", "properties": props, "additionalProperties": False}
     doc = (cls.__doc__ or "").strip().split("\n\n")[0]
@@ -301,11 +295,12 @@ def _describe(meta: Meta) -> str:
 def _field_schema(tp: Any, meta: Meta, f: dataclasses.Field[Any], defs: dict[str, JSON]) -> JSON:
     out = dict(meta.json) if meta.json is not None else _type_schema(tp, meta, defs)
     out["description"] = _describe(meta)
-    default = f.default if f.default is not dataclasses.MISSING else None
-    if f.default is not dataclasses.MISSING and not meta.secret:
-        plain = _plain(default)
-        if plain is not _NOT_JSON:
-            out["default"] = plain
+    if (
+        f.default is not dataclasses.MISSING
+        and not meta.secret
+        and (plain := _plain(f.default)) is not _NOT_JSON
+    ):
+        out["default"] = plain
     return out
 
 
@@ -356,7 +351,7 @@ def _type_schema(tp: Any, meta: Meta, defs: dict[str, JSON]) -> JSON:
 def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """(key path, default as YAML/JSON, description) of every setting, nested sections flattened."""
     rows: list[tuple[str, str, str]] = []
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cast(Any, cls)):
         if is_internal(f):
             continue

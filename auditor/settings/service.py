@@ -217,9 +217,7 @@ class GitHubAppSettings:
         return replace(self, base_url=self.base_url.rstrip("/"))
 
     def secret(self, environ: Mapping[str, str]) -> str:
-        return self.webhook_secret or (
-            environ.get(self.webhook_secret_env, "") if self.webhook_secret_env else ""
-        )
+        return self.webhook_secret or environ.get(self.webhook_secret_env, "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,12 +117,9 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(connection).get_current_revision()
 
 
-def head_revision(engine: Engine) -> str | None:
-    return ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
-
-
 def is_current(engine: Engine) -> bool:
-    return current_revision(engine) == head_revision(engine)
+    """Whether the schema is at the newest migration."""
+    return current_revision(engine) == ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
 
 
 def check_health(engine: Engine, budget_seconds: float = 2.0) -> str:

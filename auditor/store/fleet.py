@@ -20,15 +20,15 @@ Times come from the injected clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from sqlalchemy import Engine, delete, select, update
+from sqlalchemy import Engine, Select, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
 from auditor.clock import Clock
-from auditor.store.repository import UnknownTarget
-from auditor.store.schema import AppRepository, CheckRunRow, Run, Target, TargetLease, WebhookDelivery
+from auditor.store.repository import record, target_id_of
+from auditor.store.schema import AppRepository, CheckRunRow, Run, TargetLease, WebhookDelivery
 
 FINISHED = ("succeeded", "partial", "failed")
 
@@ -51,10 +51,10 @@ class CheckRunRecord:
     annotations_sent: int = 0
 
 
-def _aware(value: datetime) -> datetime:
-    from datetime import UTC
-
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+def _check_row(repository: str, head_sha: str, kind: str) -> Select[CheckRunRow]:
+    return select(CheckRunRow).where(
+        CheckRunRow.repository == repository, CheckRunRow.head_sha == head_sha, CheckRunRow.kind == kind
+    )
 
 
 class FleetStore:
@@ -102,11 +102,6 @@ class FleetStore:
         with self.sessions.begin() as session:
             session.execute(delete(TargetLease).where(TargetLease.target == name, TargetLease.owner == owner))
 
-    def lease_holder(self, name: str) -> tuple[str, datetime] | None:
-        with self.sessions() as session:
-            row = session.get(TargetLease, name)
-            return (row.owner, _aware(row.expires_at)) if row is not None else None
-
     # -- keyed runs ---------------------------------------------------------------------------
 
     def claim_keyed_run(
@@ -123,7 +118,8 @@ class FleetStore:
                 found.status, found.owner, found.heartbeat_at = "running", owner, now
                 found.finished_at, found.error = None, None
                 return KeyedRun(found.id, "resume", "running")
-        target_id = self._target_id(target)
+        with self.sessions() as session:
+            target_id = target_id_of(session, target)
         try:
             with self.sessions.begin() as session:
                 run = Run.running(target_id, slot, trigger, owner, now, task_key)
@@ -142,17 +138,6 @@ class FleetStore:
                 if other is None:
                     raise
                 return KeyedRun(other.id, "done", other.status)
-
-    def _target_id(self, name: str) -> int:
-        with self.sessions() as session:
-            found = session.scalar(select(Target.id).where(Target.name == name))
-            if found is None:
-                raise UnknownTarget(name)
-            return found
-
-    def runs_of_key(self, task_key: str) -> list[tuple[int, str]]:
-        with self.sessions() as session:
-            return [(r.id, r.status) for r in session.scalars(select(Run).where(Run.task_key == task_key))]
 
     # -- webhook deliveries -------------------------------------------------------------------
 
@@ -185,24 +170,8 @@ class FleetStore:
 
     def check_run(self, repository: str, head_sha: str, kind: str) -> CheckRunRecord | None:
         with self.sessions() as session:
-            row = session.scalar(
-                select(CheckRunRow).where(
-                    CheckRunRow.repository == repository,
-                    CheckRunRow.head_sha == head_sha,
-                    CheckRunRow.kind == kind,
-                )
-            )
-            if row is None:
-                return None
-            return CheckRunRecord(
-                row.repository,
-                row.head_sha,
-                row.kind,
-                row.check_run_id,
-                row.status,
-                row.conclusion,
-                row.annotations_sent,
-            )
+            row = session.scalar(_check_row(repository, head_sha, kind))
+            return record(CheckRunRecord, row) if row is not None else None
 
     def record_check_run(
         self,
@@ -219,15 +188,7 @@ class FleetStore:
         """Insert or update the row of (repository, head SHA, kind)."""
         now = self.clock()
         with self.sessions.begin() as session:
-            row = session.scalar(
-                select(CheckRunRow)
-                .where(
-                    CheckRunRow.repository == repository,
-                    CheckRunRow.head_sha == head_sha,
-                    CheckRunRow.kind == kind,
-                )
-                .with_for_update()
-            )
+            row = session.scalar(_check_row(repository, head_sha, kind).with_for_update())
             if row is None:
                 session.add(
                     CheckRunRow(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, date, datetime
 from typing import Any, TypeVar, cast
 
@@ -151,7 +151,7 @@ def _as_utc(value: datetime | None) -> datetime | None:
 R = TypeVar("R")
 
 
-def _record(cls: type[R], row: object, **given: Any) -> R:
+def record(cls: type[R], row: object, **given: Any) -> R:
     """A record of an ORM row: each field the row's attribute of that name (times as UTC, lists
     as tuples) unless `given`; an extra field (records.extra) only when given."""
     values = dict(given)
@@ -166,6 +166,13 @@ def _record(cls: type[R], row: object, **given: Any) -> R:
                 else value
             )
     return cls(**values)
+
+
+def target_id_of(session: Session, name: str) -> int:
+    found = session.scalar(select(Target.id).where(Target.name == name))
+    if found is None:
+        raise UnknownTarget(name)
+    return found
 
 
 class Store:
@@ -184,13 +191,9 @@ class Store:
             existing = {t.name: t for t in session.scalars(select(Target))}
             for spec in specs:
                 row = existing.get(spec.name)
+                # The columns of the spec's fields (lists where the spec holds tuples), but its name.
                 values = {
-                    "kind": spec.kind,
-                    "location": spec.location,
-                    "branch": spec.branch,
-                    "paths": list(spec.paths),
-                    "node_files": list(spec.node_files),
-                    "schedule": spec.schedule,
+                    k: list(v) if isinstance(v, tuple) else v for k, v in asdict(spec).items() if k != "name"
                 }
                 if row is None:
                     session.add(Target(name=spec.name, created_at=now, updated_at=now, **values))
@@ -203,15 +206,9 @@ class Store:
         with self.sessions() as session:
             last_ok = _last_success(session)
             return [
-                _record(TargetRecord, t, last_successful_run_at=last_ok.get(t.id))
+                record(TargetRecord, t, last_successful_run_at=last_ok.get(t.id))
                 for t in session.scalars(select(Target).order_by(Target.name))
             ]
-
-    def _target_id(self, session: Session, name: str) -> int:
-        found = session.scalar(select(Target.id).where(Target.name == name))
-        if found is None:
-            raise UnknownTarget(name)
-        return found
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -220,7 +217,7 @@ class Store:
         now = self.clock()
         try:
             with self.sessions.begin() as session:
-                run = Run.running(self._target_id(session, target), slot, trigger, owner, now)
+                run = Run.running(target_id_of(session, target), slot, trigger, owner, now)
                 session.add(run)
                 session.flush()
                 return run.id
@@ -378,9 +375,8 @@ class Store:
             .options(defer(FindingRow.detail))  # lists never return it
         )
         if flt.target is not None:
-            # A scalar subquery, so the planner uses the (target_id, status, id) index.
-            # The id as a value (looked up first): the planner then knows how many rows the
-            # target has and walks the (target_id, id) index instead of the whole table.
+            # The id as a value (looked up first), not a subquery: the planner then knows how many
+            # rows the target has and walks the (target_id, id) index instead of the whole table.
             query = query.where(FindingRow.target_id == target_id)
         if flt.rule is not None:
             query = query.where(FindingRow.rule == flt.rule)
@@ -407,11 +403,10 @@ class Store:
         """A page of findings, newest first (keyset pagination on the id)."""
         before = decode_cursor(cursor) if cursor is not None else None
         with self.sessions() as session:
-            target_id = None
-            if flt.target is not None:
-                target_id = session.scalar(select(Target.id).where(Target.name == flt.target))
-                if target_id is None:
-                    return Page([], None)
+            try:
+                target_id = target_id_of(session, flt.target) if flt.target is not None else None
+            except UnknownTarget:
+                return Page([], None)
             query = self._finding_query(flt, target_id)
             if before is not None:
                 query = query.where(FindingRow.id < before)
@@ -440,7 +435,7 @@ class Store:
                 row[1],
                 detail=row[0].detail,
                 history=tuple(
-                    _record(
+                    record(
                         HistoryEntry,
                         obs,
                         run_id=run.id,
@@ -472,7 +467,7 @@ class Store:
                 return _run_record(run, t.name) if run else None
 
             evidence = tuple(
-                _record(
+                record(
                     TargetEvidence,
                     t,
                     last_run=last(t, Run.status != "running"),
@@ -488,7 +483,7 @@ class Store:
                 _finding_record(f, names[f.target_id], detail=f.detail) for f in session.scalars(fq)
             )
             wq = select(Waiver).where(Waiver.target_id.in_(ids)).order_by(Waiver.id)
-            waivers = tuple(_record(WaiverRecord, w, target=names[w.target_id]) for w in session.scalars(wq))
+            waivers = tuple(record(WaiverRecord, w, target=names[w.target_id]) for w in session.scalars(wq))
             rq = select(Run).where(Run.target_id.in_(ids), Run.status != "running")
             if since is not None:
                 rq = rq.where(Run.started_at >= since)
@@ -571,7 +566,7 @@ class Store:
     def pending_digests(self) -> list[DigestRecord]:
         with self.sessions() as session:
             query = select(Digest).where(Digest.status == "pending").order_by(Digest.id)
-            return [_record(DigestRecord, d) for d in session.scalars(query)]
+            return [record(DigestRecord, d) for d in session.scalars(query)]
 
     def digest_attempt(
         self, digest_id: int, error: str | None, *, permanent: bool = False, note: str | None = None
@@ -590,7 +585,7 @@ class Store:
 
     def digests(self) -> list[DigestRecord]:
         with self.sessions() as session:
-            return [_record(DigestRecord, d) for d in session.scalars(select(Digest).order_by(Digest.id))]
+            return [record(DigestRecord, d) for d in session.scalars(select(Digest).order_by(Digest.id))]
 
     # -- pull requests ------------------------------------------------------------------------
 
@@ -607,7 +602,7 @@ class Store:
     ) -> None:
         now = self.clock()
         with self.sessions.begin() as session:
-            target_id = self._target_id(session, target)
+            target_id = target_id_of(session, target)
             row = session.scalar(
                 select(PullRequest).where(
                     PullRequest.target_id == target_id,
@@ -650,14 +645,14 @@ class Store:
         if fix_id is not None:
             query = query.where(PullRequest.fix_id == fix_id)
         with self.sessions() as session:
-            return [_record(PullRequestRecord, r) for r in session.scalars(query)]
+            return [record(PullRequestRecord, r) for r in session.scalars(query)]
 
     # -- aggregates for metrics ---------------------------------------------------------------
 
     def active_by_severity(self, target: str) -> dict[str, int]:
         """How many of the target's findings are active (new, open, reopened), per severity."""
         with self.sessions() as session:
-            target_id = self._target_id(session, target)
+            target_id = target_id_of(session, target)
             rows = session.execute(
                 select(FindingRow.severity, func.count())
                 .where(FindingRow.target_id == target_id, FindingRow.status.in_(ACTIVE_STATUSES))
@@ -802,7 +797,7 @@ def _last_success(session: Session) -> dict[int, datetime | None]:
 
 
 def _finding_record(f: FindingRow, target: str, **extras: Any) -> FindingRecord:
-    return _record(
+    return record(
         FindingRecord,
         f,
         target=target,
@@ -813,7 +808,7 @@ def _finding_record(f: FindingRow, target: str, **extras: Any) -> FindingRecord:
 
 
 def _run_record(r: Run, target: str, **extras: Any) -> RunRecord:
-    return _record(
+    return record(
         RunRecord,
         r,
         target=target,

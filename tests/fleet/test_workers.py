@@ -19,7 +19,7 @@ from workersupport import barrier_git, kill9, start_worker, stop, wait_for
 from auditor.bootstrap import build_store
 from auditor.service.leader import FleetScheduler, Leadership
 from auditor.service.runner import AuditRunner
-from auditor.service.tasks import ToBroker, celery_app
+from auditor.service.tasks import AuditTask, ToBroker, celery_app
 from auditor.settings.config import load_settings
 from auditor.sources.manifests import Tools
 from auditor.store.schema import Finding, Observation, Run
@@ -60,7 +60,7 @@ def test_worker_killed_mid_audit_run_completes_once_elsewhere(tmp_path: Path, pg
         b = None
         try:
             ToBroker(celery_app(settings, {})).audit(
-                "infra", "audit:infra:2026-12-01T06:00:00Z", "2026-12-01T06:00:00Z", "schedule"
+                AuditTask("infra", "audit:infra:2026-12-01T06:00:00Z", "2026-12-01T06:00:00Z", "schedule")
             )
             wait_for(reached.exists, 60, "worker a to reach the fetch barrier")
             with store.sessions() as session:
@@ -92,7 +92,7 @@ def test_worker_killed_mid_audit_run_completes_once_elsewhere(tmp_path: Path, pg
                 )
             # The same task enqueued again (a duplicate delivery): recorded nothing more.
             ToBroker(celery_app(settings, {})).audit(
-                "infra", "audit:infra:2026-12-01T06:00:00Z", "2026-12-01T06:00:00Z", "schedule"
+                AuditTask("infra", "audit:infra:2026-12-01T06:00:00Z", "2026-12-01T06:00:00Z", "schedule")
             )
             log_b = tmp_path / "b.log"
             wait_for(
@@ -114,16 +114,8 @@ class Recording:
     def __init__(self) -> None:
         self.audits: list[str] = []
 
-    def audit(
-        self,
-        target: str,
-        task_key: str,
-        slot: str | None,
-        trigger: str,
-        repository: str = "",
-        installation_id: int = 0,
-    ) -> None:
-        self.audits.append(task_key)
+    def audit(self, task: AuditTask) -> None:
+        self.audits.append(task.task_key)
 
     def digest(self) -> None:
         self.audits.append("digest")

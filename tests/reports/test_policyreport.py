@@ -49,7 +49,7 @@ def _docs(text: str) -> list[dict]:
 @pytest.mark.parametrize("fmt", FLAVOURS)
 def test_store_reports_validate_and_carry_every_result_kind(fmt: str, tmp_path: Path, engine: Engine) -> None:
     store, clock, settings = seeded_store(tmp_path, engine)
-    report = compliance.build(wire.export_json(store.export()), settings.reports, clock.now, None)  # type: ignore[attr-defined]
+    report = compliance.build(wire.record_json(store.export()), settings.reports, clock.now, None)  # type: ignore[attr-defined]
     docs = _docs(compliance.render(report, fmt).decode())
     assert docs and all(policyreport_problems(d) == [] for d in docs)
     flavour = policyreport.FLAVOURS["openreports" if fmt == "openreports" else "wgpolicyk8s"]
@@ -85,7 +85,7 @@ def test_since_reports_resolved_findings_as_pass(tmp_path: Path, engine: Engine)
     shutil.copyfile(SEED / "after" / "workload.yaml", tree / "before" / "workload.yaml")  # fixed
     runner.run("lab")
     with_since = compliance.build(
-        wire.export_json(store.export(None, since - timedelta(hours=1))), settings.reports, clock.now, since
+        wire.record_json(store.export(None, since - timedelta(hours=1))), settings.reports, clock.now, since
     )
     docs = _docs(compliance.to_policyreport(with_since, "openreports"))
     assert all(policyreport_problems(d) == [] for d in docs)
@@ -93,7 +93,7 @@ def test_since_reports_resolved_findings_as_pass(tmp_path: Path, engine: Engine)
     (blocked,) = [r for r in ns["results"] if r["policy"] == "cross-zone-blocked"]
     assert blocked["result"] == "pass" and blocked["properties"]["status"] == "resolved"
     assert blocked["message"].startswith("resolved: ") and ns["summary"]["fail"] == 0
-    without = compliance.build(wire.export_json(store.export()), settings.reports, clock.now, None)
+    without = compliance.build(wire.record_json(store.export()), settings.reports, clock.now, None)
     assert not [
         d for d in _docs(compliance.to_policyreport(without)) if d["metadata"].get("namespace") == "ml-demo"
     ]
