@@ -69,21 +69,30 @@ def tests_in(tree: Any, keys: frozenset[str]) -> Iterator[ReplicaTest]:
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, (dict, Mapping)):  # dict first: cheaper than the ABC's test
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str):
+            if any(k in node for k in keys):
+                found.extend(_calico_tests(node, keys))
+        elif isinstance(node, (dict, Mapping)):  # dict first: cheaper than the ABC's test
             expr_key = node.get("key")
             if isinstance(expr_key, str) and _plain(expr_key) in keys:
                 found.extend(ReplicaTest(_plain(expr_key), "==", str(v)) for v in node.get("values") or ())
             for k, v in node.items():
                 # (`k in keys` first: most keys are no replica key and carry no source prefix)
                 mentioned = k in keys or (isinstance(k, str) and ":" in k and _plain(k) in keys)
-                if mentioned and isinstance(v, (str, int)):
-                    found.append(ReplicaTest(_plain(k), "==", str(v)))
-                if isinstance(v, (dict, list, Mapping)) or (isinstance(v, str) and "/" in v):
+                if isinstance(v, str):  # strings first: most values, and no ABC check for them
+                    if mentioned:
+                        found.append(ReplicaTest(_plain(k), "==", v))
+                    if "/" in v:
+                        stack.append(v)
+                elif isinstance(v, (dict, list)):
                     stack.append(v)
-        elif isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, str) and any(k in node for k in keys):
-            found.extend(_calico_tests(node, keys))
+                elif isinstance(v, int):
+                    if mentioned:
+                        found.append(ReplicaTest(_plain(k), "==", str(v)))
+                elif isinstance(v, Mapping):
+                    stack.append(v)
     return iter(found)
 
 
