@@ -11,6 +11,8 @@ kinds, 5,000 policies, 500 nodes over three zones; see gen_repo.py), measured in
 (b3) incremental: the cache filled once, then a re-scan of the unchanged tree and a re-scan after
     changing one file (a workload's replica count), each compared byte for byte with a cold
     `--no-cache` scan of the same tree; target: the one-file re-scan ≤ 15% of the cold scan;
+(b4) growth: the parse floor and a `--jobs 1` scan of generated repositories at a quarter, half and
+    the whole of the size asked for (1×, 2×, 4×), with the fitted exponent of each (world/growth.py);
 (c) Checkov's Kubernetes scan of the same directory, once (installed into benchmarks/.venv-checkov
     by checkov_baseline.py), or of a subset of it with `--checkov-subset N`.
 
@@ -49,6 +51,7 @@ sys.path.insert(0, str(HERE))
 
 import checkov_baseline  # noqa: E402
 import gen_repo  # noqa: E402
+from world import growth  # noqa: E402
 
 SUFFIXES = (".yaml", ".yml", ".json")
 GIB = 2**30
@@ -230,6 +233,43 @@ def incremental(directory: Path, runs: int, tmp: Path) -> dict[str, Any]:
     return {"fill": fill, "unchanged": warm, "one_file": one, "cold": cold, "cache_bytes": size}
 
 
+def growth_runs(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """The parse floor and a `--jobs 1` cold scan at 1×, 2× and 4× a quarter of the asked size
+    (jobs, policies and nodes scaled together), one run each, and their fitted exponents. Each
+    scan must audit every object its repository holds and exit 0 (`--fail-on none`)."""
+    sizes: list[int] = []
+    parse_cpu: list[float] = []
+    scan_cpu: list[float] = []
+    for factor in growth.FACTORS:
+        where = tmp / f"growth-{factor}"
+        counts = gen_repo.generate_repo(
+            where,
+            max(1, args.jobs * factor // 4),
+            max(1, args.policies * factor // 4),
+            max(3, args.nodes * factor // 4),
+            args.seed,
+        )
+        parse, scan = Measured(), Measured()
+        report = tmp / f"growth-{factor}.json"
+        run_child(["--child", "parse", str(where)], parse)
+        run_child(["--child", "scan", str(where), str(report), "1", "--no-cache"], scan)
+        summary = json.loads(report.read_text()).get("summary", {})
+        if scan.last.get("exit") != 0 or not summary.get("audited_objects"):
+            raise WrongAnswer(f"the growth scan of {where} audited nothing or failed: {summary}")
+        sizes.append(counts["objects"])
+        parse_cpu.append(parse.cpu[-1])
+        scan_cpu.append(scan.cpu[-1])
+        print(
+            f"  growth {factor}×: {counts['objects']:,} objects, parse {parse.cpu[-1]:.2f} s CPU, "
+            f"scan --jobs 1 {scan.cpu[-1]:.2f} s CPU ({scan.cpu[-1] / parse.cpu[-1]:.2f}× the floor)",
+            flush=True,
+        )
+        shutil.rmtree(where, ignore_errors=True)
+    k_scan, k_parse = growth.exponent(sizes, scan_cpu), growth.exponent(sizes, parse_cpu)
+    print(f"growth scan --jobs 1 (process CPU): exponent {k_scan:.2f}; parse floor: exponent {k_parse:.2f}")
+    return {"growth_objects": sizes, "growth_scan_cpu": scan_cpu, "growth_parse_cpu": parse_cpu}
+
+
 def busy(count: int) -> list[subprocess.Popen[bytes]]:
     """`count` processes spinning on a CPU each (a machine where other work is running)."""
     spin = "while True: pass"
@@ -292,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", type=Path, help="also time this checkout's scan (A/B), e.g. /work/base")
     parser.add_argument("--busy", type=int, default=0, metavar="N", help="keep N CPU-bound processes running")
     parser.add_argument("--skip-incremental", action="store_true")
+    parser.add_argument("--no-growth", action="store_true", help="skip the 1×/2×/4× growth runs (b4)")
     parser.add_argument("--incremental-only", action="store_true", help="only the cache part (b3)")
     parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -466,6 +507,8 @@ def _run(args: argparse.Namespace) -> int:
                 ratio_one_file_cold=share,
                 cache_bytes=inc["cache_bytes"],
             )
+        if not args.no_growth and not args.incremental_only:
+            figures.update(growth_runs(args, tmp))
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
     finally:
