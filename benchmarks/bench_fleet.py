@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, text
+from world import growth
 from world.fakegithub import FakeGitHub, MultiHub, serve
 from world.github import APP_ID, SECRET, app_key, deliver, pull_request_event, push_event
 from world.httpserve import serving
@@ -370,6 +371,10 @@ def main() -> int:
                 f"p95 ×{r['p95'] / base['p95']:.2f}, "
                 f"CPU per check ×{r['cpu_per_check'] / base['cpu_per_check']:.2f}"
             )
+        if len(results) > 1:
+            # Same input, more workers: elapsed ≈ c · workers^k, k = -1 for perfect scaling.
+            k = growth.exponent([r["workers"] for r in results], [r["elapsed"] for r in results])
+            print(f"  scaling exponent of the elapsed time over workers: {k:.2f} (-1 is linear scaling)")
         n = args.repos
         print(
             f"\nstored audits (push webhooks, {push['workers']} workers): {n} in {push['elapsed']:.1f} s, "
