@@ -43,7 +43,7 @@ from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, Toleration
 from auditor.model.scheduling import AffinityTerm, namespace_label_map
 from auditor.placement.filters import TOPOLOGY_KEYS, FilterResult, filter_node, node_label_keys
 from auditor.placement.podfilters import ExistingPod, InterPodAffinity, TopologySpread, missing_topology_key
-from auditor.placement.resources import extended_resources
+from auditor.placement.resources import extended_resources, pods_per_node
 from auditor.workloads.operators import (
     EXCLUSIVE,
     LWS_EXCLUSIVE,
@@ -443,6 +443,67 @@ class _Cap:
         return self.per_domain * len(reachable)
 
 
+# The feasible nodes of a role by zone and allocatable (None: nodes without the zone label).
+_Pools = Mapping[str | None, Mapping[tuple[tuple[str, str], ...], int]]
+
+
+def _pools(ok: Sequence[Node], zone_key: str) -> _Pools:
+    out: dict[str | None, dict[tuple[tuple[str, str], ...], int]] = {}
+    for n in ok:
+        by_alloc = out.setdefault(n.label_map.get(zone_key), {})
+        by_alloc[n.allocatable] = by_alloc.get(n.allocatable, 0) + 1
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _FitCap:
+    """NodeResourcesFit as a bound: an empty feasible node holds at most so many of the role's
+    pods (its requests against the node's allocatable, and the `pods` slots), so a zone holds at
+    most the sum over its nodes. An upper bound: other roles' pods are not subtracted, so what it
+    says cannot fit, cannot."""
+
+    reason: str
+    per_zone: Mapping[str | None, int | None]  # None: a node whose capacity is unknown
+
+    def within(self, ok: Sequence[Node], zones: set[str] | None, zone_key: str) -> int | None:
+        del ok, zone_key  # counted from the same feasible nodes when the cap was made
+        total = 0
+        for zone, count in self.per_zone.items():
+            if zones is None or zone in zones:
+                if count is None:
+                    return None
+                total += count
+        return total
+
+
+def _fit_cap(role: Role, pools: _Pools) -> _FitCap | None:
+    """The resource bound of `role` on its feasible nodes, when it binds: a zone, or all of them,
+    holds fewer than its replicas."""
+    if role.replicas <= 1:
+        return None
+    per_zone: dict[str | None, int | None] = {}
+    limits: dict[str, set[int]] = {}
+    for zone, by_alloc in pools.items():
+        total: int | None = 0
+        for allocatable, count in by_alloc.items():
+            fit = pods_per_node(role.template, allocatable)
+            if fit is None:
+                total = None
+                break
+            limits.setdefault(fit[1], set()).add(fit[0])
+            if total is not None:
+                total += fit[0] * count
+        per_zone[zone] = total
+    counts = [c for c in per_zone.values() if c is not None]
+    if None in per_zone.values() or not counts or (min(counts) >= role.replicas):
+        return None
+    per_node = "; ".join(
+        f"{res}: at most {'–'.join(str(k) for k in sorted({min(v), max(v)}))} per node"
+        for res, v in sorted(limits.items())
+    )
+    return _FitCap(f"NodeResourcesFit with its requests ({per_node})", per_zone)
+
+
 def _caps(role: Role, nodes: Sequence[Node], index: _RoleIndex, options: PlacementOptions) -> list[_Cap]:
     """The constraints of `role` that bound its own replicas: hard spread whose selector counts only
     its own pods (other roles' pods might fill the domains it cannot reach), and required
@@ -484,7 +545,7 @@ def _caps(role: Role, nodes: Sequence[Node], index: _RoleIndex, options: Placeme
 
 
 def _fit(
-    caps: Sequence[_Cap], ok: Sequence[Node], zones: set[str] | None, zone_key: str
+    caps: Sequence[_Cap | _FitCap], ok: Sequence[Node], zones: set[str] | None, zone_key: str
 ) -> tuple[int | None, str]:
     """The tightest bound of `caps` on the nodes in `zones`, and its reason."""
     best: tuple[int | None, str] = (None, "")
@@ -496,7 +557,12 @@ def _fit(
 
 
 def _replica_bounds(
-    role: Role, ok: Sequence[Node], zones: Sequence[str], one_zone: str, caps: Sequence[_Cap], zone_key: str
+    role: Role,
+    ok: Sequence[Node],
+    zones: Sequence[str],
+    one_zone: str,
+    caps: Sequence[_Cap | _FitCap],
+    zone_key: str,
 ) -> tuple[int | None, str, str]:
     """(how many replicas can be placed at most or None, why, why they cannot share one zone)."""
     if not caps or not ok:
@@ -599,12 +665,23 @@ def place_roles(
             found = zone_cache[id(ok)] = tuple(sorted({z for n in ok if (z := n.label_map.get(zone_key))}))
         return found
 
+    pool_cache: dict[int, _Pools] = {}
+
+    def pools_of(ok: list[Node]) -> _Pools:
+        found = pool_cache.get(id(ok))
+        if found is None:
+            found = pool_cache[id(ok)] = _pools(ok, zone_key)
+        return found
+
     for role in roles:
         ok = feasible[role]
         zones = zones_of(ok)
         m = matches.get(role, _Matches((), False))
         one_zone = _self_colocation(role, zones, m, topology) if ok else ""
-        caps = _caps(role, nodes, index, opts)
+        caps: list[_Cap | _FitCap] = [*_caps(role, nodes, index, opts)]
+        fit = _fit_cap(role, pools_of(ok))
+        if fit is not None:
+            caps.append(fit)
         max_replicas, capacity_reason, forced = _replica_bounds(role, ok, zones, one_zone, caps, zone_key)
         notes = _admission_notes(role, rejected[role], opts)
         out[role] = RolePlacement(

@@ -246,6 +246,33 @@ def insufficient_resources(
     return out
 
 
+def pods_per_node(template: PodTemplate, allocatable: tuple[tuple[str, str], ...]) -> tuple[int, str] | None:
+    """How many pods of `template` one empty node with this `allocatable` holds at most, and the
+    resource that bounds it: NodeResourcesFit applied pod after pod (`pods` slots, then each
+    requested resource's allocatable over the pod's request, as `insufficient_resources` checks
+    them). None when nothing bounds it: no allocatable data, or requests that do not parse (the
+    resource filter reports those)."""
+    if not allocatable or template.pod_requests.error is not None:
+        return None
+    try:
+        have = dict(_allocatable_units(allocatable))
+    except ValueError:
+        return None
+    want = _units_of(template)
+    bounds: list[tuple[int, str]] = []
+    if PODS in have:
+        bounds.append((have[PODS], PODS))
+    for name, requested in sorted(want.items()):
+        if requested <= 0:
+            continue
+        if name in _FIXED:
+            if name in have:
+                bounds.append((have[name] // requested, name))
+        elif is_scalar_resource(name):
+            bounds.append((have.get(name, 0) // requested, name))  # missing: 0, as the filter says
+    return min(bounds) if bounds else None
+
+
 def fits(template: PodTemplate, node: Node, existing: Iterable[PodTemplate] = ()) -> str | None:
     """None when the pod fits the node, else the first reason ("Insufficient nvidia.com/gpu")."""
     missing = insufficient_resources(template, node, existing)

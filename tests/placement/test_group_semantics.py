@@ -351,3 +351,69 @@ def test_replicas_following_pods_of_several_roles_may_split() -> None:
     # can end up in two zones — possible, not forced together, not merely nudged apart.
     to_everyone = follower("").replace("app: store", "app: train")
     assert split(NODES + pytorchjob(to_everyone), W, W) == "possible"
+
+
+# --- NodeResourcesFit as a bound on how many replicas a zone holds -----------------------------------
+
+# Three zones of two 8-GPU nodes each (noderesources/fit.go: a pod fits while every requested
+# resource's allocatable, less what the node's pods request, covers it; each pod takes a pods slot).
+GPU_NODES = """\
+apiVersion: v1
+kind: NodeList
+items:
+""" + "".join(
+    f"- {{apiVersion: v1, kind: Node, metadata: {{name: {n}, labels: {{topology.kubernetes.io/zone: {z}, "
+    f"kubernetes.io/hostname: {n}}}}}, status: {{allocatable: {{cpu: '96', memory: 1Ti, pods: '110', "
+    "nvidia.com/gpu: '8'}}}\n"
+    for n, z in [("a1", "za"), ("a2", "za"), ("b1", "zb"), ("b2", "zb"), ("c1", "zc"), ("c2", "zc")]
+)
+
+
+def gpu_job(replicas: int, gpus: int = 8) -> str:
+    def spec(n: int) -> str:
+        limits = f", resources: {{limits: {{nvidia.com/gpu: {n}}}}}" if n else ""
+        return "{containers: [{name: t, image: x" + limits + "}]}"
+
+    return f"""---
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {{name: j, namespace: ml}}
+spec:
+  pytorchReplicaSpecs:
+    Master: {{replicas: 1, template: {{metadata: {{labels: {{role: master}}}}, spec: {spec(0)}}}}}
+    Worker: {{replicas: {replicas}, template: {{metadata: {{labels: {{role: worker}}}}, spec: {spec(gpus)}}}}}
+"""
+
+
+def test_workers_needing_more_gpu_nodes_than_a_zone_has_cross_zones() -> None:
+    # Three whole-node workers on two 8-GPU nodes per zone: one of them lands in another zone.
+    p, _ = placed(GPU_NODES + gpu_job(3))
+    assert (
+        "NodeResourcesFit" in p[W].forced_spread
+        and "nvidia.com/gpu: at most 1 per node" in p[W].forced_spread
+    )
+    assert p[W].max_replicas is None
+    assert split(GPU_NODES + gpu_job(3), W, M) == "always"
+    assert split(GPU_NODES + gpu_job(3), W, W) == "always"
+    # Two whole-node workers, or four half-node ones, fit one zone: nothing forces them apart.
+    assert split(GPU_NODES + gpu_job(2), W, M) == "likely"
+    assert split(GPU_NODES + gpu_job(4, gpus=4), W, M) == "likely"
+    assert not placed(GPU_NODES + gpu_job(4, gpus=4))[0][W].forced_spread
+
+
+def test_more_whole_node_workers_than_gpu_nodes_leave_the_rest_pending() -> None:
+    p, _ = placed(GPU_NODES + gpu_job(8))
+    assert p[W].max_replicas == 6 and p[W].partly_unschedulable  # six nodes, one worker each
+    assert "nvidia.com/gpu" in p[W].capacity_reason
+    found = findings(GPU_NODES + gpu_job(8))
+    assert ("role-unschedulable", "always", "j") in found
+
+
+def test_nodes_of_unknown_capacity_bound_nothing() -> None:
+    # Node objects without status.allocatable (hand-written, trimmed): unknown means it fits.
+    assert not placed(NODES + gpu_job(3).replace("nvidia.com/gpu: 8", "cpu: 1"))[0][W].forced_spread
+    mixed = GPU_NODES.replace(
+        ", status: {allocatable: {cpu: '96', memory: 1Ti, pods: '110', nvidia.com/gpu: '8'}}", "", 1
+    )
+    p, _ = placed(mixed + gpu_job(3).replace("nvidia.com/gpu: 8", "cpu: 64"))
+    assert not p[W].forced_spread  # a1's capacity is unknown: zone za might hold all three

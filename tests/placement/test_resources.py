@@ -20,6 +20,7 @@ from auditor.placement.resources import (
     milli_value,
     parse_quantity,
     pod_requests,
+    pods_per_node,
     whole_value,
 )
 from auditor.sources.objects import RawObject, parse_node
@@ -158,6 +159,35 @@ def test_unknown_capacity_fits() -> None:
     partial = node("partial", allocatable={"nvidia.com/gpu": "8"})
     assert fits(template, partial) == "Insufficient example.com/fpga"
     assert fits(pod({"containers": [container({"cpu": "100"})]}), partial) is None
+
+
+def test_pods_per_node_is_the_fit_filter_applied_pod_after_pod() -> None:
+    # noderesources/fit.go fitsRequest: each pod takes a pods slot and its requests; identical pods
+    # fit an empty node while every requested resource's allocatable covers them all.
+    gpu8 = node("g", allocatable={"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"})
+    full_gpu = pod({"containers": [container(limits={"nvidia.com/gpu": "8"})]})
+    assert pods_per_node(full_gpu, gpu8.allocatable) == (1, "nvidia.com/gpu")
+    half = pod({"containers": [container({"cpu": "40", "nvidia.com/gpu": "4"})]})
+    assert pods_per_node(half, gpu8.allocatable) == (2, "cpu")  # 96 // 40 = 2, 8 // 4 = 2: ties by name
+    milli = pod({"containers": [container({"cpu": "1500m"})]})
+    assert pods_per_node(milli, node("c", allocatable={"cpu": "4", "pods": "110"}).allocatable) == (2, "cpu")
+    tiny = pod({"containers": [container({"cpu": "1m"})]})
+    assert pods_per_node(tiny, gpu8.allocatable) == (110, "pods")
+    # Unknown capacity bounds nothing; a missing extended resource is 0 (the filter rejects the node).
+    assert pods_per_node(full_gpu, node("u").allocatable) is None
+    assert pods_per_node(full_gpu, node("cpu", allocatable={"cpu": "64"}).allocatable) == (
+        0,
+        "nvidia.com/gpu",
+    )
+    assert (
+        pods_per_node(
+            pod({"containers": [container({"cpu": "1"})]}),
+            node("m", allocatable={"memory": "1Gi"}).allocatable,
+        )
+        is None
+    )
+    broken = pod({"containers": [container({"cpu": "lots"})]})
+    assert pods_per_node(broken, gpu8.allocatable) is None  # the resource filter names the field
 
 
 def test_resources_without_a_domain_are_ignored_as_kube_scheduler_does() -> None:
