@@ -35,6 +35,7 @@ key's name: a node pool or rack whose nodes span two zones does not keep a group
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -443,16 +444,22 @@ class _Cap:
         return self.per_domain * len(reachable)
 
 
-# The feasible nodes of a role by zone and allocatable (None: nodes without the zone label).
-_Pools = Mapping[str | None, Mapping[tuple[tuple[str, str], ...], int]]
+_Alloc = tuple[tuple[str, str], ...]
 
 
-def _pools(ok: Sequence[Node], zone_key: str) -> _Pools:
-    out: dict[str | None, dict[tuple[tuple[str, str], ...], int]] = {}
-    for n in ok:
-        by_alloc = out.setdefault(n.label_map.get(zone_key), {})
-        by_alloc[n.allocatable] = by_alloc.get(n.allocatable, 0) + 1
-    return out
+@dataclass(frozen=True, slots=True)
+class _Pools:
+    """A role's feasible nodes counted by zone (None: no zone label) and allocatable."""
+
+    by_zone: Mapping[str | None, Mapping[_Alloc, int]]
+    fewest: int  # nodes in the zone with fewest: each holds one pod at least (it passed the filter)
+
+    @staticmethod
+    def of(ok: Sequence[Node], key_of: Mapping[int, tuple[str | None, _Alloc]]) -> _Pools:
+        by_zone: dict[str | None, dict[_Alloc, int]] = {}
+        for (zone, allocatable), count in Counter(map(key_of.__getitem__, map(id, ok))).items():
+            by_zone.setdefault(zone, {})[allocatable] = count
+        return _Pools(by_zone, min((sum(c.values()) for c in by_zone.values()), default=0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,26 +484,27 @@ class _FitCap:
 
 
 def _fit_cap(role: Role, pools: _Pools) -> _FitCap | None:
-    """The resource bound of `role` on its feasible nodes, when it binds: a zone, or all of them,
-    holds fewer than its replicas."""
-    if role.replicas <= 1:
+    """The resource bound of `role` on its feasible nodes, when it binds: a zone holds fewer
+    than its replicas."""
+    if role.replicas <= pools.fewest:
+        return None  # every zone has a feasible node per replica
+    fits: dict[_Alloc, tuple[int, str]] = {}
+    for by_alloc in pools.by_zone.values():
+        for allocatable in by_alloc:
+            if allocatable not in fits:
+                fit = pods_per_node(role.template, allocatable)
+                if fit is None:
+                    return None  # a node of unknown capacity: its zone might hold them all
+                fits[allocatable] = fit
+    per_zone: dict[str | None, int | None] = {
+        zone: sum(fits[a][0] * count for a, count in by_alloc.items())
+        for zone, by_alloc in pools.by_zone.items()
+    }
+    if not per_zone or min(c for c in per_zone.values() if c is not None) >= role.replicas:
         return None
-    per_zone: dict[str | None, int | None] = {}
     limits: dict[str, set[int]] = {}
-    for zone, by_alloc in pools.items():
-        total: int | None = 0
-        for allocatable, count in by_alloc.items():
-            fit = pods_per_node(role.template, allocatable)
-            if fit is None:
-                total = None
-                break
-            limits.setdefault(fit[1], set()).add(fit[0])
-            if total is not None:
-                total += fit[0] * count
-        per_zone[zone] = total
-    counts = [c for c in per_zone.values() if c is not None]
-    if None in per_zone.values() or not counts or (min(counts) >= role.replicas):
-        return None
+    for count, resource in fits.values():
+        limits.setdefault(resource, set()).add(count)
     per_node = "; ".join(
         f"{res}: at most {'–'.join(str(k) for k in sorted({min(v), max(v)}))} per node"
         for res, v in sorted(limits.items())
@@ -666,11 +674,12 @@ def place_roles(
         return found
 
     pool_cache: dict[int, _Pools] = {}
+    node_keys = {id(n): (n.label_map.get(zone_key), n.allocatable) for n in nodes}
 
     def pools_of(ok: list[Node]) -> _Pools:
         found = pool_cache.get(id(ok))
         if found is None:
-            found = pool_cache[id(ok)] = _pools(ok, zone_key)
+            found = pool_cache[id(ok)] = _Pools.of(ok, node_keys)
         return found
 
     for role in roles:
@@ -679,7 +688,7 @@ def place_roles(
         m = matches.get(role, _Matches((), False))
         one_zone = _self_colocation(role, zones, m, topology) if ok else ""
         caps: list[_Cap | _FitCap] = [*_caps(role, nodes, index, opts)]
-        fit = _fit_cap(role, pools_of(ok))
+        fit = _fit_cap(role, pools_of(ok)) if role.replicas > 1 else None
         if fit is not None:
             caps.append(fit)
         max_replicas, capacity_reason, forced = _replica_bounds(role, ok, zones, one_zone, caps, zone_key)

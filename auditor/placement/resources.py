@@ -190,6 +190,15 @@ def _allocatable_units(allocatable: tuple[tuple[str, str], ...]) -> tuple[tuple[
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=1024)
+def _allocatable_map(allocatable: tuple[tuple[str, str], ...]) -> Mapping[str, int] | None:
+    """`_allocatable_units` as a mapping (never changed: it is shared), None for a bad quantity."""
+    try:
+        return dict(_allocatable_units(allocatable))
+    except ValueError:
+        return None
+
+
 def _in_units(requests: Mapping[str, Fraction]) -> dict[str, int]:
     return {k: scheduler_units(k, v) for k, v in requests.items()}
 
@@ -254,9 +263,8 @@ def pods_per_node(template: PodTemplate, allocatable: tuple[tuple[str, str], ...
     resource filter reports those)."""
     if not allocatable or template.pod_requests.error is not None:
         return None
-    try:
-        have = dict(_allocatable_units(allocatable))
-    except ValueError:
+    have = _allocatable_map(allocatable)
+    if have is None:
         return None
     want = _units_of(template)
     bounds: list[tuple[int, str]] = []
