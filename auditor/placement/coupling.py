@@ -10,8 +10,12 @@ rejection of nodes lacking a DoNotSchedule constraint's key, InterPodAffinity's 
 lacking a required term's key or holding no pod the terms select (the first-pod exemption for a pod
 that matches all its own terms) — hence its feasible zones; how many of its replicas can be placed
 at all (hard spread whose eligible domains include some the pod cannot reach caps every domain at
-maxSkew; one pod per domain under required anti-affinity to its own pods); whether its replicas must
-share one zone, or are forced across several.
+maxSkew; one pod per domain under required anti-affinity to its own pods; NodeResourcesFit: an empty
+node holds as many of its pods as its allocatable covers for every requested resource and its `pods`
+slots, so eight whole-node GPU workers on two 8-GPU nodes per zone need four zones' worth of nodes
+— an upper bound, since other roles' pods are not subtracted, so what it says cannot fit cannot);
+whether its replicas must share one zone, or are forced across several (hard zone spread,
+anti-affinity needing more domains than a zone has, or more pods than a zone's nodes hold).
 
 Per pair (`pair_placement`): the zone pairs the group constraints allow for traffic from a pod of
 one role to a pod of the other, and how certain a split across zones is:

@@ -2,13 +2,17 @@
 topology spread key its nodes lack, a required podAffinity no scanned workload's pods satisfy), or
 only some of its replicas can be placed (a DoNotSchedule spread whose counted domains include one the
 pods cannot reach caps every domain at maxSkew; one pod per domain under podAntiAffinity to its own
-pods), so the group never starts whole. Needs Node objects.
+pods; more pods than the feasible nodes' allocatable holds, counted as if the nodes were empty), so
+the group never starts whole. Needs Node objects.
 
 Fails: a worker with nodeSelector `gpu: "true"` and no toleration for the GPU nodes' taint; eight
 workers spread with `maxSkew: 1` over the zones where only zone-a's nodes accept them (the other
 zones are counted but stay empty, so zone-a takes one).
+Also fails: eight workers each requesting `nvidia.com/gpu: 8` where six nodes have
+`allocatable: {nvidia.com/gpu: "8"}` (six of them can be placed; the message names the resource).
 Passes: the worker tolerates `gpu=present:NoSchedule`; the spread says `nodeTaintsPolicy: Honor`
-(the untolerated zones are not counted) or the workers' node affinity names zone-a.
+(the untolerated zones are not counted) or the workers' node affinity names zone-a; six workers (or
+twelve requesting 4 GPUs each) for those six nodes.
 
 When the ExtendedResourceToleration admission plugin would change the verdict (a pod requesting
 `nvidia.com/gpu` and a node tainted with that key), the message says so: the plugin is off upstream,
