@@ -370,19 +370,13 @@ items:
 
 
 def gpu_job(replicas: int, gpus: int = 8) -> str:
-    def spec(n: int) -> str:
-        limits = f", resources: {{limits: {{nvidia.com/gpu: {n}}}}}" if n else ""
-        return "{containers: [{name: t, image: x" + limits + "}]}"
-
-    return f"""---
-apiVersion: kubeflow.org/v1
-kind: PyTorchJob
-metadata: {{name: j, namespace: ml}}
-spec:
-  pytorchReplicaSpecs:
-    Master: {{replicas: 1, template: {{metadata: {{labels: {{role: master}}}}, spec: {spec(0)}}}}}
-    Worker: {{replicas: {replicas}, template: {{metadata: {{labels: {{role: worker}}}}, spec: {spec(gpus)}}}}}
-"""
+    """The PyTorchJob above, each worker requesting `gpus` GPUs."""
+    head, _, tail = pytorchjob(replicas=replicas).rpartition("containers: [{name: t, image: x}]")
+    return (
+        head
+        + f"containers: [{{name: t, image: x, resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}}}]"
+        + tail
+    )
 
 
 def test_workers_needing_more_gpu_nodes_than_a_zone_has_cross_zones() -> None:
