@@ -27,6 +27,7 @@ from auditor.reachability.ports import ConnSet, PortSet
 
 if TYPE_CHECKING:
     from auditor.reachability.calico_selector import Selector as CalicoSelector
+    from auditor.reachability.cni import NetworkSettings
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -63,6 +64,8 @@ class RuleRef:
 class Views(Protocol):
     """Label views of endpoints as each dialect sees them (cached by the engine)."""
 
+    settings: NetworkSettings
+
     def k8s(self, pod: PodEndpoint) -> Mapping[str, str]: ...
 
     def k8s_namespace(self, pod: PodEndpoint) -> Mapping[str, str]: ...
@@ -72,12 +75,6 @@ class Views(Protocol):
     def calico(self, pod: PodEndpoint) -> Mapping[str, str]: ...
 
     def calico_namespace(self, pod: PodEndpoint) -> Mapping[str, str]: ...
-
-    def ipblock_matches_pods(self) -> bool: ...
-
-    def ipblock_matches_nodes(self) -> bool: ...
-
-    def node_selector_labels(self) -> bool: ...
 
 
 # ----------------------------------------------------------------------------------------------
@@ -147,13 +144,13 @@ class CIDRPeer:
             return _in_cidr(ep.ip, self.cidr, self.excepts)
         if isinstance(ep, PodEndpoint):
             if ep.host_network:
-                return views.ipblock_matches_nodes() and any(
+                return views.settings.ipblock_matches_nodes() and any(
                     _in_cidr(ip, self.cidr, self.excepts) for ip in ep.ips
                 )
-            pods = views.ipblock_matches_pods() if self.match_pods is None else self.match_pods
+            pods = views.settings.ipblock_matches_pods() if self.match_pods is None else self.match_pods
             return pods and any(_in_cidr(ip, self.cidr, self.excepts) for ip in ep.ips)
         if isinstance(ep, NodeEndpoint):
-            return views.ipblock_matches_nodes() and any(
+            return views.settings.ipblock_matches_nodes() and any(
                 _in_cidr(ip, self.cidr, self.excepts) for ip in ep.ips
             )
         return False
@@ -236,7 +233,7 @@ class NodePeer:
             if isinstance(ep, EntityEndpoint) and ep.entity in ("host", "remote-node"):
                 return self.selector.is_everything()
             return False
-        if self.cilium and not views.node_selector_labels():
+        if self.cilium and not views.settings.cilium.node_selector_labels:
             # Without enable-node-selector-labels Cilium node identities carry no node labels.
             return self.selector.matches({})
         return self.selector.matches(dict(ep.labels))
@@ -290,7 +287,7 @@ class CalicoPeer:
             if self.service_account_selector is not None and not self.service_account_selector.matches({}):
                 return False
             ips = ep.ips
-            if self.nets and not views.ipblock_matches_pods():
+            if self.nets and not views.settings.ipblock_matches_pods():
                 return False
         elif isinstance(ep, (NodeEndpoint, PodEndpoint, EntityEndpoint)):
             if self._pod_criteria():
