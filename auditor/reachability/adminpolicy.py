@@ -177,7 +177,7 @@ def _peer(raw: Any, field: str, direction: str, action: Action) -> list[Peer]:
 
 def _ports_v1(raw: list[Any], field: str) -> PortMatch:
     if not raw:
-        return PortMatch.everything()
+        return PortMatch()
     static: dict[str, PortSet] = {}
     named: list[tuple[str, str | None]] = []
     for i, item in enumerate(raw):
@@ -204,7 +204,7 @@ def _ports_v1(raw: list[Any], field: str) -> PortMatch:
 
 def _protocols_v2(raw: list[Any], field: str) -> PortMatch:
     if not raw:
-        return PortMatch.everything()
+        return PortMatch()
     static: dict[str, PortSet] = {}
     named: list[tuple[str, str | None]] = []
     for i, item in enumerate(raw):

@@ -272,7 +272,7 @@ def _scoped(raw: Any, field: str, namespace: str | None) -> LabelSelector:
 
 def _to_ports(raw: list[Any], field: str, deny: bool) -> tuple[PortMatch, str]:
     if not raw:
-        return PortMatch.everything(), ""
+        return PortMatch(), ""
     static: dict[str, PortSet] = {}
     named: list[tuple[str, str | None]] = []
     l7 = False

@@ -233,7 +233,7 @@ class PolicyEngine:
         # Index: namespace (None for cluster-wide) → candidate policies by subject label.
         self._index: dict[str | None, _SubjectIndex] = defaultdict(_SubjectIndex)
         for p in self.policies:
-            self._index[p.subject.namespace_hint].add(p)
+            self._index[p.subject.namespace].add(p)
         rank = {t.name: i for i, t in enumerate(self.tiers)}
         self._rank = {id(p): (rank[p.tier], p.order) for p in self.policies}
         self._selecting: dict[PodEndpoint, tuple[CompiledPolicy, ...]] = {}

@@ -127,7 +127,7 @@ def _peer(raw: Any, namespace: str, field: str) -> Peer:
 def parse_ports(raw: list[Any], field: str) -> PortMatch:
     """NetworkPolicyPort list: protocol (default TCP), port (number or name), endPort."""
     if not raw:
-        return PortMatch.everything()
+        return PortMatch()
     static: dict[str, PortSet] = {}
     named: list[tuple[str, str | None]] = []
     for i, item in enumerate(raw):
