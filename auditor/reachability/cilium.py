@@ -111,7 +111,6 @@ def compile_cilium_policy(
     kind = CNP if namespace is not None else CCNP
     name = str(obj.get("metadata", {}).get("name", ""))
     ref = PolicyRef(kind, namespace or "", name, source)
-    obj_name = f"{kind} {ref.namespace + '/' if ref.namespace else ''}{name}"
     rules: list[tuple[str, Any]] = []
     if obj.get("spec") is not None:
         rules.append(("spec", obj["spec"]))
@@ -127,7 +126,7 @@ def compile_cilium_policy(
             compiled = _compile_rule(ref, raw, path, namespace, tier, notes)
         except SelectorError as exc:
             line = int(getattr(raw, "line", source.line))
-            errors.append(LoadError(source.file, line, exc.message, obj_name, exc.field))
+            errors.append(LoadError(source.file, line, exc.message, str(ref), exc.field))
             continue
         if compiled is not None:
             policies.append(compiled)
@@ -198,13 +197,10 @@ def _rule(
     body = specs.mapping(raw, field, fields, optional=False)
     prefix = "from" if key.startswith("ingress") else "to"
     peers: list[Peer] = []
-    l3 = False
     for i, sel in enumerate(specs.seq(body.get(f"{prefix}Endpoints"), f"{field}.{prefix}Endpoints")):
-        l3 = True
         peers.append(CiliumEndpointPeer(_scoped(sel, f"{field}.{prefix}Endpoints[{i}]", namespace)))
     entities = specs.seq(body.get(f"{prefix}Entities"), f"{field}.{prefix}Entities")
     if entities:
-        l3 = True
         for i, e in enumerate(entities):
             if e not in CILIUM_ENTITIES:
                 raise PolicyError(
@@ -213,10 +209,8 @@ def _rule(
                 )
         peers.append(CiliumEntityPeer(frozenset(str(e) for e in entities)))
     for i, c in enumerate(specs.seq(body.get(f"{prefix}CIDR"), f"{field}.{prefix}CIDR")):
-        l3 = True
         peers.append(CIDRPeer(specs.cidr(c, f"{field}.{prefix}CIDR[{i}]")))
     for i, item in enumerate(specs.seq(body.get(f"{prefix}CIDRSet"), f"{field}.{prefix}CIDRSet")):
-        l3 = True
         f = f"{field}.{prefix}CIDRSet[{i}]"
         cs = specs.mapping(item, f, ("cidr", "except", "cidrGroupRef", "cidrGroupSelector"))
         if cs.get("cidr") is None:
@@ -230,17 +224,16 @@ def _rule(
         )
         peers.append(CIDRPeer(net, excepts))
     for i, sel in enumerate(specs.seq(body.get(f"{prefix}Nodes"), f"{field}.{prefix}Nodes")):
-        l3 = True
         peers.append(NodePeer(_selector(sel, f"{field}.{prefix}Nodes[{i}]"), cilium=True))
-    for unsupported in (f"{prefix}Requires", f"{prefix}Groups", "toServices", "toFQDNs"):
-        if body.get(unsupported):
-            l3 = True
-            notes.append(f"{ref} {field}.{unsupported}: not evaluated (matches no pod in this model)")
+    unsupported = [
+        k for k in (f"{prefix}Requires", f"{prefix}Groups", "toServices", "toFQDNs") if body.get(k)
+    ]
+    notes.extend(f"{ref} {field}.{k}: not evaluated (matches no pod in this model)" for k in unsupported)
     ports, note = _to_ports(
         specs.seq(body.get("toPorts"), f"{field}.toPorts"), f"{field}.toPorts", action is Action.DENY
     )
     has_l4 = body.get("toPorts") is not None or body.get("icmps") is not None
-    if not l3:
+    if not peers and not unsupported:
         # An L4-only rule applies to every peer; an empty rule {} selects nothing.
         peers = [AnyPeer()] if has_l4 else []
     if body.get("icmps") is not None and body.get("toPorts") is None:
@@ -251,13 +244,11 @@ def _rule(
 def _selector(raw: Any, field: str) -> LabelSelector:
     sel = parse_label_selector(raw, field)
     return LabelSelector(
-        tuple(sorted(Requirement(_normalise_key(r.key), r.operator, r.values) for r in sel.requirements)),
+        tuple(
+            sorted(Requirement(r.key.removeprefix("any:"), r.operator, r.values) for r in sel.requirements)
+        ),
         sel.impossible,
     )
-
-
-def _normalise_key(key: str) -> str:
-    return key[4:] if key.startswith("any:") else key
 
 
 def _scoped(raw: Any, field: str, namespace: str | None) -> LabelSelector:
@@ -284,12 +275,10 @@ def _to_ports(raw: list[Any], field: str, deny: bool) -> tuple[PortMatch, str]:
     for i, item in enumerate(raw):
         f = f"{field}[{i}]"
         body = specs.mapping(item, f, allowed)
-        if body.get("rules"):
-            l7 = True
+        l7 |= bool(body.get("rules"))
         ports = specs.seq(body.get("ports"), f"{f}.ports")
         if not ports:
-            for p in PROTOCOLS:
-                static[p] = PortSet.all()
+            static.update(dict.fromkeys(PROTOCOLS, PortSet.all()))
             continue
         for j, port in enumerate(ports):
             pf = f"{f}.ports[{j}]"
@@ -310,11 +299,8 @@ def _to_ports(raw: list[Any], field: str, deny: bool) -> tuple[PortMatch, str]:
             else:
                 if lo > 65535:
                     raise PolicyError(f"{pf}.port", f"must be between 0 and 65535, got {lo}")
-                hi = (
-                    lo
-                    if pb.get("endPort") is None
-                    else specs.integer(pb.get("endPort"), f"{pf}.endPort", lo, 65535)
-                )
+                end = pb.get("endPort")
+                hi = lo if end is None else specs.integer(end, f"{pf}.endPort", lo, 65535)
                 ps = PortSet.of((lo, hi))
             for p in protocols:
                 static[p] = static.get(p, PortSet()) | ps
