@@ -157,10 +157,7 @@ def _peer(raw: Any, field: str, direction: str, action: Action) -> list[Peer]:
     if key == "nodes":
         return [NodePeer(parse_label_selector(body[key], f"{field}.nodes"))]
     if key == "networks":
-        return [
-            CIDRPeer(specs.cidr(c, f"{field}.networks[{k}]"), (), match_pods=True)
-            for k, c in enumerate(specs.seq(body[key], f"{field}.networks"))
-        ]
+        return [CIDRPeer(net, (), match_pods=True) for net in specs.cidrs(body[key], f"{field}.networks")]
     return []  # domainNames: resolved by DNS at run time; matches no pod or known address here
 
 

@@ -101,19 +101,8 @@ def compile_calico_policy(
     )
     ingress_raw = specs.seq(spec.get("ingress"), "spec.ingress")
     egress_raw = specs.seq(spec.get("egress"), "spec.egress")
-    types_raw = spec.get("types")
-    if types_raw is None:
-        types = (
-            {"Egress"}
-            if (egress_raw and not ingress_raw)
-            else ({"Ingress", "Egress"} if egress_raw else {"Ingress"})
-        )
-    else:
-        types = set()
-        for i, t in enumerate(specs.seq(types_raw, "spec.types")):
-            if t not in ("Ingress", "Egress"):
-                raise PolicyError(f"spec.types[{i}]", f"must be Ingress or Egress, got {t!r}")
-            types.add(str(t))
+    default = ({"Egress"} | ({"Ingress"} if ingress_raw else set())) if egress_raw else {"Ingress"}
+    types = specs.policy_types(spec.get("types"), "spec.types", default)
     directions = {}
     for direction, items in (("ingress", ingress_raw), ("egress", egress_raw)):
         rules = []
@@ -154,9 +143,7 @@ def _rule(
     not_protocol = _protocol(body.get("notProtocol"), f"{field}.notProtocol")
     src = specs.mapping(body.get("source"), f"{field}.source", _ENTITY_FIELDS)
     dst = specs.mapping(body.get("destination"), f"{field}.destination", _ENTITY_FIELDS)
-    if src.get("ports") or src.get("notPorts"):
-        # Source ports are ephemeral for the flows we audit; the rule is read as if they matched.
-        pass
+    # Source ports are ephemeral for the flows we audit: a rule is read as if they matched.
     ports = _ports(dst, protocol, f"{field}.destination")
     if not_protocol is not None:
         restrict = ConnSet.all() - (ConnSet.of(not_protocol) if not_protocol in PROTOCOLS else ConnSet.none())
@@ -242,14 +229,8 @@ def _entity(body: Mapping[str, Any], field: str, namespace: str | None) -> Calic
         not_selector=_sel(body.get("notSelector"), f"{field}.notSelector"),
         namespace_selector=_sel(body.get("namespaceSelector"), f"{field}.namespaceSelector"),
         namespace=namespace,
-        nets=tuple(
-            specs.cidr(n, f"{field}.nets[{i}]")
-            for i, n in enumerate(specs.seq(body.get("nets"), f"{field}.nets"))
-        ),
-        not_nets=tuple(
-            specs.cidr(n, f"{field}.notNets[{i}]")
-            for i, n in enumerate(specs.seq(body.get("notNets"), f"{field}.notNets"))
-        ),
+        nets=specs.cidrs(body.get("nets"), f"{field}.nets"),
+        not_nets=specs.cidrs(body.get("notNets"), f"{field}.notNets"),
         service_account_names=frozenset(
             str(n) for n in specs.seq(sa.get("names"), f"{field}.serviceAccounts.names")
         ),

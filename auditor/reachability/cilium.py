@@ -208,8 +208,7 @@ def _rule(
                     f"unknown entity {e!r} (known: {', '.join(CILIUM_ENTITIES)})",
                 )
         peers.append(CiliumEntityPeer(frozenset(str(e) for e in entities)))
-    for i, c in enumerate(specs.seq(body.get(f"{prefix}CIDR"), f"{field}.{prefix}CIDR")):
-        peers.append(CIDRPeer(specs.cidr(c, f"{field}.{prefix}CIDR[{i}]")))
+    peers.extend(CIDRPeer(net) for net in specs.cidrs(body.get(f"{prefix}CIDR"), f"{field}.{prefix}CIDR"))
     for i, item in enumerate(specs.seq(body.get(f"{prefix}CIDRSet"), f"{field}.{prefix}CIDRSet")):
         f = f"{field}.{prefix}CIDRSet[{i}]"
         cs = specs.mapping(item, f, ("cidr", "except", "cidrGroupRef", "cidrGroupSelector"))
@@ -218,11 +217,7 @@ def _rule(
                 f, "cidrGroupRef/cidrGroupSelector need CiliumCIDRGroup objects; only cidr is evaluated"
             )
         net = specs.cidr(cs.get("cidr"), f"{f}.cidr")
-        excepts = tuple(
-            specs.cidr(e, f"{f}.except[{k}]")
-            for k, e in enumerate(specs.seq(cs.get("except"), f"{f}.except"))
-        )
-        peers.append(CIDRPeer(net, excepts))
+        peers.append(CIDRPeer(net, specs.cidrs(cs.get("except"), f"{f}.except")))
     for i, sel in enumerate(specs.seq(body.get(f"{prefix}Nodes"), f"{field}.{prefix}Nodes")):
         peers.append(NodePeer(_selector(sel, f"{field}.{prefix}Nodes[{i}]"), cilium=True))
     unsupported = [

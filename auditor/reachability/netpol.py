@@ -51,15 +51,8 @@ def compile_network_policy(
         subject_sel = parse_label_selector(spec.get("podSelector"), "spec.podSelector")
         ingress_raw = specs.seq(spec.get("ingress"), "spec.ingress")
         egress_raw = specs.seq(spec.get("egress"), "spec.egress")
-        types_raw = spec.get("policyTypes")
-        if types_raw is None:
-            types = {"Ingress"} | ({"Egress"} if egress_raw else set())
-        else:
-            types = set()
-            for i, t in enumerate(specs.seq(types_raw, "spec.policyTypes")):
-                if t not in ("Ingress", "Egress"):
-                    raise PolicyError(f"spec.policyTypes[{i}]", f"must be Ingress or Egress, got {t!r}")
-                types.add(t)
+        default = {"Ingress"} | ({"Egress"} if egress_raw else set())
+        types = specs.policy_types(spec.get("policyTypes"), "spec.policyTypes", default)
         ingress = tuple(
             _rule(ref, namespace, r, "ingress", i, spec.get("ingress"), source)
             for i, r in enumerate(ingress_raw)

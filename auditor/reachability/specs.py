@@ -70,6 +70,22 @@ def cidr(obj: Any, field: str) -> IPNetwork:
         raise PolicyError(field, f"is not a valid CIDR: {exc}") from exc
 
 
+def cidrs(obj: Any, field: str) -> tuple[IPNetwork, ...]:
+    return tuple(cidr(c, f"{field}[{i}]") for i, c in enumerate(seq(obj, field)))
+
+
+def policy_types(obj: Any, field: str, default: set[str]) -> set[str]:
+    """NetworkPolicy `policyTypes`, Calico `types`: Ingress and/or Egress."""
+    if obj is None:
+        return default
+    types = set()
+    for i, t in enumerate(seq(obj, field)):
+        if t not in ("Ingress", "Egress"):
+            raise PolicyError(f"{field}[{i}]", f"must be Ingress or Egress, got {t!r}")
+        types.add(str(t))
+    return types
+
+
 def item_line(container: Any, index: int, default: int) -> int:
     lines = getattr(container, "item_lines", None)
     if lines is not None and index < len(lines):
