@@ -105,15 +105,13 @@ def compile_calico_policy(
     types = specs.policy_types(spec.get("types"), "spec.types", default)
     directions = {}
     for direction, items in (("ingress", ingress_raw), ("egress", egress_raw)):
-        rules = []
-        for i, item in enumerate(items):
-            rule = _rule(
-                ref, item, direction, i, specs.item_line(spec.get(direction), i, source.line), namespace
-            )
-            if rule is not None:
-                rules.append(rule)
+        compiled = (
+            _rule(ref, item, direction, i, specs.item_line(spec.get(direction), i, source.line), namespace)
+            for i, item in enumerate(items)
+        )
+        rules = tuple(r for r in compiled if r is not None)  # Log rules compile to nothing
         on = direction.capitalize() in types
-        directions[direction] = DirectionRules(on, on, tuple(rules) if on else ())
+        directions[direction] = DirectionRules(on, on, rules if on else ())
     return CompiledPolicy(
         ref, f"calico:{tier}", (order, name), subject, directions["ingress"], directions["egress"]
     )

@@ -101,10 +101,6 @@ class FlowVerdict:
         return self.allowed_conns().contains(protocol, port)
 
 
-def _pod_identity(pod: PodEndpoint) -> PodEndpoint:
-    return dataclasses.replace(pod, name="") if pod.name else pod
-
-
 class _ViewCache:
     """Label views per endpoint identity for each dialect (implements policy.Views)."""
 
@@ -307,9 +303,7 @@ class PolicyEngine:
         found = self._shapes.get(key)
         if found is None:
             # `selecting` is in tier order: these are the per-tier applicable policies, concatenated.
-            policies = tuple(
-                p for p in self.selecting(_pod_identity(subject)) if p.direction(direction).applies
-            )
+            policies = tuple(p for p in self.selecting(subject) if p.direction(direction).applies)
             local = any(r.local is not None for p in policies for r in p.direction(direction).rules)
             shape = (
                 direction,
@@ -321,12 +315,12 @@ class PolicyEngine:
         return found
 
     def applicable(self, subject: PodEndpoint, direction: Direction, tier: str) -> tuple[CompiledPolicy, ...]:
-        identity = _pod_identity(subject)
-        key = (identity, direction, tier)
+        """The policies of `tier` that apply to `subject` (an identity) in `direction`."""
+        key = (subject, direction, tier)
         found = self._applicable.get(key)
         if found is None:
             found = self._applicable[key] = tuple(
-                p for p in self.selecting(identity) if p.tier == tier and p.direction(direction).applies
+                p for p in self.selecting(subject) if p.tier == tier and p.direction(direction).applies
             )
         return found
 
