@@ -33,7 +33,7 @@ from auditor.reachability.policy import (
     Rule,
     RuleRef,
 )
-from auditor.reachability.ports import ConnSet, PortSet, normalise_protocol
+from auditor.reachability.ports import ConnSet, PortSet
 from auditor.reachability.specs import PolicyError
 
 ANP = "AdminNetworkPolicy"
@@ -186,10 +186,10 @@ def _ports(raw: list[Any], field: str, v2: bool) -> PortMatch:
 def _port_v1(key: str, value: Any, field: str) -> tuple[str, PortSet]:
     if key == "portNumber":
         pn = specs.mapping(value, field, ("protocol", "port"))
-        proto = _protocol(pn.get("protocol", "TCP"), f"{field}.protocol")
+        proto = specs.protocol(pn.get("protocol", "TCP"), f"{field}.protocol")
         return proto, PortSet.single(specs.integer(pn.get("port"), f"{field}.port", 1, 65535))
     pr = specs.mapping(value, field, ("protocol", "start", "end"))
-    proto = _protocol(pr.get("protocol", "TCP"), f"{field}.protocol")
+    proto = specs.protocol(pr.get("protocol", "TCP"), f"{field}.protocol")
     start = specs.integer(pr.get("start"), f"{field}.start", 1, 65535)
     return proto, PortSet.of((start, specs.integer(pr.get("end"), f"{field}.end", start, 65535)))
 
@@ -205,10 +205,3 @@ def _protocol_v2(key: str, value: Any, field: str) -> tuple[str, PortSet]:
     rng = specs.mapping(dpb.get("range"), f"{field}.range", ("start", "end"), optional=False)
     start = specs.integer(rng.get("start"), f"{field}.range.start", 1, 65535)
     return key.upper(), PortSet.of((start, specs.integer(rng.get("end"), f"{field}.range.end", start, 65535)))
-
-
-def _protocol(raw: Any, field: str) -> str:
-    proto = normalise_protocol(raw)
-    if proto is None:
-        raise PolicyError(field, f"must be TCP, UDP or SCTP, got {raw!r}")
-    return proto

@@ -111,11 +111,8 @@ def compile_cilium_policy(
     kind = CNP if namespace is not None else CCNP
     name = str(obj.get("metadata", {}).get("name", ""))
     ref = PolicyRef(kind, namespace or "", name, source)
-    rules: list[tuple[str, Any]] = []
-    if obj.get("spec") is not None:
-        rules.append(("spec", obj["spec"]))
-    for i, r in enumerate(specs.seq(obj.get("specs"), "specs")):
-        rules.append((f"specs[{i}]", r))
+    rules: list[tuple[str, Any]] = [("spec", obj["spec"])] if obj.get("spec") is not None else []
+    rules += ((f"specs[{i}]", r) for i, r in enumerate(specs.seq(obj.get("specs"), "specs")))
     if not rules:
         raise PolicyError("spec", "a Cilium policy needs spec or specs")
     policies: list[CompiledPolicy] = []
@@ -154,10 +151,7 @@ def _compile_rule(
     default_deny = specs.mapping(
         body.get("enableDefaultDeny"), f"{path}.enableDefaultDeny", ("ingress", "egress")
     )
-    for direction, deny_key, fields in (
-        ("ingress", "ingressDeny", _INGRESS_FIELDS),
-        ("egress", "egressDeny", _EGRESS_FIELDS),
-    ):
+    for direction, deny_key in (("ingress", "ingressDeny"), ("egress", "egressDeny")):
         allow_raw = specs.seq(body.get(direction), f"{path}.{direction}")
         deny_raw = specs.seq(body.get(deny_key), f"{path}.{deny_key}")
         compiled: list[Rule] = []
@@ -165,7 +159,7 @@ def _compile_rule(
             for i, item in enumerate(items):
                 field = f"{path}.{key}[{i}]"
                 line = specs.item_line(body.get(key), i, ref.source.line)
-                compiled.append(_rule(ref, item, field, key, i, line, action, namespace, fields, notes))
+                compiled.append(_rule(ref, item, field, key, i, line, action, namespace, notes))
         has_rules = bool(allow_raw or deny_raw)
         explicit = default_deny.get(direction)
         if explicit is not None and not isinstance(explicit, bool):
@@ -191,11 +185,10 @@ def _rule(
     line: int,
     action: Action,
     namespace: str | None,
-    fields: tuple[str, ...],
     notes: list[str],
 ) -> Rule:
+    prefix, fields = ("from", _INGRESS_FIELDS) if key.startswith("ingress") else ("to", _EGRESS_FIELDS)
     body = specs.mapping(raw, field, fields, optional=False)
-    prefix = "from" if key.startswith("ingress") else "to"
     peers: list[Peer] = []
     for i, sel in enumerate(specs.seq(body.get(f"{prefix}Endpoints"), f"{field}.{prefix}Endpoints")):
         peers.append(CiliumEndpointPeer(_scoped(sel, f"{field}.{prefix}Endpoints[{i}]", namespace)))

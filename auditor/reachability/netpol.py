@@ -30,7 +30,7 @@ from auditor.reachability.policy import (
     Rule,
     RuleRef,
 )
-from auditor.reachability.ports import ConnSet, PortSet, normalise_protocol
+from auditor.reachability.ports import ConnSet, PortSet
 from auditor.reachability.specs import PolicyError
 
 KIND = "NetworkPolicy"
@@ -120,10 +120,8 @@ def parse_ports(raw: list[Any], field: str) -> PortMatch:
     for i, item in enumerate(raw):
         f = f"{field}[{i}]"
         body = specs.mapping(item, f, ("protocol", "port", "endPort"))
-        proto_raw = body.get("protocol", "TCP")
-        protocol = normalise_protocol(proto_raw if proto_raw is not None else "TCP")
-        if protocol is None:
-            raise PolicyError(f"{f}.protocol", f"must be TCP, UDP or SCTP, got {proto_raw!r}")
+        proto_raw = body.get("protocol")
+        protocol = specs.protocol("TCP" if proto_raw is None else proto_raw, f"{f}.protocol")
         port = body.get("port")
         end = body.get("endPort")
         if port is None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from auditor.model.labels import SelectorError, type_name
 from auditor.reachability.policy import IPNetwork
+from auditor.reachability.ports import normalise_protocol
 
 
 class PolicyError(SelectorError):
@@ -60,6 +61,13 @@ def integer(obj: Any, field: str, lo: int, hi: int) -> int:
     if not lo <= obj <= hi:
         raise PolicyError(field, f"must be between {lo} and {hi}, got {obj}")
     return int(obj)
+
+
+def protocol(obj: Any, field: str) -> str:
+    proto = normalise_protocol(obj)
+    if proto is None:
+        raise PolicyError(field, f"must be TCP, UDP or SCTP, got {obj!r}")
+    return proto
 
 
 def cidr(obj: Any, field: str) -> IPNetwork:
