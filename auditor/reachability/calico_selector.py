@@ -74,8 +74,6 @@ MAX_SELECTOR_BYTES = 16 * 1024
 MAX_NESTING_DEPTH = 64
 """Deepest parenthesis nesting we agree to parse."""
 
-_PARSE_CACHE_SIZE = 4096
-
 
 class CalicoSelectorError(ValueError):
     """A selector that Calico would not accept (or that is too big for us to try).
@@ -354,7 +352,6 @@ ALL: Selector = AllNode()
 """`all()`, also what the empty selector parses to."""
 
 GLOBAL: Selector = GlobalNode()
-"""`global()`."""
 
 
 def _flatten(kind: type[AndNode | OrNode], nodes: Iterable[Selector]) -> Selector:
@@ -564,7 +561,7 @@ def _check_size(text: str) -> None:
         )
 
 
-@functools.lru_cache(maxsize=_PARSE_CACHE_SIZE)
+@functools.lru_cache(maxsize=4096)
 def parse_selector(text: str) -> Selector:
     """Parse a Calico selector; the empty (or all-whitespace) selector is `ALL`.
 

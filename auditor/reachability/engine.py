@@ -156,9 +156,6 @@ class _ViewCache:
             view = self._calico[pod] = cni.calico_view(pod)
         return view
 
-    def calico_namespace(self, pod: PodEndpoint) -> Mapping[str, str]:
-        return cni.calico_namespace_view(pod)
-
 
 def _anchor(selector: LabelSelector) -> tuple[str, tuple[str, ...]] | None:
     """A requirement every matching label set meets with one of a few exact values: the `In`
@@ -290,11 +287,10 @@ class PolicyEngine:
 
         Evaluation reads the subject only through the policies that apply to it (per tier), the
         named ports it exposes (ingress rules resolve them on the subject), its node (Cilium's
-        host/remote-node) and, for Calico rules with criteria on the policy's own side, the subject
-        itself. Subjects alike in all of these get the same verdict for the same peer: zone-labelled
-        replicas of a role usually are, so their verdicts are computed once. (The node is added to
-        the key by the caller, only for peers that are node identities.) None for subjects the
-        policies do not reach at all (evaluated directly; that is cheap).
+        host/remote-node: the caller adds it, for node peers only) and, for Calico rules with
+        criteria on the policy's own side, the subject itself. Zone-labelled replicas of a role are
+        usually alike in all of these, so their verdicts are computed once. None for host-network
+        subjects (no pod policy applies to them: evaluated directly, that is cheap).
         """
         if subject.host_network:
             return None

@@ -69,10 +69,7 @@ class Row:
     pieces: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]  # (protocol, starts, bitsets)
 
     def bits(self, protocol: str, port: int) -> int:
-        for proto, starts, bitsets in self.pieces:
-            if proto == protocol:
-                return bitsets[bisect.bisect_right(starts, port) - 1]
-        return 0
+        return self.bits_over(protocol, port, port)
 
     def bits_over(self, protocol: str, lo: int, hi: int) -> int:
         """Peer identities allowed on every port of lo..hi (the pieces it overlaps, ANDed)."""

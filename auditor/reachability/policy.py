@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from auditor.model.labels import LabelSelector
 from auditor.model.source import SourceRef
+from auditor.reachability import cni
 from auditor.reachability.endpoints import (
     Endpoint,
     EntityEndpoint,
@@ -30,7 +31,6 @@ from auditor.reachability.ports import ConnSet, PortSet
 
 if TYPE_CHECKING:
     from auditor.reachability.calico_selector import Selector as CalicoSelector
-    from auditor.reachability.cni import NetworkSettings
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -67,7 +67,7 @@ class RuleRef:
 class Views(Protocol):
     """Label views of endpoints as each dialect sees them (cached by the engine)."""
 
-    settings: NetworkSettings
+    settings: cni.NetworkSettings
 
     def k8s(self, pod: PodEndpoint) -> Mapping[str, str]: ...
 
@@ -76,8 +76,6 @@ class Views(Protocol):
     def cilium(self, endpoint: Endpoint, subject: PodEndpoint | None) -> Mapping[str, str]: ...
 
     def calico(self, pod: PodEndpoint) -> Mapping[str, str]: ...
-
-    def calico_namespace(self, pod: PodEndpoint) -> Mapping[str, str]: ...
 
 
 # ----------------------------------------------------------------------------------------------
@@ -259,7 +257,7 @@ class CalicoPeer:
             ips = (ep.ip,)
         elif isinstance(ep, PodEndpoint) and not ep.host_network:
             if self.namespace_selector is not None:
-                if not self.namespace_selector.matches(views.calico_namespace(ep)):
+                if not self.namespace_selector.matches(cni.calico_namespace_view(ep)):
                     return False
             elif self.namespace is not None and self._pod_criteria() and ep.namespace != self.namespace:
                 return False
@@ -417,7 +415,7 @@ class CalicoSubject:
         if self.namespace is not None and pod.namespace != self.namespace:
             return False
         if self.namespace_selector is not None and not self.namespace_selector.matches(
-            views.calico_namespace(pod)
+            cni.calico_namespace_view(pod)
         ):
             return False
         if self.service_account_selector is not None and not self.service_account_selector.matches({}):

@@ -56,9 +56,7 @@ class PortSet:
         return self.intervals == _ALL_PORTS.intervals
 
     def __contains__(self, port: object) -> bool:
-        if not isinstance(port, int):
-            return False
-        return any(lo <= port <= hi for lo, hi in self.intervals)
+        return isinstance(port, int) and any(lo <= port <= hi for lo, hi in self.intervals)
 
     def __or__(self, other: PortSet) -> PortSet:
         if not other.intervals:
