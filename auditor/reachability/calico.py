@@ -139,20 +139,18 @@ def _rule(
         raise PolicyError(f"{field}.action", f"must be Allow, Deny, Pass or Log, got {action_raw!r}")
     protocol = _protocol(body.get("protocol"), f"{field}.protocol")
     not_protocol = _protocol(body.get("notProtocol"), f"{field}.notProtocol")
-    src = specs.mapping(body.get("source"), f"{field}.source", _ENTITY_FIELDS)
-    dst = specs.mapping(body.get("destination"), f"{field}.destination", _ENTITY_FIELDS)
+    sides = {k: specs.mapping(body.get(k), f"{field}.{k}", _ENTITY_FIELDS) for k in ("source", "destination")}
     # Source ports are ephemeral for the flows we audit: a rule is read as if they matched.
-    ports = _ports(dst, protocol, f"{field}.destination")
+    ports = _ports(sides["destination"], protocol, f"{field}.destination")
     if not_protocol is not None:
         restrict = ConnSet.all() - (ConnSet.of(not_protocol) if not_protocol in PROTOCOLS else ConnSet.none())
         ports = PortMatch(ports.static, ports.named, ports.exclude_static, ports.exclude_named, restrict)
-    peer_side, local_side = (src, dst) if direction == "ingress" else (dst, src)
-    peer_field = f"{field}.{'source' if direction == 'ingress' else 'destination'}"
-    local_field = f"{field}.{'destination' if direction == 'ingress' else 'source'}"
-    peer = _entity(peer_side, peer_field, namespace)
-    local = _entity(local_side, local_field, namespace)
+    # The policy's own side: the destination of an ingress rule, the source of an egress rule.
+    peer_key, local_key = ("source", "destination") if direction == "ingress" else ("destination", "source")
+    peer = _entity(sides[peer_key], f"{field}.{peer_key}", namespace)
+    local = _entity(sides[local_key], f"{field}.{local_key}", namespace)
     has_local = any(
-        local_side.get(k)
+        sides[local_key].get(k)
         for k in ("selector", "notSelector", "namespaceSelector", "nets", "notNets", "serviceAccounts")
     )
     return Rule(

@@ -170,13 +170,11 @@ class ClassMatrix:
         if isinstance(peer, AnyPeer):
             return universe
         if isinstance(peer, K8sPodPeer):
-            if peer.namespace_selector is None:
+            selector = peer.namespace_selector
+            if selector is None:
                 ns_bits = self._by_ns.get(peer.namespace or "", 0)
-            else:
-                ns_bits = 0
-                for ns, view in self._ns_view.items():
-                    if peer.namespace_selector.matches(view):
-                        ns_bits |= self._by_ns[ns]
+            else:  # namespaces hold disjoint identities: their sum is their union
+                ns_bits = sum(self._by_ns[ns] for ns, view in self._ns_view.items() if selector.matches(view))
             return self._k8s.select(peer.pod_selector, universe & ns_bits) if ns_bits else 0
         if isinstance(peer, CiliumEndpointPeer) and self._cilium is not None:
             return self._cilium.select(peer.selector, universe)
