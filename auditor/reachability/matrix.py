@@ -280,7 +280,9 @@ class ClassMatrix:
                     rules.append((rule.action, hits))
                     for conns, _ in hits:
                         for proto, ports in conns.by_protocol:
-                            starts[proto].update(b for b in ports.boundaries() if b <= MAX_PORT)
+                            # Where the hit changes: each interval's first port and the port after it.
+                            changes = (b for lo, hi in ports.intervals for b in (lo, hi + 1))
+                            starts[proto].update(b for b in changes if b <= MAX_PORT)
             isolating = any(p.direction(direction).isolates for p in policies)
             compiled.append((tier, bool(policies), isolating, rules))
         pieces = []

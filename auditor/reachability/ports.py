@@ -8,7 +8,7 @@ sorted tuple of disjoint, non-adjacent inclusive intervals, so equal sets compar
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 MIN_PORT = 1
@@ -98,12 +98,6 @@ class PortSet:
 
     def __len__(self) -> int:
         return sum(hi - lo + 1 for lo, hi in self.intervals)
-
-    def boundaries(self) -> Iterator[int]:
-        """The first port of each interval and the port after each: where this set changes."""
-        for lo, hi in self.intervals:
-            yield lo
-            yield hi + 1
 
     def __str__(self) -> str:
         return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.intervals)
