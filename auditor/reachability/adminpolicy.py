@@ -56,16 +56,12 @@ def compile_admin_policy(obj: Mapping[str, Any], source: SourceRef) -> CompiledP
     kind = str(obj.get("kind"))
     name = str(obj.get("metadata", {}).get("name", ""))
     ref = PolicyRef(kind, "", name, source)
-    v2 = kind == CNP
     spec = specs.mapping(obj.get("spec"), "spec", _SPEC_FIELDS[kind], optional=False)
     try:
-        if v2:
-            tier_name = spec.get("tier")
-            if tier_name not in ("Admin", "Baseline"):
-                raise PolicyError("spec.tier", f"must be Admin or Baseline, got {tier_name!r}")
-            tier = ADMIN_TIER if tier_name == "Admin" else BASELINE_TIER
-        else:
-            tier = ADMIN_TIER if kind == ANP else BASELINE_TIER
+        tier_name = spec.get("tier") if kind == CNP else ("Admin" if kind == ANP else "Baseline")
+        if tier_name not in ("Admin", "Baseline"):
+            raise PolicyError("spec.tier", f"must be Admin or Baseline, got {tier_name!r}")
+        tier = ADMIN_TIER if tier_name == "Admin" else BASELINE_TIER
         if kind == BANP:
             priority = -1
             if name != "default":
@@ -79,15 +75,7 @@ def compile_admin_policy(obj: Mapping[str, Any], source: SourceRef) -> CompiledP
             if len(items) > 100:
                 raise PolicyError(f"spec.{direction}", f"has {len(items)} rules; at most 100 are allowed")
             rules = tuple(
-                _rule(
-                    ref,
-                    item,
-                    direction,
-                    i,
-                    specs.item_line(spec.get(direction), i, source.line),
-                    _ACTIONS[kind],
-                    v2,
-                )
+                _rule(ref, item, direction, i, specs.item_line(spec.get(direction), i, source.line))
                 for i, item in enumerate(items)
             )
             # Admin tiers never isolate: what no rule matches passes to the next tier.
@@ -117,9 +105,8 @@ def _pod_selectors(body: Mapping[str, Any], key: str, field: str) -> tuple[Label
     )
 
 
-def _rule(
-    ref: PolicyRef, raw: Any, direction: str, index: int, line: int, actions: Mapping[str, Action], v2: bool
-) -> Rule:
+def _rule(ref: PolicyRef, raw: Any, direction: str, index: int, line: int) -> Rule:
+    actions, v2 = _ACTIONS[ref.kind], ref.kind == CNP
     field = f"spec.{direction}[{index}]"
     peer_key = "from" if direction == "ingress" else "to"
     ports_key = "protocols" if v2 else "ports"

@@ -327,10 +327,9 @@ class PortMatch:
         conns = self.static
         if self.named:
             conns = conns | _resolve_named(self.named, destination)
-        if self.exclude_static or self.exclude_named:
-            conns = conns - self.exclude_static
-            if self.exclude_named:
-                conns = conns - _resolve_named(self.exclude_named, destination)
+        conns = conns - self.exclude_static
+        if self.exclude_named:
+            conns = conns - _resolve_named(self.exclude_named, destination)
         return conns & self.restrict
 
     def names(self) -> frozenset[str]:
