@@ -33,38 +33,35 @@ from auditor.reachability.policy import (
     Rule,
     RuleRef,
 )
-from auditor.reachability.ports import ConnSet, PortSet, normalise_protocol
+from auditor.reachability.ports import ConnSet, PortSet
 from auditor.reachability.specs import PolicyError
 
 ANP = "AdminNetworkPolicy"
 BANP = "BaselineAdminNetworkPolicy"
 CNP = "ClusterNetworkPolicy"
 
-_ACTIONS_V1 = {"Allow": Action.ALLOW, "Deny": Action.DENY, "Pass": Action.PASS}
-_ACTIONS_V2 = {"Accept": Action.ALLOW, "Deny": Action.DENY, "Pass": Action.PASS}
+_SPEC_FIELDS = {
+    ANP: ("priority", "subject", "ingress", "egress"),
+    BANP: ("subject", "ingress", "egress"),
+    CNP: ("tier", "priority", "subject", "ingress", "egress"),
+}
+_ACTIONS = {
+    ANP: {"Allow": Action.ALLOW, "Deny": Action.DENY, "Pass": Action.PASS},
+    BANP: {"Allow": Action.ALLOW, "Deny": Action.DENY},
+    CNP: {"Accept": Action.ALLOW, "Deny": Action.DENY, "Pass": Action.PASS},
+}
 
 
 def compile_admin_policy(obj: Mapping[str, Any], source: SourceRef) -> CompiledPolicy:
     kind = str(obj.get("kind"))
     name = str(obj.get("metadata", {}).get("name", ""))
     ref = PolicyRef(kind, "", name, source)
-    v2 = kind == CNP
-    allowed = (
-        ("tier", "priority", "subject", "ingress", "egress")
-        if v2
-        else (
-            ("priority", "subject", "ingress", "egress") if kind == ANP else ("subject", "ingress", "egress")
-        )
-    )
-    spec = specs.mapping(obj.get("spec"), "spec", allowed, optional=False)
+    spec = specs.mapping(obj.get("spec"), "spec", _SPEC_FIELDS[kind], optional=False)
     try:
-        if v2:
-            tier_name = spec.get("tier")
-            if tier_name not in ("Admin", "Baseline"):
-                raise PolicyError("spec.tier", f"must be Admin or Baseline, got {tier_name!r}")
-            tier = ADMIN_TIER if tier_name == "Admin" else BASELINE_TIER
-        else:
-            tier = ADMIN_TIER if kind == ANP else BASELINE_TIER
+        tier_name = spec.get("tier") if kind == CNP else ("Admin" if kind == ANP else "Baseline")
+        if tier_name not in ("Admin", "Baseline"):
+            raise PolicyError("spec.tier", f"must be Admin or Baseline, got {tier_name!r}")
+        tier = ADMIN_TIER if tier_name == "Admin" else BASELINE_TIER
         if kind == BANP:
             priority = -1
             if name != "default":
@@ -72,20 +69,13 @@ def compile_admin_policy(obj: Mapping[str, Any], source: SourceRef) -> CompiledP
         else:
             priority = specs.integer(spec.get("priority"), "spec.priority", 0, 1000)
         subject = _subject(spec.get("subject"), "spec.subject")
-        actions = (
-            _ACTIONS_V2
-            if v2
-            else (_ACTIONS_V1 if kind == ANP else {"Allow": Action.ALLOW, "Deny": Action.DENY})
-        )
         directions = {}
         for direction in ("ingress", "egress"):
             items = specs.seq(spec.get(direction), f"spec.{direction}")
             if len(items) > 100:
                 raise PolicyError(f"spec.{direction}", f"has {len(items)} rules; at most 100 are allowed")
             rules = tuple(
-                _rule(
-                    ref, item, direction, i, specs.item_line(spec.get(direction), i, source.line), actions, v2
-                )
+                _rule(ref, item, direction, i, specs.item_line(spec.get(direction), i, source.line))
                 for i, item in enumerate(items)
             )
             # Admin tiers never isolate: what no rule matches passes to the next tier.
@@ -101,21 +91,22 @@ def _subject(raw: Any, field: str) -> K8sSubject:
     body = specs.mapping(raw, field, ("namespaces", "pods"), optional=False)
     if ("namespaces" in body) == ("pods" in body):
         raise PolicyError(field, "exactly one of namespaces or pods must be set")
-    if "namespaces" in body:
-        return K8sSubject(
-            None, parse_label_selector(body["namespaces"], f"{field}.namespaces"), LabelSelector.everything()
-        )
-    pods = specs.mapping(body["pods"], f"{field}.pods", ("namespaceSelector", "podSelector"))
-    return K8sSubject(
-        None,
+    return K8sSubject(None, *_pod_selectors(body, "namespaces" if "namespaces" in body else "pods", field))
+
+
+def _pod_selectors(body: Mapping[str, Any], key: str, field: str) -> tuple[LabelSelector, LabelSelector]:
+    """(namespace selector, pod selector) of a subject's or peer's `namespaces` or `pods`."""
+    if key == "namespaces":
+        return parse_label_selector(body[key], f"{field}.namespaces"), LabelSelector.everything()
+    pods = specs.mapping(body[key], f"{field}.pods", ("namespaceSelector", "podSelector"))
+    return (
         parse_label_selector(pods.get("namespaceSelector"), f"{field}.pods.namespaceSelector"),
         parse_label_selector(pods.get("podSelector"), f"{field}.pods.podSelector"),
     )
 
 
-def _rule(
-    ref: PolicyRef, raw: Any, direction: str, index: int, line: int, actions: Mapping[str, Action], v2: bool
-) -> Rule:
+def _rule(ref: PolicyRef, raw: Any, direction: str, index: int, line: int) -> Rule:
+    actions, v2 = _ACTIONS[ref.kind], ref.kind == CNP
     field = f"spec.{direction}[{index}]"
     peer_key = "from" if direction == "ingress" else "to"
     ports_key = "protocols" if v2 else "ports"
@@ -132,9 +123,7 @@ def _rule(
         peers = [AnyPeer()] if action is not Action.ALLOW else []
     for j, p in enumerate(specs.seq(peers_raw, f"{field}.{peer_key}")):
         peers.extend(_peer(p, f"{field}.{peer_key}[{j}]", direction, action))
-    ports = (_protocols_v2 if v2 else _ports_v1)(
-        specs.seq(body.get(ports_key), f"{field}.{ports_key}"), f"{field}.{ports_key}"
-    )
+    ports = _ports(specs.seq(body.get(ports_key), f"{field}.{ports_key}"), f"{field}.{ports_key}", v2)
     name = body.get("name")
     label = str(name) if name else f"{direction}[{index}]"
     return Rule(RuleRef(ref, label, line), action, tuple(peers), ports)
@@ -150,94 +139,56 @@ def _peer(raw: Any, field: str, direction: str, action: Action) -> list[Peer]:
     if len(present) > 1 or len(body) > 1:
         raise PolicyError(field, f"exactly one peer field must be set, got {', '.join(map(str, body))}")
     key = present[0]
-    if key == "namespaces":
-        return [
-            K8sPodPeer(
-                None, parse_label_selector(body[key], f"{field}.namespaces"), LabelSelector.everything()
-            )
-        ]
-    if key == "pods":
-        pods = specs.mapping(body[key], f"{field}.pods", ("namespaceSelector", "podSelector"))
-        return [
-            K8sPodPeer(
-                None,
-                parse_label_selector(pods.get("namespaceSelector"), f"{field}.pods.namespaceSelector"),
-                parse_label_selector(pods.get("podSelector"), f"{field}.pods.podSelector"),
-            )
-        ]
+    if key in ("namespaces", "pods"):
+        return [K8sPodPeer(None, *_pod_selectors(body, key, field))]
     if key == "nodes":
         return [NodePeer(parse_label_selector(body[key], f"{field}.nodes"))]
     if key == "networks":
-        return [
-            CIDRPeer(specs.cidr(c, f"{field}.networks[{k}]"), (), match_pods=True)
-            for k, c in enumerate(specs.seq(body[key], f"{field}.networks"))
-        ]
+        return [CIDRPeer(net, (), match_pods=True) for net in specs.cidrs(body[key], f"{field}.networks")]
     return []  # domainNames: resolved by DNS at run time; matches no pod or known address here
 
 
-def _ports_v1(raw: list[Any], field: str) -> PortMatch:
+def _ports(raw: list[Any], field: str, v2: bool) -> PortMatch:
+    """ANP/BANP `ports` (portNumber, namedPort, portRange) or CNP `protocols` (per protocol, or
+    destinationNamedPort): one field per item."""
     if not raw:
-        return PortMatch.everything()
+        return PortMatch()
+    keys = ("tcp", "udp", "sctp", "destinationNamedPort") if v2 else ("portNumber", "namedPort", "portRange")
     static: dict[str, PortSet] = {}
     named: list[tuple[str, str | None]] = []
     for i, item in enumerate(raw):
         f = f"{field}[{i}]"
-        body = specs.mapping(item, f, ("portNumber", "namedPort", "portRange"))
+        body = specs.mapping(item, f, keys)
         if len(body) != 1:
-            raise PolicyError(f, "exactly one of portNumber, namedPort, portRange must be set")
-        if "namedPort" in body:
-            named.append((specs.string(body["namedPort"], f"{f}.namedPort"), None))
+            raise PolicyError(f, f"exactly one of {', '.join(keys)} must be set")
+        key, value = next(iter(body.items()))
+        if key in ("namedPort", "destinationNamedPort"):
+            named.append((specs.string(value, f"{f}.{key}"), None))
             continue
-        if "portNumber" in body:
-            pn = specs.mapping(body["portNumber"], f"{f}.portNumber", ("protocol", "port"))
-            proto = _protocol(pn.get("protocol", "TCP"), f"{f}.portNumber.protocol")
-            port = specs.integer(pn.get("port"), f"{f}.portNumber.port", 1, 65535)
-            static[proto] = static.get(proto, PortSet()) | PortSet.single(port)
-            continue
-        pr = specs.mapping(body["portRange"], f"{f}.portRange", ("protocol", "start", "end"))
-        proto = _protocol(pr.get("protocol", "TCP"), f"{f}.portRange.protocol")
-        start = specs.integer(pr.get("start"), f"{f}.portRange.start", 1, 65535)
-        end = specs.integer(pr.get("end"), f"{f}.portRange.end", start, 65535)
-        static[proto] = static.get(proto, PortSet()) | PortSet.of((start, end))
+        proto, ports = (_protocol_v2 if v2 else _port_v1)(key, value, f"{f}.{key}")
+        static[proto] = static.get(proto, PortSet()) | ports
     return PortMatch(ConnSet.from_mapping(static), tuple(named))
 
 
-def _protocols_v2(raw: list[Any], field: str) -> PortMatch:
-    if not raw:
-        return PortMatch.everything()
-    static: dict[str, PortSet] = {}
-    named: list[tuple[str, str | None]] = []
-    for i, item in enumerate(raw):
-        f = f"{field}[{i}]"
-        body = specs.mapping(item, f, ("tcp", "udp", "sctp", "destinationNamedPort"))
-        if len(body) != 1:
-            raise PolicyError(f, "exactly one of tcp, udp, sctp, destinationNamedPort must be set")
-        key = next(iter(body))
-        if key == "destinationNamedPort":
-            named.append((specs.string(body[key], f"{f}.{key}"), None))
-            continue
-        proto = key.upper()
-        inner = specs.mapping(body[key], f"{f}.{key}", ("destinationPort",))
-        dp = inner.get("destinationPort")
-        if dp is None:
-            static[proto] = PortSet.all()
-            continue
-        dpb = specs.mapping(dp, f"{f}.{key}.destinationPort", ("number", "range"))
-        if "number" in dpb:
-            ps = PortSet.single(specs.integer(dpb["number"], f"{f}.{key}.destinationPort.number", 1, 65535))
-        else:
-            rng = specs.mapping(
-                dpb.get("range"), f"{f}.{key}.destinationPort.range", ("start", "end"), optional=False
-            )
-            start = specs.integer(rng.get("start"), f"{f}.{key}.destinationPort.range.start", 1, 65535)
-            end = specs.integer(rng.get("end"), f"{f}.{key}.destinationPort.range.end", start, 65535)
-            ps = PortSet.of((start, end))
-        static[proto] = static.get(proto, PortSet()) | ps
-    return PortMatch(ConnSet.from_mapping(static), tuple(named))
+def _port_v1(key: str, value: Any, field: str) -> tuple[str, PortSet]:
+    if key == "portNumber":
+        pn = specs.mapping(value, field, ("protocol", "port"))
+        proto = specs.protocol(pn.get("protocol", "TCP"), f"{field}.protocol")
+        return proto, PortSet.single(specs.integer(pn.get("port"), f"{field}.port", 1, 65535))
+    pr = specs.mapping(value, field, ("protocol", "start", "end"))
+    proto = specs.protocol(pr.get("protocol", "TCP"), f"{field}.protocol")
+    start = specs.integer(pr.get("start"), f"{field}.start", 1, 65535)
+    return proto, PortSet.of((start, specs.integer(pr.get("end"), f"{field}.end", start, 65535)))
 
 
-def _protocol(raw: Any, field: str) -> str:
-    proto = normalise_protocol(raw)
-    if proto is None:
-        raise PolicyError(field, f"must be TCP, UDP or SCTP, got {raw!r}")
-    return proto
+def _protocol_v2(key: str, value: Any, field: str) -> tuple[str, PortSet]:
+    dp = specs.mapping(value, field, ("destinationPort",)).get("destinationPort")
+    if dp is None:
+        return key.upper(), PortSet.all()
+    field += ".destinationPort"
+    dpb = specs.mapping(dp, field, ("number", "range"))
+    if "number" in dpb:
+        return key.upper(), PortSet.single(specs.integer(dpb["number"], f"{field}.number", 1, 65535))
+    rng = specs.mapping(dpb.get("range"), f"{field}.range", ("start", "end"), optional=False)
+    start = specs.integer(rng.get("start"), f"{field}.range.start", 1, 65535)
+    return key.upper(), PortSet.of((start, specs.integer(rng.get("end"), f"{field}.range.end", start, 65535)))

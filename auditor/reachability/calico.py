@@ -101,30 +101,17 @@ def compile_calico_policy(
     )
     ingress_raw = specs.seq(spec.get("ingress"), "spec.ingress")
     egress_raw = specs.seq(spec.get("egress"), "spec.egress")
-    types_raw = spec.get("types")
-    if types_raw is None:
-        types = (
-            {"Egress"}
-            if (egress_raw and not ingress_raw)
-            else ({"Ingress", "Egress"} if egress_raw else {"Ingress"})
-        )
-    else:
-        types = set()
-        for i, t in enumerate(specs.seq(types_raw, "spec.types")):
-            if t not in ("Ingress", "Egress"):
-                raise PolicyError(f"spec.types[{i}]", f"must be Ingress or Egress, got {t!r}")
-            types.add(str(t))
+    default = ({"Egress"} | ({"Ingress"} if ingress_raw else set())) if egress_raw else {"Ingress"}
+    types = specs.policy_types(spec.get("types"), "spec.types", default)
     directions = {}
     for direction, items in (("ingress", ingress_raw), ("egress", egress_raw)):
-        rules = []
-        for i, item in enumerate(items):
-            rule = _rule(
-                ref, item, direction, i, specs.item_line(spec.get(direction), i, source.line), namespace
-            )
-            if rule is not None:
-                rules.append(rule)
+        compiled = (
+            _rule(ref, item, direction, i, specs.item_line(spec.get(direction), i, source.line), namespace)
+            for i, item in enumerate(items)
+        )
+        rules = tuple(r for r in compiled if r is not None)  # Log rules compile to nothing
         on = direction.capitalize() in types
-        directions[direction] = DirectionRules(on, on, tuple(rules) if on else ())
+        directions[direction] = DirectionRules(on, on, rules if on else ())
     return CompiledPolicy(
         ref, f"calico:{tier}", (order, name), subject, directions["ingress"], directions["egress"]
     )
@@ -152,22 +139,18 @@ def _rule(
         raise PolicyError(f"{field}.action", f"must be Allow, Deny, Pass or Log, got {action_raw!r}")
     protocol = _protocol(body.get("protocol"), f"{field}.protocol")
     not_protocol = _protocol(body.get("notProtocol"), f"{field}.notProtocol")
-    src = specs.mapping(body.get("source"), f"{field}.source", _ENTITY_FIELDS)
-    dst = specs.mapping(body.get("destination"), f"{field}.destination", _ENTITY_FIELDS)
-    if src.get("ports") or src.get("notPorts"):
-        # Source ports are ephemeral for the flows we audit; the rule is read as if they matched.
-        pass
-    ports = _ports(dst, protocol, f"{field}.destination")
+    sides = {k: specs.mapping(body.get(k), f"{field}.{k}", _ENTITY_FIELDS) for k in ("source", "destination")}
+    # Source ports are ephemeral for the flows we audit: a rule is read as if they matched.
+    ports = _ports(sides["destination"], protocol, f"{field}.destination")
     if not_protocol is not None:
         restrict = ConnSet.all() - (ConnSet.of(not_protocol) if not_protocol in PROTOCOLS else ConnSet.none())
         ports = PortMatch(ports.static, ports.named, ports.exclude_static, ports.exclude_named, restrict)
-    peer_side, local_side = (src, dst) if direction == "ingress" else (dst, src)
-    peer_field = f"{field}.{'source' if direction == 'ingress' else 'destination'}"
-    local_field = f"{field}.{'destination' if direction == 'ingress' else 'source'}"
-    peer = _entity(peer_side, peer_field, namespace)
-    local = _entity(local_side, local_field, namespace)
+    # The policy's own side: the destination of an ingress rule, the source of an egress rule.
+    peer_key, local_key = ("source", "destination") if direction == "ingress" else ("destination", "source")
+    peer = _entity(sides[peer_key], f"{field}.{peer_key}", namespace)
+    local = _entity(sides[local_key], f"{field}.{local_key}", namespace)
     has_local = any(
-        local_side.get(k)
+        sides[local_key].get(k)
         for k in ("selector", "notSelector", "namespaceSelector", "nets", "notNets", "serviceAccounts")
     )
     return Rule(
@@ -242,14 +225,8 @@ def _entity(body: Mapping[str, Any], field: str, namespace: str | None) -> Calic
         not_selector=_sel(body.get("notSelector"), f"{field}.notSelector"),
         namespace_selector=_sel(body.get("namespaceSelector"), f"{field}.namespaceSelector"),
         namespace=namespace,
-        nets=tuple(
-            specs.cidr(n, f"{field}.nets[{i}]")
-            for i, n in enumerate(specs.seq(body.get("nets"), f"{field}.nets"))
-        ),
-        not_nets=tuple(
-            specs.cidr(n, f"{field}.notNets[{i}]")
-            for i, n in enumerate(specs.seq(body.get("notNets"), f"{field}.notNets"))
-        ),
+        nets=specs.cidrs(body.get("nets"), f"{field}.nets"),
+        not_nets=specs.cidrs(body.get("notNets"), f"{field}.notNets"),
         service_account_names=frozenset(
             str(n) for n in specs.seq(sa.get("names"), f"{field}.serviceAccounts.names")
         ),

@@ -43,7 +43,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar, TypeAlias
+from typing import ClassVar
 
 __all__ = [
     "ALL",
@@ -73,8 +73,6 @@ MAX_SELECTOR_BYTES = 16 * 1024
 
 MAX_NESTING_DEPTH = 64
 """Deepest parenthesis nesting we agree to parse."""
-
-_PARSE_CACHE_SIZE = 4096
 
 
 class CalicoSelectorError(ValueError):
@@ -109,8 +107,8 @@ def _quote(value: str) -> str:
     return f"{quote}{value}{quote}"
 
 
-class _Node(ABC):
-    """Operations every selector node supports."""
+class Selector(ABC):
+    """A parsed selector: any node. `str()` of it is the canonical form."""
 
     __slots__ = ()
 
@@ -134,7 +132,7 @@ class _Node(ABC):
 
 
 @dataclass(frozen=True, slots=True)
-class AllNode(_Node):
+class AllNode(Selector):
     """`all()` (and the empty selector): matches everything."""
 
     def matches(self, labels: Mapping[str, str]) -> bool:
@@ -148,14 +146,8 @@ class AllNode(_Node):
 
 
 @dataclass(frozen=True, slots=True)
-class GlobalNode(_Node):
+class GlobalNode(AllNode):
     """`global()`: non-namespaced resources in a namespaceSelector; here it matches everything."""
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return True
-
-    def keys(self) -> frozenset[str]:
-        return frozenset()
 
     def uses_global(self) -> bool:
         return True
@@ -165,34 +157,16 @@ class GlobalNode(_Node):
 
 
 @dataclass(frozen=True, slots=True)
-class HasNode(_Node):
-    """`has(key)`: the label is present (with any value)."""
+class _LabelTest(Selector):
+    """A test on one label: subclasses say how to compare a present value, and what an absent one gives."""
 
     key: str
 
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return self.key in labels
-
-    def keys(self) -> frozenset[str]:
-        return frozenset((self.key,))
-
-    def __str__(self) -> str:
-        return f"has({self.key})"
-
-
-@dataclass(frozen=True, slots=True)
-class _ValueTest(_Node):
-    """`key <op> "value"`; subclasses say how to compare and what an absent label gives."""
-
-    key: str
-    value: str
-
-    _symbol: ClassVar[str] = ""
     _when_absent: ClassVar[bool] = False
 
     @abstractmethod
     def _test(self, actual: str) -> bool:
-        """Compare a present label value against `self.value`."""
+        """Compare a present label value."""
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         actual = labels.get(self.key)
@@ -202,6 +176,26 @@ class _ValueTest(_Node):
 
     def keys(self) -> frozenset[str]:
         return frozenset((self.key,))
+
+
+@dataclass(frozen=True, slots=True)
+class HasNode(_LabelTest):
+    """`has(key)`: the label is present (with any value)."""
+
+    def _test(self, actual: str) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        return f"has({self.key})"
+
+
+@dataclass(frozen=True, slots=True)
+class _ValueTest(_LabelTest):
+    """`key <op> "value"`."""
+
+    value: str
+
+    _symbol: ClassVar[str] = ""
 
     def __str__(self) -> str:
         return f"{self.key} {self._symbol} {_quote(self.value)}"
@@ -259,24 +253,16 @@ class EndsWithNode(_ValueTest):
 
 
 @dataclass(frozen=True, slots=True)
-class _SetTest(_Node):
+class _SetTest(_LabelTest):
     """`key <op> {"a", "b"}`; the set prints sorted so equal sets print equally."""
 
-    key: str
     values: frozenset[str]
 
     _symbol: ClassVar[str] = ""
-    _when_absent: ClassVar[bool] = False
     _when_member: ClassVar[bool] = True
 
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        actual = labels.get(self.key)
-        if actual is None:
-            return self._when_absent
+    def _test(self, actual: str) -> bool:
         return (actual in self.values) == self._when_member
-
-    def keys(self) -> frozenset[str]:
-        return frozenset((self.key,))
 
     def __str__(self) -> str:
         items = ", ".join(_quote(value) for value in sorted(self.values))
@@ -300,7 +286,7 @@ class NotInNode(_SetTest):
 
 
 @dataclass(frozen=True, slots=True)
-class NotNode(_Node):
+class NotNode(Selector):
     """`!expr`."""
 
     operand: Selector
@@ -319,101 +305,63 @@ class NotNode(_Node):
 
 
 @dataclass(frozen=True, slots=True)
-class AndNode(_Node):
-    """`a && b && ...` (two or more operands, none of them an AndNode once parsed)."""
+class _Junction(Selector):
+    """`a && b && ...` or `a || b || ...` (two or more operands, none of the same kind once parsed)."""
 
     operands: tuple[Selector, ...]
 
-    _precedence: ClassVar[int] = _PREC_AND
+    _symbol: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         if len(self.operands) < 2:
-            raise ValueError("AndNode needs at least two operands")
+            raise ValueError(f"{type(self).__name__} needs at least two operands")
+
+    def keys(self) -> frozenset[str]:
+        return frozenset().union(*(operand.keys() for operand in self.operands))
+
+    def uses_global(self) -> bool:
+        return any(operand.uses_global() for operand in self.operands)
+
+    def __str__(self) -> str:
+        return f" {self._symbol} ".join(operand._wrapped(self._precedence + 1) for operand in self.operands)
+
+
+@dataclass(frozen=True, slots=True)
+class AndNode(_Junction):
+    """`a && b && ...`."""
+
+    _precedence: ClassVar[int] = _PREC_AND
+    _symbol: ClassVar[str] = "&&"
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         return all(operand.matches(labels) for operand in self.operands)
 
-    def keys(self) -> frozenset[str]:
-        return frozenset().union(*(operand.keys() for operand in self.operands))
-
-    def uses_global(self) -> bool:
-        return any(operand.uses_global() for operand in self.operands)
-
-    def __str__(self) -> str:
-        return " && ".join(operand._wrapped(_PREC_AND + 1) for operand in self.operands)
-
 
 @dataclass(frozen=True, slots=True)
-class OrNode(_Node):
-    """`a || b || ...` (two or more operands, none of them an OrNode once parsed)."""
-
-    operands: tuple[Selector, ...]
+class OrNode(_Junction):
+    """`a || b || ...`."""
 
     _precedence: ClassVar[int] = _PREC_OR
-
-    def __post_init__(self) -> None:
-        if len(self.operands) < 2:
-            raise ValueError("OrNode needs at least two operands")
+    _symbol: ClassVar[str] = "||"
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         return any(operand.matches(labels) for operand in self.operands)
 
-    def keys(self) -> frozenset[str]:
-        return frozenset().union(*(operand.keys() for operand in self.operands))
-
-    def uses_global(self) -> bool:
-        return any(operand.uses_global() for operand in self.operands)
-
-    def __str__(self) -> str:
-        return " || ".join(operand._wrapped(_PREC_OR + 1) for operand in self.operands)
-
-
-Selector: TypeAlias = (
-    AllNode
-    | GlobalNode
-    | HasNode
-    | EqualsNode
-    | NotEqualsNode
-    | ContainsNode
-    | StartsWithNode
-    | EndsWithNode
-    | InNode
-    | NotInNode
-    | NotNode
-    | AndNode
-    | OrNode
-)
-"""Root type of a parsed selector: any node. `str()` of it is the canonical form."""
 
 ALL: Selector = AllNode()
 """`all()`, also what the empty selector parses to."""
 
 GLOBAL: Selector = GlobalNode()
-"""`global()`."""
 
 
-def _negate(node: Selector) -> Selector:
-    return node.operand if isinstance(node, NotNode) else NotNode(node)
-
-
-def _conjunction(nodes: Iterable[Selector]) -> Selector:
+def _flatten(kind: type[AndNode | OrNode], nodes: Iterable[Selector]) -> Selector:
     flat: list[Selector] = []
     for node in nodes:
-        if isinstance(node, AndNode):
+        if isinstance(node, kind):
             flat.extend(node.operands)
         else:
             flat.append(node)
-    return flat[0] if len(flat) == 1 else AndNode(tuple(flat))
-
-
-def _disjunction(nodes: Iterable[Selector]) -> Selector:
-    flat: list[Selector] = []
-    for node in nodes:
-        if isinstance(node, OrNode):
-            flat.extend(node.operands)
-        else:
-            flat.append(node)
-    return flat[0] if len(flat) == 1 else OrNode(tuple(flat))
+    return flat[0] if len(flat) == 1 else kind(tuple(flat))
 
 
 # --------------------------------------------------------------------------------------------
@@ -449,14 +397,9 @@ class _Parser:
             pos += 1
         self._pos = pos
 
-    def _found(self, pos: int) -> str:
-        if pos >= self._end:
-            return "found end of selector"
-        snippet = self._text[pos : pos + 12]
-        return f"found {snippet!r}"
-
     def _error(self, pos: int, expected: str) -> CalicoSelectorError:
-        return CalicoSelectorError(pos, f"{expected}, {self._found(pos)}")
+        found = "end of selector" if pos >= self._end else repr(self._text[pos : pos + 12])
+        return CalicoSelectorError(pos, f"{expected}, found {found}")
 
     def _accept(self, token: str) -> bool:
         self._skip_ws()
@@ -485,13 +428,13 @@ class _Parser:
         nodes = [self._and_expr()]
         while self._accept("||"):
             nodes.append(self._and_expr())
-        return _disjunction(nodes)
+        return _flatten(OrNode, nodes)
 
     def _and_expr(self) -> Selector:
         nodes = [self._unary()]
         while self._accept("&&"):
             nodes.append(self._unary())
-        return _conjunction(nodes)
+        return _flatten(AndNode, nodes)
 
     def _unary(self) -> Selector:
         negated = False
@@ -505,7 +448,9 @@ class _Parser:
             else:
                 break
         node = self._primary()
-        return _negate(node) if negated else node
+        if not negated:
+            return node
+        return node.operand if isinstance(node, NotNode) else NotNode(node)
 
     def _primary(self) -> Selector:
         self._skip_ws()
@@ -616,7 +561,7 @@ def _check_size(text: str) -> None:
         )
 
 
-@functools.lru_cache(maxsize=_PARSE_CACHE_SIZE)
+@functools.lru_cache(maxsize=4096)
 def parse_selector(text: str) -> Selector:
     """Parse a Calico selector; the empty (or all-whitespace) selector is `ALL`.
 

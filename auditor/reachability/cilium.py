@@ -111,12 +111,8 @@ def compile_cilium_policy(
     kind = CNP if namespace is not None else CCNP
     name = str(obj.get("metadata", {}).get("name", ""))
     ref = PolicyRef(kind, namespace or "", name, source)
-    obj_name = f"{kind} {ref.namespace + '/' if ref.namespace else ''}{name}"
-    rules: list[tuple[str, Any]] = []
-    if obj.get("spec") is not None:
-        rules.append(("spec", obj["spec"]))
-    for i, r in enumerate(specs.seq(obj.get("specs"), "specs")):
-        rules.append((f"specs[{i}]", r))
+    rules: list[tuple[str, Any]] = [("spec", obj["spec"])] if obj.get("spec") is not None else []
+    rules += ((f"specs[{i}]", r) for i, r in enumerate(specs.seq(obj.get("specs"), "specs")))
     if not rules:
         raise PolicyError("spec", "a Cilium policy needs spec or specs")
     policies: list[CompiledPolicy] = []
@@ -127,7 +123,7 @@ def compile_cilium_policy(
             compiled = _compile_rule(ref, raw, path, namespace, tier, notes)
         except SelectorError as exc:
             line = int(getattr(raw, "line", source.line))
-            errors.append(LoadError(source.file, line, exc.message, obj_name, exc.field))
+            errors.append(LoadError(source.file, line, exc.message, str(ref), exc.field))
             continue
         if compiled is not None:
             policies.append(compiled)
@@ -155,10 +151,7 @@ def _compile_rule(
     default_deny = specs.mapping(
         body.get("enableDefaultDeny"), f"{path}.enableDefaultDeny", ("ingress", "egress")
     )
-    for direction, deny_key, fields in (
-        ("ingress", "ingressDeny", _INGRESS_FIELDS),
-        ("egress", "egressDeny", _EGRESS_FIELDS),
-    ):
+    for direction, deny_key in (("ingress", "ingressDeny"), ("egress", "egressDeny")):
         allow_raw = specs.seq(body.get(direction), f"{path}.{direction}")
         deny_raw = specs.seq(body.get(deny_key), f"{path}.{deny_key}")
         compiled: list[Rule] = []
@@ -166,7 +159,7 @@ def _compile_rule(
             for i, item in enumerate(items):
                 field = f"{path}.{key}[{i}]"
                 line = specs.item_line(body.get(key), i, ref.source.line)
-                compiled.append(_rule(ref, item, field, key, i, line, action, namespace, fields, notes))
+                compiled.append(_rule(ref, item, field, key, i, line, action, namespace, notes))
         has_rules = bool(allow_raw or deny_raw)
         explicit = default_deny.get(direction)
         if explicit is not None and not isinstance(explicit, bool):
@@ -192,19 +185,15 @@ def _rule(
     line: int,
     action: Action,
     namespace: str | None,
-    fields: tuple[str, ...],
     notes: list[str],
 ) -> Rule:
+    prefix, fields = ("from", _INGRESS_FIELDS) if key.startswith("ingress") else ("to", _EGRESS_FIELDS)
     body = specs.mapping(raw, field, fields, optional=False)
-    prefix = "from" if key.startswith("ingress") else "to"
     peers: list[Peer] = []
-    l3 = False
     for i, sel in enumerate(specs.seq(body.get(f"{prefix}Endpoints"), f"{field}.{prefix}Endpoints")):
-        l3 = True
         peers.append(CiliumEndpointPeer(_scoped(sel, f"{field}.{prefix}Endpoints[{i}]", namespace)))
     entities = specs.seq(body.get(f"{prefix}Entities"), f"{field}.{prefix}Entities")
     if entities:
-        l3 = True
         for i, e in enumerate(entities):
             if e not in CILIUM_ENTITIES:
                 raise PolicyError(
@@ -212,11 +201,8 @@ def _rule(
                     f"unknown entity {e!r} (known: {', '.join(CILIUM_ENTITIES)})",
                 )
         peers.append(CiliumEntityPeer(frozenset(str(e) for e in entities)))
-    for i, c in enumerate(specs.seq(body.get(f"{prefix}CIDR"), f"{field}.{prefix}CIDR")):
-        l3 = True
-        peers.append(CIDRPeer(specs.cidr(c, f"{field}.{prefix}CIDR[{i}]")))
+    peers.extend(CIDRPeer(net) for net in specs.cidrs(body.get(f"{prefix}CIDR"), f"{field}.{prefix}CIDR"))
     for i, item in enumerate(specs.seq(body.get(f"{prefix}CIDRSet"), f"{field}.{prefix}CIDRSet")):
-        l3 = True
         f = f"{field}.{prefix}CIDRSet[{i}]"
         cs = specs.mapping(item, f, ("cidr", "except", "cidrGroupRef", "cidrGroupSelector"))
         if cs.get("cidr") is None:
@@ -224,23 +210,18 @@ def _rule(
                 f, "cidrGroupRef/cidrGroupSelector need CiliumCIDRGroup objects; only cidr is evaluated"
             )
         net = specs.cidr(cs.get("cidr"), f"{f}.cidr")
-        excepts = tuple(
-            specs.cidr(e, f"{f}.except[{k}]")
-            for k, e in enumerate(specs.seq(cs.get("except"), f"{f}.except"))
-        )
-        peers.append(CIDRPeer(net, excepts))
+        peers.append(CIDRPeer(net, specs.cidrs(cs.get("except"), f"{f}.except")))
     for i, sel in enumerate(specs.seq(body.get(f"{prefix}Nodes"), f"{field}.{prefix}Nodes")):
-        l3 = True
         peers.append(NodePeer(_selector(sel, f"{field}.{prefix}Nodes[{i}]"), cilium=True))
-    for unsupported in (f"{prefix}Requires", f"{prefix}Groups", "toServices", "toFQDNs"):
-        if body.get(unsupported):
-            l3 = True
-            notes.append(f"{ref} {field}.{unsupported}: not evaluated (matches no pod in this model)")
+    unsupported = [
+        k for k in (f"{prefix}Requires", f"{prefix}Groups", "toServices", "toFQDNs") if body.get(k)
+    ]
+    notes.extend(f"{ref} {field}.{k}: not evaluated (matches no pod in this model)" for k in unsupported)
     ports, note = _to_ports(
         specs.seq(body.get("toPorts"), f"{field}.toPorts"), f"{field}.toPorts", action is Action.DENY
     )
     has_l4 = body.get("toPorts") is not None or body.get("icmps") is not None
-    if not l3:
+    if not peers and not unsupported:
         # An L4-only rule applies to every peer; an empty rule {} selects nothing.
         peers = [AnyPeer()] if has_l4 else []
     if body.get("icmps") is not None and body.get("toPorts") is None:
@@ -251,13 +232,11 @@ def _rule(
 def _selector(raw: Any, field: str) -> LabelSelector:
     sel = parse_label_selector(raw, field)
     return LabelSelector(
-        tuple(sorted(Requirement(_normalise_key(r.key), r.operator, r.values) for r in sel.requirements)),
+        tuple(
+            sorted(Requirement(r.key.removeprefix("any:"), r.operator, r.values) for r in sel.requirements)
+        ),
         sel.impossible,
     )
-
-
-def _normalise_key(key: str) -> str:
-    return key[4:] if key.startswith("any:") else key
 
 
 def _scoped(raw: Any, field: str, namespace: str | None) -> LabelSelector:
@@ -272,7 +251,7 @@ def _scoped(raw: Any, field: str, namespace: str | None) -> LabelSelector:
 
 def _to_ports(raw: list[Any], field: str, deny: bool) -> tuple[PortMatch, str]:
     if not raw:
-        return PortMatch.everything(), ""
+        return PortMatch(), ""
     static: dict[str, PortSet] = {}
     named: list[tuple[str, str | None]] = []
     l7 = False
@@ -284,12 +263,10 @@ def _to_ports(raw: list[Any], field: str, deny: bool) -> tuple[PortMatch, str]:
     for i, item in enumerate(raw):
         f = f"{field}[{i}]"
         body = specs.mapping(item, f, allowed)
-        if body.get("rules"):
-            l7 = True
+        l7 |= bool(body.get("rules"))
         ports = specs.seq(body.get("ports"), f"{f}.ports")
         if not ports:
-            for p in PROTOCOLS:
-                static[p] = PortSet.all()
+            static.update(dict.fromkeys(PROTOCOLS, PortSet.all()))
             continue
         for j, port in enumerate(ports):
             pf = f"{f}.ports[{j}]"
@@ -310,11 +287,8 @@ def _to_ports(raw: list[Any], field: str, deny: bool) -> tuple[PortMatch, str]:
             else:
                 if lo > 65535:
                     raise PolicyError(f"{pf}.port", f"must be between 0 and 65535, got {lo}")
-                hi = (
-                    lo
-                    if pb.get("endPort") is None
-                    else specs.integer(pb.get("endPort"), f"{pf}.endPort", lo, 65535)
-                )
+                end = pb.get("endPort")
+                hi = lo if end is None else specs.integer(end, f"{pf}.endPort", lo, 65535)
                 ps = PortSet.of((lo, hi))
             for p in protocols:
                 static[p] = static.get(p, PortSet()) | ps

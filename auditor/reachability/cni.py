@@ -64,9 +64,6 @@ class LabelPattern:
         m = _compiled(self.regex).match(key)
         return m.end() if m else -1
 
-    def __str__(self) -> str:
-        return f"{self.source + ':' if self.source else ''}{'!' if self.ignore else ''}{self.regex}"
-
 
 @lru_cache(maxsize=4096)
 def _compiled(regex: str) -> re.Pattern[str]:

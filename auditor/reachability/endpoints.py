@@ -96,10 +96,6 @@ class ExternalEndpoint:
         return str(self.ip)
 
 
-# Cilium reserved identities that are not pods, nodes or world addresses.
-RESERVED_ENTITIES = ("kube-apiserver", "health", "init", "ingress", "unmanaged", "host", "remote-node")
-
-
 @dataclass(frozen=True, slots=True)
 class EntityEndpoint:
     """A reserved identity such as `kube-apiserver` or `host` (Cilium entities)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from auditor.model.labels import LabelSelector
@@ -48,6 +48,8 @@ from auditor.reachability.ports import ConnSet
 
 FIRST_MATCH = "first-match"
 UNION = "union"
+# Connections a tier passes on, with the deciders that passed them.
+_Pending = list[tuple[ConnSet, tuple[Decider, ...]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,22 +70,14 @@ BASELINE_TIER = "baseline"
 
 
 def standard_tiers(
-    settings: cni.NetworkSettings, calico_tiers: Mapping[str, tuple[float, str]] | None = None
+    settings: cni.NetworkSettings, calico_tiers: Mapping[str, tuple[float, str]]
 ) -> list[TierDef]:
     """The tiers in force for a CNI. `calico_tiers` maps Calico tier names to (order, defaultAction)."""
     tiers = [TierDef(ADMIN_TIER, 1000.0, FIRST_MATCH, "pass")]
     if settings.cni == "calico":
-        known = {"default": (1_000_000.0, "Deny")}
-        known.update(calico_tiers or {})
-        for name, (order, default_action) in known.items():
-            tiers.append(
-                TierDef(
-                    f"calico:{name}",
-                    order,
-                    FIRST_MATCH,
-                    "pass" if default_action.lower() == "pass" else "deny",
-                )
-            )
+        for name, (order, default_action) in {"default": (1_000_000.0, "Deny"), **calico_tiers}.items():
+            end = "pass" if default_action.lower() == "pass" else "deny"
+            tiers.append(TierDef(f"calico:{name}", order, FIRST_MATCH, end))
     else:
         always = settings.cni == "cilium" and settings.cilium.enforcement_mode == "always"
         tiers.append(TierDef(NAMESPACE_TIER, 1_000_000.0, UNION, "deny", always))
@@ -105,10 +99,6 @@ class FlowVerdict:
 
     def allows(self, protocol: str, port: int) -> bool:
         return self.allowed_conns().contains(protocol, port)
-
-
-def _pod_identity(pod: PodEndpoint) -> PodEndpoint:
-    return dataclasses.replace(pod, name="") if pod.name else pod
 
 
 class _ViewCache:
@@ -145,10 +135,6 @@ class _ViewCache:
             view = self._cilium[key] = self._cilium_view(endpoint, subject)
         return view
 
-    def cilium_pod(self, pod: PodEndpoint) -> Mapping[str, str]:
-        """The identity labels a Cilium policy's endpointSelector sees on a pod it may select."""
-        return self.cilium(pod, None)
-
     def _cilium_view(self, endpoint: Endpoint, subject: PodEndpoint | None) -> dict[str, str]:
         if isinstance(endpoint, PodEndpoint):
             return cni.cilium_view(endpoint, self.settings)
@@ -169,18 +155,6 @@ class _ViewCache:
         if view is None:
             view = self._calico[pod] = cni.calico_view(pod)
         return view
-
-    def calico_namespace(self, pod: PodEndpoint) -> Mapping[str, str]:
-        return cni.calico_namespace_view(pod)
-
-    def ipblock_matches_pods(self) -> bool:
-        return self.settings.ipblock_matches_pods()
-
-    def ipblock_matches_nodes(self) -> bool:
-        return self.settings.ipblock_matches_nodes()
-
-    def node_selector_labels(self) -> bool:
-        return self.settings.cilium.node_selector_labels
 
 
 def _anchor(selector: LabelSelector) -> tuple[str, tuple[str, ...]] | None:
@@ -228,7 +202,7 @@ class _SubjectIndex:
 
     def candidates(self, subject: PodEndpoint, views: _ViewCache) -> Iterator[CompiledPolicy]:
         yield from self.unindexed
-        for index, view in ((self.k8s, views.k8s), (self.cilium, views.cilium_pod)):
+        for index, view in ((self.k8s, views.k8s), (self.cilium, lambda pod: views.cilium(pod, None))):
             if not index:
                 continue
             labels = view(subject)
@@ -242,21 +216,17 @@ class PolicyEngine:
     """Answers "may this endpoint reach that one, on which connections, and why?"."""
 
     def __init__(
-        self,
-        policies: Iterable[CompiledPolicy],
-        settings: cni.NetworkSettings,
-        tiers: Sequence[TierDef] | None = None,
+        self, policies: Iterable[CompiledPolicy], settings: cni.NetworkSettings, tiers: Sequence[TierDef]
     ) -> None:
         self.settings = settings
-        self.tiers = list(tiers) if tiers is not None else standard_tiers(settings)
+        self.tiers = list(tiers)
         self.views = _ViewCache(settings)
         known = {t.name for t in self.tiers}
         self.policies = [p for p in policies if p.tier in known]
-        self.ignored = [p for p in policies if p.tier not in known]
         # Index: namespace (None for cluster-wide) → candidate policies by subject label.
         self._index: dict[str | None, _SubjectIndex] = defaultdict(_SubjectIndex)
         for p in self.policies:
-            self._index[p.subject.namespace_hint].add(p)
+            self._index[p.subject.namespace].add(p)
         rank = {t.name: i for i, t in enumerate(self.tiers)}
         self._rank = {id(p): (rank[p.tier], p.order) for p in self.policies}
         self._selecting: dict[PodEndpoint, tuple[CompiledPolicy, ...]] = {}
@@ -280,7 +250,8 @@ class PolicyEngine:
         )
 
     def directional(self, subject: Endpoint, direction: Direction, peer: Endpoint) -> DirectionalVerdict:
-        key = (self._normalise(subject), direction, self._normalise(peer))
+        project = self.identities.project
+        key = (project(subject), direction, project(peer))
         cached = self._verdicts.get(key)
         if cached is None:
             me, peer = key[0], key[2]
@@ -293,15 +264,13 @@ class PolicyEngine:
                 host_peer = isinstance(peer, NodeEndpoint) or (
                     isinstance(peer, PodEndpoint) and peer.host_network
                 )
-                by_shape = (shape, self._without_node(peer), me.node if host_peer else None)
+                nodeless = self._nodeless_pod(peer) if isinstance(peer, PodEndpoint) else peer
+                by_shape = (shape, nodeless, me.node if host_peer else None)
                 cached = self._by_shape.get(by_shape)
                 if cached is None:
                     cached = self._by_shape[by_shape] = self._evaluate(me, direction, peer)
             self._verdicts[key] = cached
         return cached
-
-    def _without_node(self, ep: Endpoint) -> Endpoint:
-        return self._nodeless_pod(ep) if isinstance(ep, PodEndpoint) else ep
 
     def _nodeless_pod(self, pod: PodEndpoint) -> PodEndpoint:
         """A pod-network pod without its node: all that selectors and peer rules see of it (only
@@ -318,11 +287,10 @@ class PolicyEngine:
 
         Evaluation reads the subject only through the policies that apply to it (per tier), the
         named ports it exposes (ingress rules resolve them on the subject), its node (Cilium's
-        host/remote-node) and, for Calico rules with criteria on the policy's own side, the subject
-        itself. Subjects alike in all of these get the same verdict for the same peer: zone-labelled
-        replicas of a role usually are, so their verdicts are computed once. (The node is added to
-        the key by the caller, only for peers that are node identities.) None for subjects the
-        policies do not reach at all (evaluated directly; that is cheap).
+        host/remote-node: the caller adds it, for node peers only) and, for Calico rules with
+        criteria on the policy's own side, the subject itself. Zone-labelled replicas of a role are
+        usually alike in all of these, so their verdicts are computed once. None for host-network
+        subjects (no pod policy applies to them: evaluated directly, that is cheap).
         """
         if subject.host_network:
             return None
@@ -331,9 +299,7 @@ class PolicyEngine:
         found = self._shapes.get(key)
         if found is None:
             # `selecting` is in tier order: these are the per-tier applicable policies, concatenated.
-            policies = tuple(
-                p for p in self.selecting(_pod_identity(subject)) if p.direction(direction).applies
-            )
+            policies = tuple(p for p in self.selecting(subject) if p.direction(direction).applies)
             local = any(r.local is not None for p in policies for r in p.direction(direction).rules)
             shape = (
                 direction,
@@ -344,18 +310,13 @@ class PolicyEngine:
             found = self._shapes[key] = self._shape_ids.setdefault(shape, len(self._shape_ids))
         return found
 
-    def _normalise(self, ep: Endpoint) -> Endpoint:
-        """The endpoint's identity: what the policies in play can tell about it (identity.py);
-        under the "pod" reading of hostNetwork pods they are ordinary pods."""
-        return self.identities.project(ep)
-
     def applicable(self, subject: PodEndpoint, direction: Direction, tier: str) -> tuple[CompiledPolicy, ...]:
-        identity = _pod_identity(subject)
-        key = (identity, direction, tier)
+        """The policies of `tier` that apply to `subject` (an identity) in `direction`."""
+        key = (subject, direction, tier)
         found = self._applicable.get(key)
         if found is None:
             found = self._applicable[key] = tuple(
-                p for p in self.selecting(identity) if p.tier == tier and p.direction(direction).applies
+                p for p in self.selecting(subject) if p.tier == tier and p.direction(direction).applies
             )
         return found
 
@@ -384,40 +345,30 @@ class PolicyEngine:
     def _evaluate(self, subject: Endpoint, direction: Direction, peer: Endpoint) -> DirectionalVerdict:
         if not isinstance(subject, PodEndpoint):
             what = "an address outside the cluster" if isinstance(subject, ExternalEndpoint) else "not a pod"
-            return DirectionalVerdict(
-                direction,
-                (Segment(ConnSet.all(), True, (), f"the endpoint is {what}; no pod policy applies"),),
-            )
+            return _open(direction, f"the endpoint is {what}; no pod policy applies")
         if subject.host_network:
-            return DirectionalVerdict(
-                direction,
-                (
-                    Segment(
-                        ConnSet.all(), True, (), "the pod uses the host network; pod policies do not apply"
-                    ),
-                ),
-            )
+            return _open(direction, "the pod uses the host network; pod policies do not apply")
         if self.settings.cni == "cilium" and self.settings.cilium.enforcement_mode == "never":
-            return DirectionalVerdict(
-                direction, (Segment(ConnSet.all(), True, (), "Cilium policy enforcement is 'never'"),)
-            )
+            return _open(direction, "Cilium policy enforcement is 'never'")
         destination = peer if direction is Direction.EGRESS else subject
+
+        def hit(rule: Rule, remaining: ConnSet) -> ConnSet:
+            if not rule.peer_matches(peer, self.views, subject):
+                return ConnSet.none()
+            return rule.ports.resolve(destination) & remaining
+
         segments: list[Segment] = []
-        pending: list[tuple[ConnSet, tuple[Decider, ...]]] = [(ConnSet.all(), ())]
+        pending: _Pending = [(ConnSet.all(), ())]
         for tier in self.tiers:
             if not pending:
                 break
             applicable = self.applicable(subject, direction, tier.name)
             if not applicable and not tier.always_isolate:
                 continue
-            if tier.mode == UNION:
-                pending = self._union_tier(
-                    tier, applicable, subject, direction, peer, destination, pending, segments
-                )
-            else:
-                pending = self._first_match_tier(
-                    tier, applicable, subject, direction, peer, destination, pending, segments
-                )
+            rules = [r for p in applicable for r in p.direction(direction).rules]
+            isolating = [p for p in applicable if p.direction(direction).isolates]
+            walk = _union_tier if tier.mode == UNION else _first_match_tier
+            pending = walk(tier, rules, isolating, hit, pending, segments)
         for conns, chain in pending:
             if chain:
                 reason = "passed by every tier; nothing denies it (default allow)"
@@ -426,130 +377,112 @@ class PolicyEngine:
             segments.append(Segment(conns, True, chain, reason))
         return DirectionalVerdict(direction, tuple(_merge(segments)))
 
-    def _rule_hit(
-        self, rule: Rule, subject: PodEndpoint, peer: Endpoint, destination: Endpoint, remaining: ConnSet
-    ) -> ConnSet:
-        if not rule.peer_matches(peer, self.views, subject):
-            return ConnSet.none()
-        return rule.ports.resolve(destination) & remaining
 
-    def _first_match_tier(
-        self,
-        tier: TierDef,
-        applicable: tuple[CompiledPolicy, ...],
-        subject: PodEndpoint,
-        direction: Direction,
-        peer: Endpoint,
-        destination: Endpoint,
-        pending: list[tuple[ConnSet, tuple[Decider, ...]]],
-        segments: list[Segment],
-    ) -> list[tuple[ConnSet, tuple[Decider, ...]]]:
-        out: list[tuple[ConnSet, tuple[Decider, ...]]] = []
-        for conns, chain in pending:
-            remaining = conns
-            for policy in applicable:
-                for rule in policy.direction(direction).rules:
-                    if not remaining:
-                        break
-                    hit = self._rule_hit(rule, subject, peer, destination, remaining)
-                    if not hit:
-                        continue
-                    remaining = remaining - hit
-                    decider = _decider(rule)
-                    if rule.action is Action.ALLOW:
-                        segments.append(
-                            Segment(hit, True, (*chain, decider), _note("allowed by a rule", rule))
-                        )
-                    elif rule.action is Action.DENY:
-                        segments.append(Segment(hit, False, (*chain, decider), "denied by a rule"))
-                    else:
-                        out.append((hit, (*chain, decider)))
-            if remaining:
-                isolating = [p for p in applicable if p.direction(direction).isolates]
-                if tier.end_action == "deny" and isolating:
-                    deciders = tuple(Decider(p.ref, "", p.ref.source.line, "isolate") for p in isolating)
-                    segments.append(
-                        Segment(
-                            remaining,
-                            False,
-                            (*chain, *deciders),
-                            "the pod is selected and no rule allows this",
-                        )
-                    )
-                else:
-                    out.append((remaining, chain))
-        return out
+def _first_match_tier(
+    tier: TierDef,
+    rules: list[Rule],
+    isolating: list[CompiledPolicy],
+    hit: Callable[[Rule, ConnSet], ConnSet],
+    pending: _Pending,
+    segments: list[Segment],
+) -> _Pending:
+    out: _Pending = []
+    for conns, chain in pending:
+        remaining = conns
+        for rule in rules:
+            if not remaining:
+                break
+            covered = hit(rule, remaining)
+            if not covered:
+                continue
+            remaining = remaining - covered
+            decider = _decider(rule)
+            if rule.action is Action.ALLOW:
+                segments.append(Segment(covered, True, (*chain, decider), _note((rule,))))
+            elif rule.action is Action.DENY:
+                segments.append(Segment(covered, False, (*chain, decider), "denied by a rule"))
+            else:
+                out.append((covered, (*chain, decider)))
+        if remaining:
+            if tier.end_action == "deny" and isolating:
+                segments.append(_isolated(remaining, chain, isolating))
+            else:
+                out.append((remaining, chain))
+    return out
 
-    def _union_tier(
-        self,
-        tier: TierDef,
-        applicable: tuple[CompiledPolicy, ...],
-        subject: PodEndpoint,
-        direction: Direction,
-        peer: Endpoint,
-        destination: Endpoint,
-        pending: list[tuple[ConnSet, tuple[Decider, ...]]],
-        segments: list[Segment],
-    ) -> list[tuple[ConnSet, tuple[Decider, ...]]]:
-        rules = [r for p in applicable for r in p.direction(direction).rules]
-        deny_rules = [r for r in rules if r.action is Action.DENY]
-        allow_rules = [r for r in rules if r.action is Action.ALLOW]
-        out: list[tuple[ConnSet, tuple[Decider, ...]]] = []
-        for conns, chain in pending:
-            remaining = conns
-            for rule in deny_rules:
-                hit = self._rule_hit(rule, subject, peer, destination, remaining)
-                if hit:
-                    remaining = remaining - hit
-                    segments.append(Segment(hit, False, (*chain, _decider(rule)), "denied by a deny rule"))
-            # Partition what allow rules cover by the set of rules covering it, so an explanation
-            # names every rule that allows a connection (NetworkPolicy allows are a union).
-            pieces: list[tuple[ConnSet, tuple[Rule, ...]]] = []
-            for rule in allow_rules:
-                hit = self._rule_hit(rule, subject, peer, destination, remaining)
-                if not hit:
-                    continue
-                fresh = hit
-                next_pieces: list[tuple[ConnSet, tuple[Rule, ...]]] = []
-                for piece, by in pieces:
-                    both = piece & hit
-                    if both:
-                        next_pieces.append((both, (*by, rule)))
-                        rest = piece - hit
-                        if rest:
-                            next_pieces.append((rest, by))
-                        fresh = fresh - both
-                    else:
-                        next_pieces.append((piece, by))
-                if fresh:
-                    next_pieces.append((fresh, (rule,)))
-                pieces = next_pieces
+
+def _union_tier(
+    tier: TierDef,
+    rules: list[Rule],
+    isolating: list[CompiledPolicy],
+    hit: Callable[[Rule, ConnSet], ConnSet],
+    pending: _Pending,
+    segments: list[Segment],
+) -> _Pending:
+    deny_rules = [r for r in rules if r.action is Action.DENY]
+    allow_rules = [r for r in rules if r.action is Action.ALLOW]
+    out: _Pending = []
+    for conns, chain in pending:
+        remaining = conns
+        for rule in deny_rules:
+            covered = hit(rule, remaining)
+            if covered:
+                remaining = remaining - covered
+                segments.append(Segment(covered, False, (*chain, _decider(rule)), "denied by a deny rule"))
+        # Partition what allow rules cover by the set of rules covering it, so an explanation
+        # names every rule that allows a connection (NetworkPolicy allows are a union).
+        pieces: list[tuple[ConnSet, tuple[Rule, ...]]] = []
+        for rule in allow_rules:
+            covered = hit(rule, remaining)
+            if not covered:
+                continue
+            fresh = covered
+            next_pieces: list[tuple[ConnSet, tuple[Rule, ...]]] = []
             for piece, by in pieces:
-                remaining = remaining - piece
-                note = next((r.note for r in by if r.note), "")
-                reason = "allowed by a rule" + (f" ({note})" if note else "")
-                segments.append(Segment(piece, True, (*chain, *map(_decider, by)), reason))
-            if remaining:
-                isolating = [p for p in applicable if p.direction(direction).isolates]
-                if isolating or tier.always_isolate:
-                    deciders = tuple(Decider(p.ref, "", p.ref.source.line, "isolate") for p in isolating)
-                    reason = (
-                        "the pod is selected and no rule allows this"
-                        if isolating
-                        else "Cilium policy enforcement 'always' denies what no rule allows"
-                    )
-                    segments.append(Segment(remaining, False, (*chain, *deciders), reason))
+                both = piece & covered
+                if both:
+                    next_pieces.append((both, (*by, rule)))
+                    rest = piece - covered
+                    if rest:
+                        next_pieces.append((rest, by))
+                    fresh = fresh - both
                 else:
-                    out.append((remaining, chain))
-        return out
+                    next_pieces.append((piece, by))
+            if fresh:
+                next_pieces.append((fresh, (rule,)))
+            pieces = next_pieces
+        for piece, by in pieces:
+            remaining = remaining - piece
+            segments.append(Segment(piece, True, (*chain, *map(_decider, by)), _note(by)))
+        if remaining:
+            if isolating or tier.always_isolate:
+                segments.append(_isolated(remaining, chain, isolating))
+            else:
+                out.append((remaining, chain))
+    return out
+
+
+def _isolated(conns: ConnSet, chain: tuple[Decider, ...], isolating: list[CompiledPolicy]) -> Segment:
+    """What no rule allowed, denied by the policies that isolate the pod (or, with none, by Cilium's
+    policy-enforcement=always)."""
+    deciders = tuple(Decider(p.ref, "", p.ref.source.line, "isolate") for p in isolating)
+    if isolating:
+        return Segment(conns, False, (*chain, *deciders), "the pod is selected and no rule allows this")
+    return Segment(conns, False, chain, "Cilium policy enforcement 'always' denies what no rule allows")
+
+
+def _open(direction: Direction, reason: str) -> DirectionalVerdict:
+    """Every connection allowed, for one reason."""
+    return DirectionalVerdict(direction, (Segment(ConnSet.all(), True, (), reason),))
 
 
 def _decider(rule: Rule) -> Decider:
     return Decider(rule.ref.policy, rule.ref.rule, rule.ref.line, rule.action.value)
 
 
-def _note(reason: str, rule: Rule) -> str:
-    return f"{reason} ({rule.note})" if rule.note else reason
+def _note(rules: tuple[Rule, ...]) -> str:
+    note = next((r.note for r in rules if r.note), "")
+    return "allowed by a rule" + (f" ({note})" if note else "")
 
 
 def _merge(segments: list[Segment]) -> list[Segment]:

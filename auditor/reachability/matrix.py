@@ -69,10 +69,7 @@ class Row:
     pieces: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]  # (protocol, starts, bitsets)
 
     def bits(self, protocol: str, port: int) -> int:
-        for proto, starts, bitsets in self.pieces:
-            if proto == protocol:
-                return bitsets[bisect.bisect_right(starts, port) - 1]
-        return 0
+        return self.bits_over(protocol, port, port)
 
     def bits_over(self, protocol: str, lo: int, hi: int) -> int:
         """Peer identities allowed on every port of lo..hi (the pieces it overlaps, ANDed)."""
@@ -173,13 +170,11 @@ class ClassMatrix:
         if isinstance(peer, AnyPeer):
             return universe
         if isinstance(peer, K8sPodPeer):
-            if peer.namespace_selector is None:
+            selector = peer.namespace_selector
+            if selector is None:
                 ns_bits = self._by_ns.get(peer.namespace or "", 0)
-            else:
-                ns_bits = 0
-                for ns, view in self._ns_view.items():
-                    if peer.namespace_selector.matches(view):
-                        ns_bits |= self._by_ns[ns]
+            else:  # namespaces hold disjoint identities: their sum is their union
+                ns_bits = sum(self._by_ns[ns] for ns, view in self._ns_view.items() if selector.matches(view))
             return self._k8s.select(peer.pod_selector, universe & ns_bits) if ns_bits else 0
         if isinstance(peer, CiliumEndpointPeer) and self._cilium is not None:
             return self._cilium.select(peer.selector, universe)
@@ -285,7 +280,9 @@ class ClassMatrix:
                     rules.append((rule.action, hits))
                     for conns, _ in hits:
                         for proto, ports in conns.by_protocol:
-                            starts[proto].update(b for b in ports.boundaries() if b <= MAX_PORT)
+                            # Where the hit changes: each interval's first port and the port after it.
+                            changes = (b for lo, hi in ports.intervals for b in (lo, hi + 1))
+                            starts[proto].update(b for b in changes if b <= MAX_PORT)
             isolating = any(p.direction(direction).isolates for p in policies)
             compiled.append((tier, bool(policies), isolating, rules))
         pieces = []

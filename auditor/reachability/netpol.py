@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector
+from auditor.model.labels import SelectorError, parse_label_selector
 from auditor.model.source import SourceRef
 from auditor.reachability import specs
 from auditor.reachability.policy import (
@@ -30,7 +30,7 @@ from auditor.reachability.policy import (
     Rule,
     RuleRef,
 )
-from auditor.reachability.ports import ConnSet, PortSet, normalise_protocol
+from auditor.reachability.ports import ConnSet, PortSet
 from auditor.reachability.specs import PolicyError
 
 KIND = "NetworkPolicy"
@@ -51,23 +51,17 @@ def compile_network_policy(
         subject_sel = parse_label_selector(spec.get("podSelector"), "spec.podSelector")
         ingress_raw = specs.seq(spec.get("ingress"), "spec.ingress")
         egress_raw = specs.seq(spec.get("egress"), "spec.egress")
-        types_raw = spec.get("policyTypes")
-        if types_raw is None:
-            types = {"Ingress"} | ({"Egress"} if egress_raw else set())
-        else:
-            types = set()
-            for i, t in enumerate(specs.seq(types_raw, "spec.policyTypes")):
-                if t not in ("Ingress", "Egress"):
-                    raise PolicyError(f"spec.policyTypes[{i}]", f"must be Ingress or Egress, got {t!r}")
-                types.add(t)
-        ingress = tuple(
-            _rule(ref, namespace, r, "ingress", i, spec.get("ingress"), source)
-            for i, r in enumerate(ingress_raw)
-        )
-        egress = tuple(
-            _rule(ref, namespace, r, "egress", i, spec.get("egress"), source)
-            for i, r in enumerate(egress_raw)
-        )
+        default = {"Ingress"} | ({"Egress"} if egress_raw else set())
+        types = specs.policy_types(spec.get("policyTypes"), "spec.policyTypes", default)
+        directions = {}
+        for direction, items in (("ingress", ingress_raw), ("egress", egress_raw)):
+            # Rules of a direction the policy does not take part in are still checked.
+            rules = tuple(
+                _rule(ref, namespace, r, direction, i, spec.get(direction), source)
+                for i, r in enumerate(items)
+            )
+            on = direction.capitalize() in types
+            directions[direction] = DirectionRules(on, on, rules if on else ())
     except SelectorError as exc:
         raise PolicyError(exc.field, exc.message) from exc
     return CompiledPolicy(
@@ -75,8 +69,8 @@ def compile_network_policy(
         tier,
         (CALICO_ORDER, f"{namespace}/{name}"),
         K8sSubject(namespace, None, subject_sel),
-        DirectionRules("Ingress" in types, "Ingress" in types, ingress if "Ingress" in types else ()),
-        DirectionRules("Egress" in types, "Egress" in types, egress if "Egress" in types else ()),
+        directions["ingress"],
+        directions["egress"],
     )
 
 
@@ -87,14 +81,11 @@ def _rule(
     peer_key = "from" if direction == "ingress" else "to"
     body = specs.mapping(raw, field, (peer_key, "ports"))
     peers_raw = specs.seq(body.get(peer_key), f"{field}.{peer_key}")
-    peers: tuple[Peer, ...]
-    if not peers_raw:
-        peers = (AnyPeer(),)
-    else:
-        peers = tuple(_peer(p, namespace, f"{field}.{peer_key}[{j}]") for j, p in enumerate(peers_raw))
+    peers = tuple(_peer(p, namespace, f"{field}.{peer_key}[{j}]") for j, p in enumerate(peers_raw))
     ports = parse_ports(specs.seq(body.get("ports"), f"{field}.ports"), f"{field}.ports")
     line = specs.item_line(container, index, source.line)
-    return Rule(RuleRef(ref, f"{direction}[{index}]", line), Action.ALLOW, peers, ports)
+    # No from/to: every peer.
+    return Rule(RuleRef(ref, f"{direction}[{index}]", line), Action.ALLOW, peers or (AnyPeer(),), ports)
 
 
 def _peer(raw: Any, namespace: str, field: str) -> Peer:
@@ -111,32 +102,26 @@ def _peer(raw: Any, namespace: str, field: str) -> Peer:
                 raise PolicyError(f"{field}.ipBlock.except[{k}]", f"{ex} must be a strict subset of {net}")
             excepts.append(ex)
         return CIDRPeer(net, tuple(excepts))
-    has_pod = "podSelector" in body
-    has_ns = "namespaceSelector" in body
-    if not has_pod and not has_ns:
+    if "podSelector" not in body and "namespaceSelector" not in body:
         raise PolicyError(field, "a peer must set podSelector, namespaceSelector or ipBlock")
     pod_sel = parse_label_selector(body.get("podSelector"), f"{field}.podSelector")
-    if has_ns:
-        ns_sel: LabelSelector | None = parse_label_selector(
-            body.get("namespaceSelector"), f"{field}.namespaceSelector"
-        )
-        return K8sPodPeer(None, ns_sel, pod_sel)
-    return K8sPodPeer(namespace, None, pod_sel)
+    if "namespaceSelector" not in body:
+        return K8sPodPeer(namespace, None, pod_sel)
+    ns_sel = parse_label_selector(body.get("namespaceSelector"), f"{field}.namespaceSelector")
+    return K8sPodPeer(None, ns_sel, pod_sel)
 
 
 def parse_ports(raw: list[Any], field: str) -> PortMatch:
     """NetworkPolicyPort list: protocol (default TCP), port (number or name), endPort."""
     if not raw:
-        return PortMatch.everything()
+        return PortMatch()
     static: dict[str, PortSet] = {}
     named: list[tuple[str, str | None]] = []
     for i, item in enumerate(raw):
         f = f"{field}[{i}]"
         body = specs.mapping(item, f, ("protocol", "port", "endPort"))
-        proto_raw = body.get("protocol", "TCP")
-        protocol = normalise_protocol(proto_raw if proto_raw is not None else "TCP")
-        if protocol is None:
-            raise PolicyError(f"{f}.protocol", f"must be TCP, UDP or SCTP, got {proto_raw!r}")
+        proto_raw = body.get("protocol")
+        protocol = specs.protocol("TCP" if proto_raw is None else proto_raw, f"{f}.protocol")
         port = body.get("port")
         end = body.get("endPort")
         if port is None:

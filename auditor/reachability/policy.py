@@ -9,17 +9,21 @@ the pod default-deny, and ordered rules of (action, peers, ports). The engine or
 from __future__ import annotations
 
 import ipaddress
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import reduce
 from typing import TYPE_CHECKING, Protocol
 
 from auditor.model.labels import LabelSelector
 from auditor.model.source import SourceRef
+from auditor.reachability import cni
 from auditor.reachability.endpoints import (
     Endpoint,
     EntityEndpoint,
     ExternalEndpoint,
+    IPAddress,
     NodeEndpoint,
     PodEndpoint,
 )
@@ -63,6 +67,8 @@ class RuleRef:
 class Views(Protocol):
     """Label views of endpoints as each dialect sees them (cached by the engine)."""
 
+    settings: cni.NetworkSettings
+
     def k8s(self, pod: PodEndpoint) -> Mapping[str, str]: ...
 
     def k8s_namespace(self, pod: PodEndpoint) -> Mapping[str, str]: ...
@@ -70,14 +76,6 @@ class Views(Protocol):
     def cilium(self, endpoint: Endpoint, subject: PodEndpoint | None) -> Mapping[str, str]: ...
 
     def calico(self, pod: PodEndpoint) -> Mapping[str, str]: ...
-
-    def calico_namespace(self, pod: PodEndpoint) -> Mapping[str, str]: ...
-
-    def ipblock_matches_pods(self) -> bool: ...
-
-    def ipblock_matches_nodes(self) -> bool: ...
-
-    def node_selector_labels(self) -> bool: ...
 
 
 # ----------------------------------------------------------------------------------------------
@@ -107,27 +105,15 @@ class K8sPodPeer:
     pod_selector: LabelSelector
 
     def matches(self, ep: Endpoint, views: Views, subject: PodEndpoint) -> bool:
-        if not isinstance(ep, PodEndpoint) or ep.host_network:
-            return False
-        if self.namespace_selector is None:
-            if ep.namespace != self.namespace:
-                return False
-        elif not self.namespace_selector.matches(views.k8s_namespace(ep)):
-            return False
-        return self.pod_selector.matches(views.k8s(ep))
+        return isinstance(ep, PodEndpoint) and _k8s_selects(self, ep, views)
 
     def __str__(self) -> str:
-        ns = (
-            f"namespace {self.namespace}"
-            if self.namespace_selector is None
-            else (f"namespaces {self.namespace_selector}")
-        )
-        return f"pods {self.pod_selector} in {ns}"
+        if self.namespace_selector is None:
+            return f"pods {self.pod_selector} in namespace {self.namespace}"
+        return f"pods {self.pod_selector} in namespaces {self.namespace_selector}"
 
 
-def _in_cidr(
-    ip: ipaddress.IPv4Address | ipaddress.IPv6Address, cidr: IPNetwork, excepts: tuple[IPNetwork, ...]
-) -> bool:
+def _in_cidr(ip: IPAddress, cidr: IPNetwork, excepts: tuple[IPNetwork, ...]) -> bool:
     if ip.version != cidr.version or ip not in cidr:
         return False
     return not any(ip.version == e.version and ip in e for e in excepts)
@@ -145,18 +131,13 @@ class CIDRPeer:
     def matches(self, ep: Endpoint, views: Views, subject: PodEndpoint) -> bool:
         if isinstance(ep, ExternalEndpoint):
             return _in_cidr(ep.ip, self.cidr, self.excepts)
-        if isinstance(ep, PodEndpoint):
-            if ep.host_network:
-                return views.ipblock_matches_nodes() and any(
-                    _in_cidr(ip, self.cidr, self.excepts) for ip in ep.ips
-                )
-            pods = views.ipblock_matches_pods() if self.match_pods is None else self.match_pods
-            return pods and any(_in_cidr(ip, self.cidr, self.excepts) for ip in ep.ips)
-        if isinstance(ep, NodeEndpoint):
-            return views.ipblock_matches_nodes() and any(
-                _in_cidr(ip, self.cidr, self.excepts) for ip in ep.ips
-            )
-        return False
+        if isinstance(ep, EntityEndpoint):
+            return False
+        if isinstance(ep, PodEndpoint) and not ep.host_network:
+            reads = views.settings.ipblock_matches_pods() if self.match_pods is None else self.match_pods
+        else:  # a node, or a host-network pod (it speaks as its node)
+            reads = views.settings.ipblock_matches_nodes()
+        return reads and any(_in_cidr(ip, self.cidr, self.excepts) for ip in ep.ips)
 
     def __str__(self) -> str:
         ex = f" except {', '.join(map(str, self.excepts))}" if self.excepts else ""
@@ -236,7 +217,7 @@ class NodePeer:
             if isinstance(ep, EntityEndpoint) and ep.entity in ("host", "remote-node"):
                 return self.selector.is_everything()
             return False
-        if self.cilium and not views.node_selector_labels():
+        if self.cilium and not views.settings.cilium.node_selector_labels:
             # Without enable-node-selector-labels Cilium node identities carry no node labels.
             return self.selector.matches({})
         return self.selector.matches(dict(ep.labels))
@@ -269,14 +250,14 @@ class CalicoPeer:
         )
 
     def matches(self, ep: Endpoint, views: Views, subject: PodEndpoint) -> bool:
-        ips: tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...] = ()
+        ips: tuple[IPAddress, ...] = ()
         if isinstance(ep, ExternalEndpoint):
             if self._pod_criteria():
                 return False
             ips = (ep.ip,)
         elif isinstance(ep, PodEndpoint) and not ep.host_network:
             if self.namespace_selector is not None:
-                if not self.namespace_selector.matches(views.calico_namespace(ep)):
+                if not self.namespace_selector.matches(cni.calico_namespace_view(ep)):
                     return False
             elif self.namespace is not None and self._pod_criteria() and ep.namespace != self.namespace:
                 return False
@@ -290,18 +271,15 @@ class CalicoPeer:
             if self.service_account_selector is not None and not self.service_account_selector.matches({}):
                 return False
             ips = ep.ips
-            if self.nets and not views.ipblock_matches_pods():
+            if self.nets and not views.settings.ipblock_matches_pods():
                 return False
         elif isinstance(ep, (NodeEndpoint, PodEndpoint, EntityEndpoint)):
             if self._pod_criteria():
                 return False
             ips = ep.ips if isinstance(ep, NodeEndpoint) else ()
-        if self.nets and not any(any(ip.version == n.version and ip in n for n in self.nets) for ip in ips):
+        if self.nets and not _in_any(ips, self.nets):
             return False
-        return not (
-            self.not_nets
-            and any(any(ip.version == n.version and ip in n for n in self.not_nets) for ip in ips)
-        )
+        return not (self.not_nets and _in_any(ips, self.not_nets))
 
     def __str__(self) -> str:
         parts = []
@@ -318,6 +296,10 @@ class CalicoPeer:
         if self.not_nets:
             parts.append(f"notNets {', '.join(map(str, self.not_nets))}")
         return " and ".join(parts) or "any peer"
+
+
+def _in_any(ips: tuple[IPAddress, ...], nets: tuple[IPNetwork, ...]) -> bool:
+    return any(ip.version == n.version and ip in n for ip in ips for n in nets)
 
 
 Peer = AnyPeer | K8sPodPeer | CIDRPeer | CiliumEndpointPeer | CiliumEntityPeer | NodePeer | CalicoPeer
@@ -341,18 +323,13 @@ class PortMatch:
     exclude_named: tuple[tuple[str, str | None], ...] = ()
     restrict: ConnSet = ConnSet.all()
 
-    @staticmethod
-    def everything() -> PortMatch:
-        return _ALL_PORTS_MATCH
-
     def resolve(self, destination: Endpoint) -> ConnSet:
         conns = self.static
         if self.named:
             conns = conns | _resolve_named(self.named, destination)
-        if self.exclude_static or self.exclude_named:
-            conns = conns - self.exclude_static
-            if self.exclude_named:
-                conns = conns - _resolve_named(self.exclude_named, destination)
+        conns = conns - self.exclude_static
+        if self.exclude_named:
+            conns = conns - _resolve_named(self.exclude_named, destination)
         return conns & self.restrict
 
     def names(self) -> frozenset[str]:
@@ -372,9 +349,6 @@ class PortMatch:
         return text
 
 
-_ALL_PORTS_MATCH = PortMatch()
-
-
 def _resolve_named(named: tuple[tuple[str, str | None], ...], destination: Endpoint) -> ConnSet:
     if not isinstance(destination, PodEndpoint):
         return ConnSet.none()
@@ -391,35 +365,35 @@ def _resolve_named(named: tuple[tuple[str, str | None], ...], destination: Endpo
 
 @dataclass(frozen=True, slots=True)
 class K8sSubject:
-    """NetworkPolicy (fixed namespace) or ANP/CNP subject (namespace selector) AND pod selector."""
+    """NetworkPolicy (fixed namespace) or ANP/CNP subject (namespace selector) AND pod selector.
+
+    Every subject's `namespace` is the one it is confined to (None: any), which the engine indexes.
+    """
 
     namespace: str | None
     namespace_selector: LabelSelector | None
     pod_selector: LabelSelector
 
-    @property
-    def namespace_hint(self) -> str | None:
-        return self.namespace if self.namespace_selector is None else None
-
     def matches(self, pod: PodEndpoint, views: Views) -> bool:
-        if pod.host_network:
+        return _k8s_selects(self, pod, views)
+
+
+def _k8s_selects(by: K8sPodPeer | K8sSubject, pod: PodEndpoint, views: Views) -> bool:
+    """Namespace (fixed name or selector) AND pod selector; host-network pods are not pods here."""
+    if pod.host_network:
+        return False
+    if by.namespace_selector is None:
+        if pod.namespace != by.namespace:
             return False
-        if self.namespace_selector is None:
-            if pod.namespace != self.namespace:
-                return False
-        elif not self.namespace_selector.matches(views.k8s_namespace(pod)):
-            return False
-        return self.pod_selector.matches(views.k8s(pod))
+    elif not by.namespace_selector.matches(views.k8s_namespace(pod)):
+        return False
+    return by.pod_selector.matches(views.k8s(pod))
 
 
 @dataclass(frozen=True, slots=True)
 class CiliumSubject:
     selector: LabelSelector
     namespace: str | None  # for indexing only; the selector already requires it
-
-    @property
-    def namespace_hint(self) -> str | None:
-        return self.namespace
 
     def matches(self, pod: PodEndpoint, views: Views) -> bool:
         if pod.host_network:
@@ -434,17 +408,13 @@ class CalicoSubject:
     namespace_selector: CalicoSelector | None = None
     service_account_selector: CalicoSelector | None = None
 
-    @property
-    def namespace_hint(self) -> str | None:
-        return self.namespace
-
     def matches(self, pod: PodEndpoint, views: Views) -> bool:
         if pod.host_network:
             return False
         if self.namespace is not None and pod.namespace != self.namespace:
             return False
         if self.namespace_selector is not None and not self.namespace_selector.matches(
-            views.calico_namespace(pod)
+            cni.calico_namespace_view(pod)
         ):
             return False
         if self.service_account_selector is not None and not self.service_account_selector.matches({}):
@@ -554,12 +524,9 @@ class DirectionalVerdict:
 
     def allowed_conns(self) -> ConnSet:
         if self._allowed is None:
-            out = ConnSet.none()
-            for s in self.segments:
-                if s.allowed:
-                    out = out | s.conns
-            object.__setattr__(self, "_allowed", out)
-            return out
+            allowed = reduce(operator.or_, (s.conns for s in self.segments if s.allowed), ConnSet.none())
+            object.__setattr__(self, "_allowed", allowed)
+            return allowed
         return self._allowed
 
     def at(self, protocol: str, port: int) -> Segment:

@@ -7,7 +7,8 @@ sorted tuple of disjoint, non-adjacent inclusive intervals, so equal sets compar
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 MIN_PORT = 1
@@ -55,9 +56,7 @@ class PortSet:
         return self.intervals == _ALL_PORTS.intervals
 
     def __contains__(self, port: object) -> bool:
-        if not isinstance(port, int):
-            return False
-        return any(lo <= port <= hi for lo, hi in self.intervals)
+        return isinstance(port, int) and any(lo <= port <= hi for lo, hi in self.intervals)
 
     def __or__(self, other: PortSet) -> PortSet:
         if not other.intervals:
@@ -100,12 +99,6 @@ class PortSet:
     def __len__(self) -> int:
         return sum(hi - lo + 1 for lo, hi in self.intervals)
 
-    def boundaries(self) -> Iterator[int]:
-        """The first port of each interval and the port after each: where this set changes."""
-        for lo, hi in self.intervals:
-            yield lo
-            yield hi + 1
-
     def __str__(self) -> str:
         return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.intervals)
 
@@ -146,9 +139,6 @@ class ConnSet:
                 return ports
         return _NO_PORTS
 
-    def as_dict(self) -> dict[str, PortSet]:
-        return dict(self.by_protocol)
-
     def __bool__(self) -> bool:
         return bool(self.by_protocol)
 
@@ -158,20 +148,18 @@ class ConnSet:
     def contains(self, protocol: str, port: int) -> bool:
         return port in self.ports(protocol.upper())
 
-    def _combine(self, other: ConnSet, op: str) -> ConnSet:
-        mine, theirs = self.as_dict(), other.as_dict()
-        out: dict[str, PortSet] = {}
-        for proto in set(mine) | set(theirs):
-            a, b = mine.get(proto, _NO_PORTS), theirs.get(proto, _NO_PORTS)
-            out[proto] = a | b if op == "|" else (a & b if op == "&" else a - b)
-        return ConnSet.from_mapping(out)
+    def _combine(self, other: ConnSet, op: Callable[[PortSet, PortSet], PortSet]) -> ConnSet:
+        mine, theirs = dict(self.by_protocol), dict(other.by_protocol)
+        return ConnSet.from_mapping(
+            {p: op(mine.get(p, _NO_PORTS), theirs.get(p, _NO_PORTS)) for p in mine.keys() | theirs.keys()}
+        )
 
     def __or__(self, other: ConnSet) -> ConnSet:
         if not other:
             return self
         if not self:
             return other
-        return self._combine(other, "|")
+        return self._combine(other, operator.or_)
 
     def __and__(self, other: ConnSet) -> ConnSet:
         if not self or not other:
@@ -180,14 +168,14 @@ class ConnSet:
             return self
         if self.is_all():
             return other
-        return self._combine(other, "&")
+        return self._combine(other, operator.and_)
 
     def __sub__(self, other: ConnSet) -> ConnSet:
         if not other or not self:
             return self
         if other.is_all():
             return _NO_CONNS
-        return self._combine(other, "-")
+        return self._combine(other, operator.sub)
 
     def __str__(self) -> str:
         if self.is_all():

@@ -8,6 +8,7 @@ from typing import Any
 
 from auditor.model.labels import SelectorError, type_name
 from auditor.reachability.policy import IPNetwork
+from auditor.reachability.ports import normalise_protocol
 
 
 class PolicyError(SelectorError):
@@ -62,12 +63,35 @@ def integer(obj: Any, field: str, lo: int, hi: int) -> int:
     return int(obj)
 
 
+def protocol(obj: Any, field: str) -> str:
+    proto = normalise_protocol(obj)
+    if proto is None:
+        raise PolicyError(field, f"must be TCP, UDP or SCTP, got {obj!r}")
+    return proto
+
+
 def cidr(obj: Any, field: str) -> IPNetwork:
     text = string(obj, field)
     try:
         return ipaddress.ip_network(text.strip(), strict=False)
     except ValueError as exc:
         raise PolicyError(field, f"is not a valid CIDR: {exc}") from exc
+
+
+def cidrs(obj: Any, field: str) -> tuple[IPNetwork, ...]:
+    return tuple(cidr(c, f"{field}[{i}]") for i, c in enumerate(seq(obj, field)))
+
+
+def policy_types(obj: Any, field: str, default: set[str]) -> set[str]:
+    """NetworkPolicy `policyTypes`, Calico `types`: Ingress and/or Egress."""
+    if obj is None:
+        return default
+    types = set()
+    for i, t in enumerate(seq(obj, field)):
+        if t not in ("Ingress", "Egress"):
+            raise PolicyError(f"{field}[{i}]", f"must be Ingress or Egress, got {t!r}")
+        types.add(str(t))
+    return types
 
 
 def item_line(container: Any, index: int, default: int) -> int:
