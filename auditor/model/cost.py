@@ -72,8 +72,6 @@ class NetworkModel:
 @dataclass(frozen=True, slots=True)
 class Estimate:
     monthly_cost_usd: float
-    crossing_bytes_per_step: float
-    monthly_bytes: float
     slowdown_pct: float | None
     assumptions: tuple[str, ...]
 
@@ -121,4 +119,4 @@ def estimate(
         f"{network.inter_zone_gbps} Gbit/s and {network.inter_zone_latency_ms} ms across, "
         "no overlap with compute",
     )
-    return Estimate(round(cost, 2), per_step, monthly, slowdown, assumptions)
+    return Estimate(round(cost, 2), slowdown, assumptions)

@@ -69,10 +69,6 @@ class LabelSelector:
     def nothing() -> LabelSelector:
         return _NOTHING
 
-    @staticmethod
-    def from_labels(labels: Mapping[str, str]) -> LabelSelector:
-        return LabelSelector(tuple(sorted(Requirement(k, "In", (v,)) for k, v in labels.items())))
-
     def is_everything(self) -> bool:
         return not self.requirements and not self.impossible
 

@@ -52,10 +52,6 @@ class Toleration:
             return not self.key or self.key == taint.key
         return self.key == taint.key and self.value == taint.value
 
-    def tolerates_key(self, key: str) -> bool:
-        """Whether this toleration covers a NoSchedule taint with `key` and any value."""
-        return (self.operator == "Exists" and self.key in ("", key)) and self.effect in ("", "NoSchedule")
-
 
 @dataclass(frozen=True, slots=True)
 class Node:

@@ -906,16 +906,13 @@ def _runtime_error(rule: CustomRule, key: str, line: int, what: str, exc: CelErr
 
 @dataclass(frozen=True, slots=True)
 class WaivedFinding:
-    finding: Finding
-    waiver: Waiver
-
-
-@dataclass(frozen=True, slots=True)
-class ExpiredWaiver:
-    """A finding reported again because the waiver that hid it expired."""
+    """A finding and the waiver that hides it (as an ExpiredWaiver: that hid it, and expired)."""
 
     finding: Finding
     waiver: Waiver
+
+
+ExpiredWaiver = WaivedFinding
 
 
 @dataclass(frozen=True, slots=True)
@@ -963,20 +960,11 @@ def annotation_waivers(
         errors.append(error(WAIVE_ANNOTATION, f"has no {WAIVE_REASON_ANNOTATION}: nothing is waived"))
     if not expires_text:
         errors.append(error(WAIVE_ANNOTATION, f"has no {WAIVE_EXPIRES_ANNOTATION}: nothing is waived"))
-    elif not _DATE_RE.match(expires_text):
-        errors.append(
-            error(
-                WAIVE_EXPIRES_ANNOTATION,
-                f"must be a date as YYYY-MM-DD, not {expires_text!r}: nothing is waived",
-            )
-        )
     else:
         try:
-            expires = date.fromisoformat(expires_text)
-        except ValueError:
-            errors.append(
-                error(WAIVE_EXPIRES_ANNOTATION, f"{expires_text!r} is not a calendar date: nothing is waived")
-            )
+            expires = _expiry(expires_text)
+        except Invalid as exc:
+            errors.append(error(WAIVE_EXPIRES_ANNOTATION, f"{exc.message}: nothing is waived"))
     known = set(known_rules)
     waivers: list[Waiver] = []
     for rule in rules:
