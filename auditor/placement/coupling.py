@@ -50,7 +50,7 @@ from auditor.workloads.operators import (
     LWS_SIZE,
     LWS_SUBGROUP_EXCLUSIVE,
     LWS_SUBGROUP_SIZE,
-    RJOB_REPLICAS,
+    job_count,
 )
 
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
@@ -191,11 +191,6 @@ def _annotation(role: Role, key: str) -> str:
 def _int_annotation(role: Role, key: str, default: int) -> int:
     text = _annotation(role, key)
     return int(text) if text.isdigit() else default
-
-
-def _jobs(role: Role) -> int:
-    text = role.template.label_map.get(RJOB_REPLICAS, "1")
-    return int(text) if text.isdigit() else 1
 
 
 def admitted_tolerations(role: Role, options: PlacementOptions) -> tuple[Toleration, ...]:
@@ -523,7 +518,7 @@ def _self_colocation(role: Role, zones: Sequence[str], matches: _Matches, topolo
     if len(zones) <= 1:
         return f"{role} can land in one zone only"
     exclusive = _annotation(role, EXCLUSIVE)
-    if exclusive and _jobs(role) == 1 and topology.nests(exclusive):
+    if exclusive and job_count(role) == 1 and topology.nests(exclusive):
         return f"{role} is one Job with JobSet exclusive topology on {_describe(exclusive, topology)}"
     lws = _annotation(role, LWS_EXCLUSIVE)
     if lws and topology.nests(lws) and role.replicas <= max(1, _int_annotation(role, LWS_SIZE, 1)):
@@ -531,9 +526,8 @@ def _self_colocation(role: Role, zones: Sequence[str], matches: _Matches, topolo
     kueue = _annotation(role, KUEUE_REQUIRED)
     if kueue and topology.nests(kueue):
         return f"{role} has {KUEUE_REQUIRED}: {_describe(kueue, topology)}"
-    terms = role.template.scheduling.pod_affinity.required
     if matches.itself and not matches.others:
-        key = next((t.topology_key for t in terms if topology.nests(t.topology_key)), "")
+        key = _zone_nested_key(role, topology)
         if key:
             return f"{role} requires podAffinity to its own pods on {_describe(key, topology)}"
     return ""
@@ -690,14 +684,9 @@ def _propagate_followers(
 
 
 def _zone_nested_key(role: Role, topology: Topology) -> str:
-    return next(
-        (
-            t.topology_key
-            for t in role.template.scheduling.pod_affinity.required
-            if topology.nests(t.topology_key)
-        ),
-        "",
-    )
+    """The key of the role's first required podAffinity term whose domains nest inside zones, or ""."""
+    terms = role.template.scheduling.pod_affinity.required
+    return next((t.topology_key for t in terms if topology.nests(t.topology_key)), "")
 
 
 # --- per pair ---------------------------------------------------------------------------------
@@ -764,12 +753,12 @@ def _within(a: RolePlacement, ctx: PairContext) -> PairPlacement:
     if role.replicas < 2 or (a.max_replicas is not None and a.max_replicas < 2):
         return PairPlacement(same, None, f"{role} has one replica")
     exclusive = _annotation(role, EXCLUSIVE)
-    if exclusive and _jobs(role) > 1 and topo.is_zone(exclusive):
+    if exclusive and job_count(role) > 1 and topo.is_zone(exclusive):
         return PairPlacement(
             everywhere,
             "always",
             f"{role}: JobSet exclusive topology on {_describe(exclusive, topo)} puts each "
-            f"of its {_jobs(role)} Jobs in its own zone",
+            f"of its {job_count(role)} Jobs in its own zone",
         )
     if a.forced_spread:
         return PairPlacement(everywhere, "always", a.forced_spread)

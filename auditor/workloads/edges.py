@@ -20,7 +20,7 @@ from typing import Literal
 from auditor.model.objects import Role, Service, Workload, WorkloadRef
 from auditor.workloads.adapters import KUBEFLOW_REPLICA_SPECS
 from auditor.workloads.dataports import LINUX_EPHEMERAL, PortRange, data_port_range, ompi_range, range_text
-from auditor.workloads.operators import RJOB_REPLICAS
+from auditor.workloads.operators import job_count
 from auditor.workloads.replicas import replica_holding
 
 TALKS_TO = "placement-auditor.io/talks-to"
@@ -100,10 +100,12 @@ _OPERATOR_KINDS = ("JobSet", "TrainJob", "RayCluster", "RayJob", "LeaderWorkerSe
 VOLCANO_GROUP = "batch.volcano.sh/"
 
 
-def _named_edge(source: Role, destination: Role, port_name: str, default: int, reason: str) -> CommEdge:
+def _named_edge(
+    source: Role, destination: Role, port_name: str, default: int, reason: str, to_replica: int | None = None
+) -> CommEdge:
     """A built-in edge on the destination's named container port, else the operator's default."""
     port, origin = _named_port(destination, port_name, default)
-    return CommEdge(source, destination, port, "TCP", reason, origin=origin)
+    return CommEdge(source, destination, port, "TCP", reason, to_replica=to_replica, origin=origin)
 
 
 def _kubeflow_edges(w: Workload) -> Iterator[CommEdge]:
@@ -146,15 +148,12 @@ def _kubeflow_edges(w: Workload) -> Iterator[CommEdge]:
     elif kind == "PaddleJob":
         worker = _role(w, "Worker")
         if worker is not None:
-            yield dataclasses.replace(
-                _named_edge(worker, worker, "master", 36543, "Paddle: workers → worker-0"), to_replica=0
-            )
+            yield _named_edge(worker, worker, "master", 36543, "Paddle: workers → worker-0", to_replica=0)
     elif kind == "JAXJob":
         worker = _role(w, "Worker")
         if worker is not None:
-            yield dataclasses.replace(
-                _named_edge(worker, worker, "jaxjob-port", 6666, "JAX coordinator: workers → worker-0"),
-                to_replica=0,
+            yield _named_edge(
+                worker, worker, "jaxjob-port", 6666, "JAX coordinator: workers → worker-0", to_replica=0
             )
     elif kind == "MPIJob":
         launcher, worker = _role(w, "Launcher"), _role(w, "Worker")
@@ -191,7 +190,7 @@ def _pod_dns_edges(w: Workload) -> Iterator[CommEdge]:
                 port_text = _env(role, "MASTER_PORT", "PET_MASTER_PORT")
                 port = int(port_text) if port_text and port_text.isdigit() else _first_port(target)
                 if target is not role or role.replicas > 1:
-                    jobs = max(int(target.template.label_map.get(RJOB_REPLICAS, "1") or 1), 1)
+                    jobs = max(job_count(target), 1)
                     index = int(m.group(2)) * max(target.replicas // jobs, 1) + int(m.group(3))
                     yield CommEdge(
                         role,
