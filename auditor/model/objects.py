@@ -64,15 +64,10 @@ class Node:
     addresses: tuple[str, ...] = ()
     source: SourceRef = SourceRef("")
     # Placement and endpoint building ask nodes for labels hundreds of thousands of times.
-    # (Read-only to callers: typed Mapping.)
-    _label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
+    label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_label_map", dict(self.labels))
-
-    @property
-    def label_map(self) -> Mapping[str, str]:
-        return self._label_map
+        object.__setattr__(self, "label_map", dict(self.labels))
 
     def zone(self, zone_key: str = ZONE_KEY) -> str | None:
         return self.label_map.get(zone_key)
@@ -135,14 +130,10 @@ class PodTemplate:
     containers: tuple[Container, ...] = field(default=(), hash=False)
     init_containers: tuple[Container, ...] = field(default=(), hash=False)
     # Selectors of Services, policies and affinity terms read the labels over and over.
-    _label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
+    label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_label_map", dict(self.labels))
-
-    @property
-    def label_map(self) -> Mapping[str, str]:
-        return self._label_map
+        object.__setattr__(self, "label_map", dict(self.labels))
 
 
 @dataclass(frozen=True, slots=True)

@@ -866,21 +866,18 @@ def _between(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> PairPlacem
             "each child Job in its own zone",
         )
     lws = _annotation(ra, LWS_EXCLUSIVE)
-    if same_workload and lws and lws == _annotation(rb, LWS_EXCLUSIVE):
+    same_lws = same_workload and lws and lws == _annotation(rb, LWS_EXCLUSIVE)
+    if same_lws or (same_workload and _annotation(ra, LWS_SUBGROUP_EXCLUSIVE)):
         subgroup = _lws_subgroups_apart(ra, rb, topo)
         if subgroup:
             return PairPlacement(everywhere, "always", subgroup)
-        if topo.nests(lws):
-            return PairPlacement(
-                same,
-                None,
-                f"LeaderWorkerSet exclusive topology on {_describe(lws, topo)} keeps each "
-                "group (leader and workers) in one domain",
-            )
-    elif same_workload and _annotation(ra, LWS_SUBGROUP_EXCLUSIVE):
-        subgroup = _lws_subgroups_apart(ra, rb, topo)
-        if subgroup:
-            return PairPlacement(everywhere, "always", subgroup)
+    if same_lws and topo.nests(lws):
+        return PairPlacement(
+            same,
+            None,
+            f"LeaderWorkerSet exclusive topology on {_describe(lws, topo)} keeps each "
+            "group (leader and workers) in one domain",
+        )
     group_a, group_b = _annotation(ra, KUEUE_GROUP), _annotation(rb, KUEUE_GROUP)
     if same_workload and group_a and group_a == group_b:
         required = _annotation(ra, KUEUE_REQUIRED) or _annotation(rb, KUEUE_REQUIRED)
@@ -945,14 +942,12 @@ def _group_spread(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> str:
     another zone than a pod of the other."""
     for x, y in ((a, b), (b, a)):
         for c in x.role.template.scheduling.hard_spread:
-            if not ctx.topology.is_zone(c.topology_key):
-                continue
             if not (
-                c.selector.matches(x.role.template.label_map)
+                ctx.topology.is_zone(c.topology_key)
+                and c.selector.matches(x.role.template.label_map)
                 and c.selector.matches(y.role.template.label_map)
+                and x.role.workload.namespace == y.role.workload.namespace
             ):
-                continue
-            if x.role.workload.namespace != y.role.workload.namespace:
                 continue
             zones = set(x.zones) | set(y.zones)
             total = x.role.replicas + y.role.replicas

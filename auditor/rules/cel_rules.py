@@ -278,9 +278,7 @@ def activations(model: AuditModel) -> Iterator[WorkloadActivation]:
             )
             roles.append((role, _role_map(role, placements[role], split)))
         schedulable = [p for p in placements.values() if p is not None and not p.unschedulable]
-        common = set(schedulable[0].zones) if schedulable else set()
-        for p in schedulable[1:]:
-            common &= set(p.zones)
+        common = set.intersection(*(set(p.zones) for p in schedulable)) if schedulable else set()
         group_split = _most_certain(a.placement.split for a in analyses)
         group = {
             "roles": [

@@ -56,9 +56,8 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
         edge, split = top.edge, top.placement.split or "possible"
         ref = edge.source.workload
         workload = next(w for w in model.inventory.workload(ref.namespace, ref.name) if w.ref == ref)
-        ring_roles = {a.edge.source for a in analyses if a.edge.port is None} | {
-            a.edge.destination for a in analyses if a.edge.port is None
-        }
+        ring = [a.edge for a in analyses if a.edge.port is None]
+        ring_roles = {e.source for e in ring} | {e.destination for e in ring}
         ranks = sum(r.replicas for r in (ring_roles or set(workload.roles)))
         gradient = _number(annotation(workload, GRADIENT)) or settings.default_gradient_bytes
         steps = _number(annotation(workload, STEPS)) or settings.default_steps_per_second

@@ -631,11 +631,18 @@ class _Merger:
         self, doc: CustomRuleDoc, raw: Any, where: Where, path: str, line: int
     ) -> tuple[CustomRule, _Draft]:
         names = VARIABLES if doc.target == "role" else WORKLOAD_VARIABLES
-        condition = self._cel(doc.condition, raw, "condition", where, path, doc.id, names, "bool", line)
+
+        def cel(key: str, source: str, returns: Returns) -> CelExpression:
+            try:
+                return compile_expression(source, names, returns)
+            except CelError as exc:
+                raise where.error(
+                    f"{path}.{key}", yamlio.key_line(raw, key, line), f"rule {doc.id!r}: CEL: {exc}"
+                ) from None
+
+        condition = cel("condition", doc.condition, "bool")
         message_expression = (
-            self._cel(
-                doc.message_expression, raw, "messageExpression", where, path, doc.id, names, "string", line
-            )
+            cel("messageExpression", doc.message_expression, "string")
             if doc.message_expression is not None
             else None
         )
@@ -664,25 +671,6 @@ class _Merger:
             f"{where.file}:{line}",
         )
         return rule, draft
-
-    def _cel(
-        self,
-        source: str,
-        raw: Any,
-        key: str,
-        where: Where,
-        path: str,
-        rid: str,
-        names: Sequence[str],
-        returns: Returns,
-        line: int,
-    ) -> CelExpression:
-        try:
-            return compile_expression(source, names, returns)
-        except CelError as exc:
-            raise where.error(
-                f"{path}.{key}", yamlio.key_line(raw, key, line), f"rule {rid!r}: CEL: {exc}"
-            ) from None
 
     # Waiver --------------------------------------------------------------------------------
 

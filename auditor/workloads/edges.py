@@ -26,17 +26,7 @@ from auditor.workloads.replicas import replica_holding
 TALKS_TO = "placement-auditor.io/talks-to"
 
 
-# Where an edge came from, for reports that show what was understood:
-# - operator-default: the training kind's built-in edge on the operator's default port (or, with no
-#   port, the ephemeral range its collectives use);
-# - named-port: a built-in edge whose port is the container port the operator names (`pytorchjob-port`);
-# - container-port: a built-in edge whose port is the destination's first declared container port;
-# - spec-field: a built-in edge whose port a field of the workload sets (elasticPolicy.rdzvPort,
-#   rayStartParams.port);
-# - pod-dns-name: a command, argument or env value names a pod (`<jobset>-<job>-0-0.<subdomain>`);
-# - jobset-coordinator: JobSet `spec.coordinator`;
-# - service-reference: a command, argument or env value names a Service's DNS name;
-# - annotation: `placement-auditor.io/talks-to`.
+# Where an edge came from, for reports that show what was understood (docs/reports.md, `origin`).
 EdgeOrigin = Literal[
     "operator-default",
     "named-port",
