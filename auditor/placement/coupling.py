@@ -114,17 +114,13 @@ class RolePlacement:
             out.sort(key=lambda r: order[r.node])
         return tuple(out)
 
+    def _compared(self) -> tuple[object, ...]:
+        return (self.role, self.zones, self.nodes, self.rejected, self.max_replicas, self.one_zone)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RolePlacement):
             return NotImplemented
-        return (self.role, self.zones, self.nodes, self.rejected, self.max_replicas, self.one_zone) == (
-            other.role,
-            other.zones,
-            other.nodes,
-            other.rejected,
-            other.max_replicas,
-            other.one_zone,
-        )
+        return self._compared() == other._compared()
 
     def __hash__(self) -> int:
         return hash((self.role, self.zones, self.nodes))

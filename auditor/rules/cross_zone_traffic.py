@@ -62,11 +62,9 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
         gradient = _number(annotation(workload, GRADIENT)) or settings.default_gradient_bytes
         steps = _number(annotation(workload, STEPS)) or settings.default_steps_per_second
         monthly = slowdown = None
-        assumptions: tuple[str, ...] = ()
-        price = settings.price()
         if gradient and steps:
             pattern = "parameter-server" if any(r.name.lower() == "ps" for r in workload.roles) else "ring"
-            est = cost.estimate(pattern, ranks, gradient, steps, price, settings.network())
+            est = cost.estimate(pattern, ranks, gradient, steps, settings.price(), settings.network())
             monthly, slowdown, assumptions = est.monthly_cost_usd, est.slowdown_pct, est.assumptions
         else:
             assumptions = (f"no {GRADIENT} / {STEPS} annotations and no config defaults: cost not estimated",)

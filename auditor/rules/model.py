@@ -193,14 +193,11 @@ class RoleEndpoints:
         self.zone_key = inv.settings.topology.zone_key
         self.nodes = {n.name: n for n in inv.nodes}
         self._zones = {n.name: n.label_map.get(self.zone_key) for n in inv.nodes}
-        self._endpoints: dict[Role, dict[str, PodEndpoint]] = {}
+        self._endpoints: dict[tuple[Role, str], PodEndpoint] = {}
         self._first_nodes: dict[Role, dict[str | None, Node]] = {}
 
     def get(self, role: Role, zone: str, placement: RolePlacement) -> PodEndpoint:
-        by_zone = self._endpoints.get(role)
-        if by_zone is None:
-            by_zone = self._endpoints[role] = {}
-        found = by_zone.get(zone)
+        found = self._endpoints.get((role, zone))
         if found is None:
             firsts = self._first_nodes.get(role)
             if firsts is None:
@@ -214,7 +211,7 @@ class RoleEndpoints:
                         wanted.discard(node_zone)
                         if not wanted:
                             break
-            found = by_zone[zone] = role_endpoint(self.inv, role, zone, firsts.get(zone))
+            found = self._endpoints[role, zone] = role_endpoint(self.inv, role, zone, firsts.get(zone))
         return found
 
 
