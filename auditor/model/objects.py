@@ -229,21 +229,16 @@ class Role:
     _hash: int = field(default=0, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self,
-            "_hash",
-            hash(
-                (
-                    self.workload,
-                    self.name,
-                    self.replicas,
-                    self.template,
-                    self.source,
-                    self.replica_labels,
-                    self.replica_class,
-                )
-            ),
+        fields = (
+            self.workload,
+            self.name,
+            self.replicas,
+            self.template,
+            self.source,
+            self.replica_labels,
+            self.replica_class,
         )
+        object.__setattr__(self, "_hash", hash(fields))
 
     def __hash__(self) -> int:
         return self._hash
