@@ -69,9 +69,6 @@ class Node:
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_map", dict(self.labels))
 
-    def zone(self, zone_key: str = ZONE_KEY) -> str | None:
-        return self.label_map.get(zone_key)
-
 
 @dataclass(frozen=True, slots=True)
 class Container:

@@ -35,7 +35,7 @@ key's name: a node pool or rack whose nodes span two zones does not keep a group
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from auditor.model.labels import LabelSelector
@@ -279,6 +279,21 @@ def _static_filter(
     return FilterResult(node.name, True) if missing is None else missing
 
 
+def _partition(
+    groups: Iterable[Sequence[Node]], judge: Callable[[Node], FilterResult]
+) -> tuple[list[Node], list[tuple[FilterResult, tuple[str, ...]]]]:
+    """The nodes of the groups whose first node passes `judge`, and the verdict on each other group."""
+    ok: list[Node] = []
+    rejected: list[tuple[FilterResult, tuple[str, ...]]] = []
+    for group in groups:
+        result = judge(group[0])
+        if result.ok:
+            ok.extend(group)
+        else:
+            rejected.append((result, tuple(n.name for n in group)))
+    return ok, rejected
+
+
 def _feasible(
     role: Role,
     nodes: Sequence[Node],
@@ -298,14 +313,10 @@ def _feasible(
     for pod in existing:
         if pod.template is not None:
             on_node.setdefault(pod.node_name, []).append(pod.template)
-    ok: list[Node] = []
-    rejected: list[tuple[FilterResult, tuple[str, ...]]] = []
-    for group in groups if groups is not None else [[n] for n in nodes]:
-        result = _static_filter(role, group[0], claims, spread, options, on_node.get(group[0].name, ()))
-        if result.ok:
-            ok.extend(group)
-        else:
-            rejected.append((result, tuple(n.name for n in group)))
+    ok, rejected = _partition(
+        groups if groups is not None else [[n] for n in nodes],
+        lambda n: _static_filter(role, n, claims, spread, options, on_node.get(n.name, ())),
+    )
     if groups is not None:
         ok.sort(key=lambda n: position[n.name])  # node order, as filtering one by one gives
     return ok, rejected
@@ -397,15 +408,7 @@ def _inter_pod(
     affinity = InterPodAffinity.build(
         role.template, role.workload.namespace, nodes, [*existing, *synthetic], options.namespace_labels
     )
-    kept: list[Node] = []
-    rejected: list[tuple[FilterResult, tuple[str, ...]]] = []
-    for n in ok:
-        result = affinity.filter(n)
-        if result.ok:
-            kept.append(n)
-        else:
-            rejected.append((result, (n.name,)))
-    return kept, rejected
+    return _partition([[n] for n in ok], affinity.filter)
 
 
 @dataclass(frozen=True, slots=True)

@@ -255,8 +255,8 @@ def _edge_map(analysis: EdgeAnalysis) -> dict[str, Any]:
 
 
 def cluster_variables(model: AuditModel) -> dict[str, Any]:
-    zone_key = model.zone_key
-    zones = sorted({z for n in model.inventory.nodes if (z := n.zone(zone_key))})
+    zone_key = model.inventory.settings.topology.zone_key
+    zones = sorted({z for n in model.inventory.nodes if (z := n.label_map.get(zone_key))})
     return {"zones": zones, "nodes": len(model.inventory.nodes), "zoneKey": zone_key}
 
 

@@ -112,10 +112,6 @@ class AuditModel:
     # analyse): what the scan understood, for the groups reports list.
     comm_edges: list[CommEdge] = field(default_factory=list)
 
-    @property
-    def zone_key(self) -> str:
-        return self.inventory.settings.topology.zone_key
-
     @cached_property
     def _roles(self) -> dict[tuple[str, str], Role]:
         return {(object_ref(r).identity, r.label): r for r in self.placements}
