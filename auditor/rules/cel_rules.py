@@ -62,6 +62,7 @@ Example: ``'nvidia.com/gpu' in role.resources &&
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -222,10 +223,7 @@ def _role_map(role: Role, placement: RolePlacement | None, split: str) -> dict[s
         "labels": dict(t.labels),
         "annotations": dict(t.annotations),
         "nodeSelector": dict(t.node_selector),
-        "tolerations": [
-            {"key": x.key, "operator": x.operator, "value": x.value, "effect": x.effect}
-            for x in t.tolerations
-        ],
+        "tolerations": [dataclasses.asdict(x) for x in t.tolerations],  # key, operator, value, effect
         "requests": requests,
         "resources": sorted({name for container in requests for name in container}),
         "hostNetwork": t.host_network,

@@ -413,27 +413,16 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
                 for svc in by_name.get(host, ()):
                     # A bare `svc` resolves only inside the pod's own namespace.
                     if svc.namespace == ns or "." in host:
-                        references.append(
-                            (
-                                svc,
-                                int(m.group(2)) if m.group(2) else None,
-                                f"names Service {svc.namespace}/{svc.name}",
-                                "service-reference",
-                            )
-                        )
+                        port = int(m.group(2)) if m.group(2) else None
+                        reason = f"names Service {svc.namespace}/{svc.name}"
+                        references.append((svc, port, reason, "service-reference"))
         talks = dict(role.template.annotations).get(TALKS_TO, "")
         for item in filter(None, (t.strip() for t in talks.split(","))):
             name, _, port_text = item.partition(":")
             referenced = _reference(name, ns, services)
             if referenced is not None:
-                references.append(
-                    (
-                        referenced,
-                        int(port_text) if port_text.isdigit() else None,
-                        f"annotation {TALKS_TO}: {item}",
-                        "annotation",
-                    )
-                )
+                port = int(port_text) if port_text.isdigit() else None
+                references.append((referenced, port, f"annotation {TALKS_TO}: {item}", "annotation"))
         for svc, port, reason, origin in references:
             for target, tport in _service_targets(svc, port, selected_by(svc)):
                 if (target is not role or role.replicas > 1) and (target, tport) not in seen:
