@@ -375,12 +375,9 @@ def _affinity_matches(role: Role, index: _RoleIndex, options: PlacementOptions) 
     terms = role.template.scheduling.pod_affinity.required
     first = terms[0]
     pool = index.candidates(first.selector, role.workload.namespace if first.own_namespace else None)
-    seen: set[Role] = set()
-    others = []
-    for r in pool:
-        if r is not role and r not in seen and all(_selects(t, role, r, options) for t in terms):
-            seen.add(r)
-            others.append(r)
+    others = [
+        r for r in dict.fromkeys(pool) if r is not role and all(_selects(t, role, r, options) for t in terms)
+    ]
     return _Matches(tuple(others), all(_selects(t, role, role, options) for t in terms))
 
 
