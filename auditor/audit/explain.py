@@ -223,14 +223,10 @@ def explain(
             denied = ports - verdict.allowed_conns().ports(protocol)
             egress = _first_denied(verdict.egress, protocol, ports)
             ingress = _first_denied(verdict.ingress, protocol, ports)
-            placements.append(Placement(src, dst, verdict, egress, ingress, ports, denied))
-            continue
-        number = resolve_port(port, dst, protocol)
-        placements.append(
-            Placement(
-                src, dst, verdict, verdict.egress.at(protocol, number), verdict.ingress.at(protocol, number)
-            )
-        )
+        else:
+            number, ports, denied = resolve_port(port, dst, protocol), PortSet(), PortSet()
+            egress, ingress = verdict.egress.at(protocol, number), verdict.ingress.at(protocol, number)
+        placements.append(Placement(src, dst, verdict, egress, ingress, ports, denied))
     note = ""
     if len(placements) > 1:
         note = (

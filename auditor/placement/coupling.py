@@ -450,27 +450,13 @@ def _caps(role: Role, nodes: Sequence[Node], index: _RoleIndex, options: Placeme
         ):
             continue
         eligible = TopologySpread.build(role.template, ns, nodes, (), [c]).counts[0]
-        caps.append(
-            _Cap(
-                f"its DoNotSchedule topology spread on {c.topology_key} (maxSkew {c.max_skew}"
-                + (f", minDomains {c.min_domains}" if c.min_domains > 1 else "")
-                + ")",
-                c.topology_key,
-                c.max_skew,
-                frozenset(eligible),
-                c.min_domains,
-            )
-        )
+        min_domains = f", minDomains {c.min_domains}" if c.min_domains > 1 else ""
+        reason = f"its DoNotSchedule topology spread on {c.topology_key} (maxSkew {c.max_skew}{min_domains})"
+        caps.append(_Cap(reason, c.topology_key, c.max_skew, frozenset(eligible), c.min_domains))
     for t in role.template.scheduling.pod_anti_affinity.required:
         if _selects(t, role, role, options):
-            caps.append(
-                _Cap(
-                    f"its required podAntiAffinity to its own pods on {t.topology_key}",
-                    t.topology_key,
-                    1,
-                    None,
-                )
-            )
+            reason = f"its required podAntiAffinity to its own pods on {t.topology_key}"
+            caps.append(_Cap(reason, t.topology_key, 1, None))
     return caps
 
 

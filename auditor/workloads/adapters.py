@@ -146,16 +146,9 @@ def _kubeflow(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
         if str(rtype).lower() in ("master", "chief", "launcher"):
             extra["training.kubeflow.org/job-role"] = "master"
         template = parse_pod_template(body.get("template"), f"{field}.template", extra)
-        roles.append(
-            Role(
-                ref,
-                str(rtype),
-                replica_count(body.get("replicas"), f"{field}.replicas", 1),
-                template,
-                source_of(rspec, ref),
-                (ReplicaLabel(replicas.KUBEFLOW_INDEX),),
-            )
-        )
+        count = replica_count(body.get("replicas"), f"{field}.replicas", 1)
+        per_pod = (ReplicaLabel(replicas.KUBEFLOW_INDEX),)
+        roles.append(Role(ref, str(rtype), count, template, source_of(rspec, ref), per_pod))
     return roles
 
 

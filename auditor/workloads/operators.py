@@ -188,29 +188,16 @@ def _relabel(role: Role, extra: Mapping[str, str]) -> Role:
 
 def _ray_roles(cluster_spec: Mapping[str, Any], ref: WorkloadRef, cluster: str, field: str) -> list[Role]:
     head = specs.mapping(cluster_spec.get("headGroupSpec"), f"{field}.headGroupSpec", optional=False)
-    roles = [
-        Role(
-            ref,
-            "head",
-            1,
-            parse_pod_template(
-                head.get("template"),
-                f"{field}.headGroupSpec.template",
-                {"ray.io/cluster": cluster, "ray.io/node-type": "head", "ray.io/group": "headgroup"},
-            ),
-            source_of(head, ref),
-        )
-    ]
+    labels = {"ray.io/cluster": cluster, "ray.io/node-type": "head", "ray.io/group": "headgroup"}
+    template = parse_pod_template(head.get("template"), f"{field}.headGroupSpec.template", labels)
+    roles = [Role(ref, "head", 1, template, source_of(head, ref))]
     for i, group in enumerate(specs.seq(cluster_spec.get("workerGroupSpecs"), f"{field}.workerGroupSpecs")):
         gf = f"{field}.workerGroupSpecs[{i}]"
         body = specs.mapping(group, gf)
         gname = str(body.get("groupName") or f"group-{i}")
         replicas = replica_count(body.get("replicas", body.get("minReplicas")), f"{gf}.replicas", 1)
-        template = parse_pod_template(
-            body.get("template"),
-            f"{gf}.template",
-            {"ray.io/cluster": cluster, "ray.io/node-type": "worker", "ray.io/group": gname},
-        )
+        labels = {"ray.io/cluster": cluster, "ray.io/node-type": "worker", "ray.io/group": gname}
+        template = parse_pod_template(body.get("template"), f"{gf}.template", labels)
         roles.append(Role(ref, gname, replicas, template, source_of(group, ref)))
     return roles
 
@@ -284,11 +271,8 @@ def volcano_job(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
         tf = f"spec.tasks[{i}]"
         body = specs.mapping(task, tf)
         tname = specs.string(body.get("name"), f"{tf}.name")
-        template = parse_pod_template(
-            body.get("template"),
-            f"{tf}.template",
-            {"volcano.sh/job-name": ref.name, "volcano.sh/task-spec": tname},
-        )
+        labels = {"volcano.sh/job-name": ref.name, "volcano.sh/task-spec": tname}
+        template = parse_pod_template(body.get("template"), f"{tf}.template", labels)
         count = replica_count(body.get("replicas"), f"{tf}.replicas", 1)
         per_pod = (ReplicaLabel(replicas.VOLCANO_INDEX),)
         roles.append(Role(ref, tname, count, template, source_of(task, ref), per_pod))
