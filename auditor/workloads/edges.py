@@ -108,15 +108,9 @@ def _kubeflow_edges(w: Workload) -> Iterator[CommEdge]:
             )
         elif worker is not None and w.options.elastic:
             rdzv = w.options.rdzv_port
-            yield CommEdge(
-                worker,
-                worker,
-                rdzv or 29400,
-                "TCP",
-                "elastic c10d rendezvous: workers → worker-0",
-                to_replica=0,
-                origin="spec-field" if rdzv else "operator-default",
-            )
+            reason = "elastic c10d rendezvous: workers → worker-0"
+            origin: EdgeOrigin = "spec-field" if rdzv else "operator-default"
+            yield CommEdge(worker, worker, rdzv or 29400, "TCP", reason, to_replica=0, origin=origin)
         group = [r for r in (master, worker) if r is not None]
         yield from _ring(group, "NCCL/Gloo all-reduce between ranks")
     elif kind == "TFJob":
@@ -182,15 +176,8 @@ def _pod_dns_edges(w: Workload) -> Iterator[CommEdge]:
                 if target is not role or role.replicas > 1:
                     jobs = max(job_count(target), 1)
                     index = int(m.group(2)) * max(target.replicas // jobs, 1) + int(m.group(3))
-                    yield CommEdge(
-                        role,
-                        target,
-                        port,
-                        "TCP",
-                        f"names pod {m.group(0)}",
-                        to_replica=index,
-                        origin="pod-dns-name",
-                    )
+                    reason = f"names pod {m.group(0)}"
+                    yield CommEdge(role, target, port, "TCP", reason, to_replica=index, origin="pod-dns-name")
 
 
 def _operator_edges(w: Workload) -> Iterator[CommEdge]:
@@ -201,15 +188,11 @@ def _operator_edges(w: Workload) -> Iterator[CommEdge]:
         if coordinator is not None:
             target = _role(w, coordinator)
             if target is not None:
+                port = _first_port(target)
                 for r in w.roles:
                     if r is not target:
                         yield CommEdge(
-                            r,
-                            target,
-                            _first_port(target),
-                            "TCP",
-                            "JobSet coordinator endpoint",
-                            origin="jobset-coordinator",
+                            r, target, port, "TCP", "JobSet coordinator endpoint", origin="jobset-coordinator"
                         )
         if kind == "TrainJob":
             node, launcher = _role(w, "node"), _role(w, "launcher")
