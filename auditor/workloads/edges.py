@@ -197,24 +197,11 @@ def _operator_edges(w: Workload) -> Iterator[CommEdge]:
         if kind == "TrainJob":
             node, launcher = _role(w, "node"), _role(w, "launcher")
             if launcher is not None and node is not None:
-                yield CommEdge(
-                    launcher,
-                    node,
-                    22,
-                    "TCP",
-                    "MPI runtime: launcher → nodes (ssh)",
-                    origin="operator-default",
-                )
+                reason = "MPI runtime: launcher → nodes (ssh)"
+                yield CommEdge(launcher, node, 22, "TCP", reason, origin="operator-default")
             elif node is not None and node.replicas > 1:
-                yield CommEdge(
-                    node,
-                    node,
-                    29500,
-                    "TCP",
-                    "torchrun rendezvous: nodes → node-0-0 (PET_MASTER_PORT)",
-                    to_replica=0,
-                    origin="operator-default",
-                )
+                reason = "torchrun rendezvous: nodes → node-0-0 (PET_MASTER_PORT)"
+                yield CommEdge(node, node, 29500, "TCP", reason, to_replica=0, origin="operator-default")
             if node is not None:
                 reason = "all-reduce between training nodes"
                 yield from _ring([node], reason, mpi=launcher is not None, launcher=launcher)
@@ -229,13 +216,9 @@ def _operator_edges(w: Workload) -> Iterator[CommEdge]:
         leader, worker = _role(w, "leader"), _role(w, "worker")
         if leader is not None and worker is not None:
             leader_port = _first_port(leader)
+            origin: EdgeOrigin = "operator-default" if leader_port is None else "container-port"
             yield CommEdge(
-                worker,
-                leader,
-                leader_port,
-                "TCP",
-                "LeaderWorkerSet: worker → leader",
-                origin="operator-default" if leader_port is None else "container-port",
+                worker, leader, leader_port, "TCP", "LeaderWorkerSet: worker → leader", origin=origin
             )
     elif kind == "Job" and w.ref.api_version.startswith(VOLCANO_GROUP):
         yield from _volcano_edges(w)
@@ -277,20 +260,14 @@ def _volcano_edges(w: Workload) -> Iterator[CommEdge]:
         # the ports its peers use (they beat the ephemeral range), else the data-plane range.
         covered = {(e.source, e.destination) for e in rings}
         reason = "Volcano svc plugin: tasks reach each other"
+        declared = f"{reason} (declared containerPort)"
         for a in w.roles:
             for b in w.roles:
                 if a is b and a.replicas < 2:
                     continue
                 if b.template.container_ports:
                     for protocol, port in sorted(set(b.template.container_ports)):
-                        yield CommEdge(
-                            a,
-                            b,
-                            port,
-                            protocol,
-                            f"{reason} (declared containerPort)",
-                            origin="container-port",
-                        )
+                        yield CommEdge(a, b, port, protocol, declared, origin="container-port")
                 elif (a, b) not in covered:
                     yield CommEdge(a, b, None, "TCP", reason, origin="operator-default")
 
@@ -305,15 +282,8 @@ def _ring(
     for a in roles:
         for b in roles:
             if a is not b or a.replicas > 1:
-                yield CommEdge(
-                    a,
-                    b,
-                    None,
-                    "TCP",
-                    reason,
-                    ompi_range(b, launcher) if mpi else None,
-                    origin="operator-default",
-                )
+                ports = ompi_range(b, launcher) if mpi else None
+                yield CommEdge(a, b, None, "TCP", reason, ports, origin="operator-default")
 
 
 def _dns_names(svc: Service) -> list[str]:
