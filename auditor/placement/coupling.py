@@ -332,12 +332,8 @@ class _Matches:
 
 def _selects(term: AffinityTerm, owner: Role, other: Role, options: PlacementOptions) -> bool:
     ns = other.workload.namespace
-    return term.matches(
-        owner.workload.namespace,
-        ns,
-        other.template.label_map,
-        namespace_label_map(ns, options.namespace_labels),
-    )
+    ns_labels = namespace_label_map(ns, options.namespace_labels)
+    return term.matches(owner.workload.namespace, ns, other.template.label_map, ns_labels)
 
 
 class _RoleIndex:

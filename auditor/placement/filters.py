@@ -166,11 +166,9 @@ def filter_node(
     if volume_zones:
         claim = volume_zone_conflict(template, node, volume_zones)
         if claim is not None:
+            zones = ", ".join(sorted(volume_zones[claim]))
             return FilterResult.reject(
-                node,
-                "VolumeZone",
-                f"volume of claim {claim} is in zone(s) {', '.join(sorted(volume_zones[claim]))}",
-                UNRESOLVABLE,
+                node, "VolumeZone", f"volume of claim {claim} is in zone(s) {zones}", UNRESOLVABLE
             )
     return FilterResult(node.name, True)
 

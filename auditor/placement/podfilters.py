@@ -150,12 +150,8 @@ class TopologySpread:
             own = 1 if c.selector.matches(self.pod_labels) else 0
             skew = domains.get(value, 0) + own - minimum
             if skew > c.max_skew:
-                return FilterResult.reject(
-                    node,
-                    TOPOLOGY_SPREAD,
-                    f"skew {skew} > maxSkew {c.max_skew} on {c.topology_key}={value}",
-                    UNSCHEDULABLE,
-                )
+                reason = f"skew {skew} > maxSkew {c.max_skew} on {c.topology_key}={value}"
+                return FilterResult.reject(node, TOPOLOGY_SPREAD, reason, UNSCHEDULABLE)
         return FilterResult(node.name, True)
 
 

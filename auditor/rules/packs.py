@@ -846,14 +846,10 @@ def evaluate_custom_rules(pack: PolicyPack, model: AuditModel) -> tuple[list[Fin
         entries = failures[rule.id]
         errors.extend(entries[:MAX_ERRORS_PER_RULE])
         if len(entries) > MAX_ERRORS_PER_RULE:
+            more = f"{len(entries) - MAX_ERRORS_PER_RULE} more evaluation error(s) not listed"
+            message = f"custom rule {rule.id!r}: {more}"
             errors.append(
-                LoadError(
-                    rule.source.file,
-                    rule.condition_line,
-                    f"custom rule {rule.id!r}: {len(entries) - MAX_ERRORS_PER_RULE} more evaluation "
-                    "error(s) not listed",
-                    field=f"{rule.key}.condition",
-                )
+                LoadError(rule.source.file, rule.condition_line, message, field=f"{rule.key}.condition")
             )
     return sorted(findings), errors
 
