@@ -602,11 +602,8 @@ class _Merger:
         for key, value in options.items():
             at = yamlio.key_line(options, str(key), line)
             if key not in draft.declared:
-                raise where.error(
-                    f"{path}.options.{key}",
-                    at,
-                    f"unknown key (known: {', '.join(sorted(draft.declared)) or 'none'})",
-                )
+                known = ", ".join(sorted(draft.declared)) or "none"
+                raise where.error(f"{path}.options.{key}", at, f"unknown key (known: {known})")
             self._check_option(draft, str(key), value, where, f"{path}.options.{key}", at)
             draft.options[str(key)] = value
         draft.source = f"{where.file}:{line}"
@@ -662,15 +659,9 @@ class _Merger:
             message_expression_line=yamlio.key_line(raw, "messageExpression", line),
             description=doc.description,
         )
-        draft = _Draft(
-            doc.enabled,
-            None,
-            doc.scope if doc.scope is not None else EVERYWHERE,
-            {str(k): v for k, v in doc.options.items()},
-            frozenset(str(k) for k in doc.options),
-            f"{where.file}:{line}",
-        )
-        return rule, draft
+        options = {str(k): v for k, v in doc.options.items()}
+        scope = doc.scope if doc.scope is not None else EVERYWHERE
+        return rule, _Draft(doc.enabled, None, scope, options, frozenset(options), f"{where.file}:{line}")
 
     # Waiver --------------------------------------------------------------------------------
 
@@ -703,11 +694,8 @@ class _Merger:
     def result(self) -> PolicyPack:
         for waiver, where, line in self.waivers:
             if waiver.rule not in self.drafts:
-                raise where.error(
-                    "spec.rule",
-                    line,
-                    f"unknown rule {waiver.rule!r} (known: {', '.join(sorted(self.drafts))})",
-                )
+                known = ", ".join(sorted(self.drafts))
+                raise where.error("spec.rule", line, f"unknown rule {waiver.rule!r} (known: {known})")
         rules = {
             rid: RuleSettings(
                 rid, d.enabled, d.severity, d.scope, MappingProxyType(dict(d.options)), d.source
