@@ -688,11 +688,8 @@ class PairContext:
 def _terms_select(x: Role, y: Role, kind: str, ctx: PairContext, zone_only: bool) -> str:
     """The topology key of a required term of `x`'s `kind` that selects `y`'s pods, if its domains
     nest inside zones (`zone_only`: are the zones); "" otherwise."""
-    block = (
-        x.template.scheduling.pod_affinity
-        if kind == "podAffinity"
-        else x.template.scheduling.pod_anti_affinity
-    )
+    s = x.template.scheduling
+    block = s.pod_affinity if kind == "podAffinity" else s.pod_anti_affinity
     for t in block.required:
         key = t.topology_key
         fits = ctx.topology.is_zone(key) if zone_only else ctx.topology.nests(key)
