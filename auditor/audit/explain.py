@@ -276,12 +276,11 @@ def to_json(exp: Explanation, errors: list[dict[str, object]]) -> dict[str, obje
 def to_text(exp: Explanation) -> str:
     lines = []
     for p in exp.placements:
-        head = (
+        lines.append(
             f"{p.source.name} ({p.source.zone or 'zone unknown'}) → {p.destination.name} "
             f"({p.destination.zone or 'zone unknown'}) {exp.protocol}/{exp.ports_text}: "
             f"{ {'allow': 'ALLOWED', 'deny': 'DENIED', 'partial': 'PARTLY DENIED'}[p.outcome] }"
         )
-        lines.append(head)
         if p.outcome == "partial":
             lines.append(
                 f"  ports {p.denied} are denied: the kernel picks a random port of the range per "

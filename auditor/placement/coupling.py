@@ -389,15 +389,13 @@ def _inter_pod(
     """InterPodAffinity, by the scheduler's own filter, over the pods already running and — for a
     follower — one pod of each role it follows on each node that role can use (it lands only near
     them; with none among the manifests it waits)."""
-    synthetic = (
-        []
-        if matches.itself
-        else [
+    synthetic: list[ExistingPod] = []
+    if not matches.itself:
+        synthetic = [
             ExistingPod(r.workload.namespace, r.template.labels, n.name)
             for r in matches.others
             for n in feasible[r]
         ]
-    )
     affinity = InterPodAffinity.build(
         role.template, role.workload.namespace, nodes, [*existing, *synthetic], options.namespace_labels
     )
