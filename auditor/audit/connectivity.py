@@ -17,6 +17,7 @@ sharing an egress row e and destinations D sharing an ingress row i the allowed 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_endpoint
@@ -76,8 +77,6 @@ def connectivity(
     endpoints: list[PodEndpoint] = []
     cells: list[Cell] = []
     replicas: list[int] = []
-    pods: dict[Cell, int] = {}
-    role_count: dict[Cell, int] = {}
     if inv.nodes:
         placements = place_roles(roles, inv.nodes, zone_key, {r: role_claim_zones(inv, r) for r in roles})
         role_endpoints = RoleEndpoints(inv)
@@ -97,9 +96,10 @@ def connectivity(
             endpoints.append(role_endpoint(inv, role, None, None))
             cells.append(Cell(role.workload.namespace, UNKNOWN_ZONE))
             replicas.append(role.replicas)
+    pods: Counter[Cell] = Counter()
     for cell, n in zip(cells, replicas, strict=True):
-        pods[cell] = pods.get(cell, 0) + n
-        role_count[cell] = role_count.get(cell, 0) + 1
+        pods[cell] += n
+    role_count = Counter(cells)
     if not endpoints:
         return ConnectivityMap(protocol, ports, (), (), tuple(notes))
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_endpoint
+from auditor.inventory import Inventory, policy_engine, role_endpoint
 from auditor.model.objects import Role
-from auditor.placement.coupling import RolePlacement, place_roles
+from auditor.placement.coupling import RolePlacement
 from auditor.placement.observed import observe
 from auditor.placement.pods import representative_node
 from auditor.reachability.endpoints import PodEndpoint
@@ -127,12 +127,10 @@ def _subject(inv: Inventory, name: str) -> tuple[Role, str | None]:
 
 def _placements(inv: Inventory, *wanted: Role) -> dict[Role, RolePlacement]:
     """Where the roles can land, by the model `scan` uses (all roles: affinity terms follow others)."""
-    from auditor.rules.model import placement_options
+    from auditor.rules.model import place_inventory_roles
 
     roles = [r for w in inv.workloads for r in w.roles]
-    roles += [r for r in wanted if r not in set(roles)]
-    claims = {r: role_claim_zones(inv, r) for r in roles}
-    return place_roles(roles, inv.nodes, inv.settings.topology.zone_key, claims, placement_options(inv))
+    return place_inventory_roles(inv, roles + [r for r in wanted if r not in set(roles)])
 
 
 def _zones(inv: Inventory, role: Role, wanted: str | None, placement: RolePlacement) -> list[str | None]:
@@ -225,14 +223,10 @@ def explain(
             denied = ports - verdict.allowed_conns().ports(protocol)
             egress = _first_denied(verdict.egress, protocol, ports)
             ingress = _first_denied(verdict.ingress, protocol, ports)
-            placements.append(Placement(src, dst, verdict, egress, ingress, ports, denied))
-            continue
-        number = resolve_port(port, dst, protocol)
-        placements.append(
-            Placement(
-                src, dst, verdict, verdict.egress.at(protocol, number), verdict.ingress.at(protocol, number)
-            )
-        )
+        else:
+            number, ports, denied = resolve_port(port, dst, protocol), PortSet(), PortSet()
+            egress, ingress = verdict.egress.at(protocol, number), verdict.ingress.at(protocol, number)
+        placements.append(Placement(src, dst, verdict, egress, ingress, ports, denied))
     note = ""
     if len(placements) > 1:
         note = (
@@ -282,12 +276,11 @@ def to_json(exp: Explanation, errors: list[dict[str, object]]) -> dict[str, obje
 def to_text(exp: Explanation) -> str:
     lines = []
     for p in exp.placements:
-        head = (
+        lines.append(
             f"{p.source.name} ({p.source.zone or 'zone unknown'}) → {p.destination.name} "
             f"({p.destination.zone or 'zone unknown'}) {exp.protocol}/{exp.ports_text}: "
             f"{ {'allow': 'ALLOWED', 'deny': 'DENIED', 'partial': 'PARTLY DENIED'}[p.outcome] }"
         )
-        lines.append(head)
         if p.outcome == "partial":
             lines.append(
                 f"  ports {p.denied} are denied: the kernel picks a random port of the range per "

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from auditor.inventory import Inventory
-from auditor.model.findings import SEVERITY_RANK, Finding, ObjectRef
+from auditor.model.findings import SEVERITY_RANK, Finding
 from auditor.model.source import LoadError, NotAudited
 from auditor.placement.observed import Observation, observe
 from auditor.progress import Progress, silent
 from auditor.rules import live, run_rules
 from auditor.rules.groups import Groups, groups
-from auditor.rules.model import AuditModel, build_model, object_ref
+from auditor.rules.model import AuditModel, build_model, object_ref, workload_object
 from auditor.rules.packs import (
     ExpiredWaiver,
     PolicyPack,
@@ -123,8 +123,7 @@ def scan(
     }
     labels = {}
     for w in inv.workloads:
-        r = w.ref
-        identity = ObjectRef(r.api_version, r.kind, r.namespace, r.name).identity
+        identity = workload_object(w.ref).identity
         if identity in with_findings and w.labels:
             labels[identity] = dict(w.labels)
     return ScanResult(

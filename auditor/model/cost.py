@@ -72,20 +72,8 @@ class NetworkModel:
 @dataclass(frozen=True, slots=True)
 class Estimate:
     monthly_cost_usd: float
-    crossing_bytes_per_step: float
-    monthly_bytes: float
     slowdown_pct: float | None
     assumptions: tuple[str, ...]
-
-
-def ring_crossing_bytes_per_step(ranks: int, gradient_bytes: float, zones: int = 2) -> float:
-    if ranks < 2 or zones < 2:
-        return 0.0
-    return zones * 2 * (ranks - 1) / ranks * gradient_bytes
-
-
-def ps_crossing_bytes_per_step(workers_outside: int, gradient_bytes: float) -> float:
-    return 2 * workers_outside * gradient_bytes
 
 
 def estimate(
@@ -100,10 +88,10 @@ def estimate(
 ) -> Estimate:
     if pattern == "parameter-server":
         outside = workers_outside if workers_outside is not None else ranks // 2
-        per_step = ps_crossing_bytes_per_step(outside, gradient_bytes)
+        per_step = 2 * outside * gradient_bytes
         model = f"parameter server: 2 × {outside} workers outside the servers' zone × G"
     else:
-        per_step = ring_crossing_bytes_per_step(ranks, gradient_bytes, zones)
+        per_step = zones * 2 * (ranks - 1) / ranks * gradient_bytes if ranks >= 2 and zones >= 2 else 0.0
         model = f"ring all-reduce over {ranks} ranks laid over {zones} zones: {zones} × 2(N−1)/N × G per step"
     monthly = per_step * steps_per_second * SECONDS_PER_MONTH
     cost = monthly * price.per_moved_byte_usd
@@ -121,4 +109,4 @@ def estimate(
         f"{network.inter_zone_gbps} Gbit/s and {network.inter_zone_latency_ms} ms across, "
         "no overlap with compute",
     )
-    return Estimate(round(cost, 2), per_step, monthly, slowdown, assumptions)
+    return Estimate(round(cost, 2), slowdown, assumptions)

@@ -69,10 +69,6 @@ class LabelSelector:
     def nothing() -> LabelSelector:
         return _NOTHING
 
-    @staticmethod
-    def from_labels(labels: Mapping[str, str]) -> LabelSelector:
-        return LabelSelector(tuple(sorted(Requirement(k, "In", (v,)) for k, v in labels.items())))
-
     def is_everything(self) -> bool:
         return not self.requirements and not self.impossible
 
@@ -119,13 +115,8 @@ def parse_label_selector(obj: Any, field: str) -> LabelSelector:
         if not isinstance(match_labels, Mapping):
             raise SelectorError(f"{field}.matchLabels", f"must be a mapping, got {type_name(match_labels)}")
         for key, value in match_labels.items():
-            reqs.add(
-                Requirement(
-                    _label_key(key, f"{field}.matchLabels"),
-                    "In",
-                    (_label_value(value, f"{field}.matchLabels.{key}"),),
-                )
-            )
+            label = _label_key(key, f"{field}.matchLabels")
+            reqs.add(Requirement(label, "In", (_label_value(value, f"{field}.matchLabels.{key}"),)))
     exprs = obj.get("matchExpressions")
     if exprs is not None:
         if not isinstance(exprs, list):

@@ -52,10 +52,6 @@ class Toleration:
             return not self.key or self.key == taint.key
         return self.key == taint.key and self.value == taint.value
 
-    def tolerates_key(self, key: str) -> bool:
-        """Whether this toleration covers a NoSchedule taint with `key` and any value."""
-        return (self.operator == "Exists" and self.key in ("", key)) and self.effect in ("", "NoSchedule")
-
 
 @dataclass(frozen=True, slots=True)
 class Node:
@@ -68,18 +64,10 @@ class Node:
     addresses: tuple[str, ...] = ()
     source: SourceRef = SourceRef("")
     # Placement and endpoint building ask nodes for labels hundreds of thousands of times.
-    # (Read-only to callers: typed Mapping.)
-    _label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
+    label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_label_map", dict(self.labels))
-
-    @property
-    def label_map(self) -> Mapping[str, str]:
-        return self._label_map
-
-    def zone(self, zone_key: str = ZONE_KEY) -> str | None:
-        return self.label_map.get(zone_key)
+        object.__setattr__(self, "label_map", dict(self.labels))
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,14 +127,10 @@ class PodTemplate:
     containers: tuple[Container, ...] = field(default=(), hash=False)
     init_containers: tuple[Container, ...] = field(default=(), hash=False)
     # Selectors of Services, policies and affinity terms read the labels over and over.
-    _label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
+    label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_label_map", dict(self.labels))
-
-    @property
-    def label_map(self) -> Mapping[str, str]:
-        return self._label_map
+        object.__setattr__(self, "label_map", dict(self.labels))
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,21 +226,16 @@ class Role:
     _hash: int = field(default=0, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self,
-            "_hash",
-            hash(
-                (
-                    self.workload,
-                    self.name,
-                    self.replicas,
-                    self.template,
-                    self.source,
-                    self.replica_labels,
-                    self.replica_class,
-                )
-            ),
+        fields = (
+            self.workload,
+            self.name,
+            self.replicas,
+            self.template,
+            self.source,
+            self.replica_labels,
+            self.replica_class,
         )
+        object.__setattr__(self, "_hash", hash(fields))
 
     def __hash__(self) -> int:
         return self._hash

@@ -3,15 +3,6 @@
 Parsed once from the manifest (`auditor/workloads/scheduling.py`) and read by every placement
 question — the node filters, the filters that depend on running pods, and the group coupling
 analysis — so the model that the upstream scheduler cases test is the model every audit runs.
-
-- `NodeAffinity`: nodeSelector-like required terms (ORed; expressions ANDed), each with a `valid`
-  flag — a term apimachinery would not parse matches nothing, as in kube-scheduler's lazy parse —
-  and the preferred terms (scoring only).
-- `AffinityTerm`: one pod (anti-)affinity term with its selector (matchLabelKeys already merged),
-  its namespaces (`own_namespace` when neither `namespaces` nor `namespaceSelector` is given) and
-  topology key. `PodAffinity` holds the required and preferred terms of one kind.
-- `SpreadConstraint`: one topologySpreadConstraint with its defaults applied (whenUnsatisfiable,
-  minDomains, nodeAffinityPolicy Honor, nodeTaintsPolicy Ignore).
 """
 
 from __future__ import annotations
@@ -49,7 +40,8 @@ class NodeRequirement:
 class NodeSelectorTerm:
     match_expressions: tuple[NodeRequirement, ...] = ()
     match_fields: tuple[NodeRequirement, ...] = ()
-    valid: bool = True  # False: a requirement apimachinery rejects, so the term matches nothing
+    # False: a requirement apimachinery rejects, so the term matches nothing (kube-scheduler's lazy parse).
+    valid: bool = True
 
     @property
     def empty(self) -> bool:
@@ -58,7 +50,8 @@ class NodeSelectorTerm:
 
 @dataclass(frozen=True, slots=True)
 class NodeAffinity:
-    """spec.affinity.nodeAffinity. `required` None: no required affinity (every node passes)."""
+    """spec.affinity.nodeAffinity: required terms ORed (expressions ANDed), preferred ones only score.
+    `required` None: no required affinity (every node passes)."""
 
     required: tuple[NodeSelectorTerm, ...] | None = None
     preferred: tuple[tuple[int, NodeSelectorTerm], ...] = ()  # (weight, term)
@@ -73,7 +66,7 @@ class NodeAffinity:
 class AffinityTerm:
     """A PodAffinityTerm of a pod template (namespace-free: `own_namespace` resolves per pod)."""
 
-    selector: LabelSelector  # LabelSelector.nothing() for a null labelSelector
+    selector: LabelSelector  # matchLabelKeys merged; LabelSelector.nothing() for a null labelSelector
     topology_key: str
     namespaces: frozenset[str] = frozenset()
     namespace_selector: LabelSelector | None = None  # None: no namespaceSelector; empty: all namespaces

@@ -40,7 +40,7 @@ key's name: a node pool or rack whose nodes span two zones does not keep a group
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from auditor.model.labels import LabelSelector
@@ -55,7 +55,7 @@ from auditor.workloads.operators import (
     LWS_SIZE,
     LWS_SUBGROUP_EXCLUSIVE,
     LWS_SUBGROUP_SIZE,
-    RJOB_REPLICAS,
+    job_count,
 )
 
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
@@ -119,17 +119,13 @@ class RolePlacement:
             out.sort(key=lambda r: order[r.node])
         return tuple(out)
 
+    def _compared(self) -> tuple[object, ...]:
+        return (self.role, self.zones, self.nodes, self.rejected, self.max_replicas, self.one_zone)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RolePlacement):
             return NotImplemented
-        return (self.role, self.zones, self.nodes, self.rejected, self.max_replicas, self.one_zone) == (
-            other.role,
-            other.zones,
-            other.nodes,
-            other.rejected,
-            other.max_replicas,
-            other.one_zone,
-        )
+        return self._compared() == other._compared()
 
     def __hash__(self) -> int:
         return hash((self.role, self.zones, self.nodes))
@@ -196,11 +192,6 @@ def _annotation(role: Role, key: str) -> str:
 def _int_annotation(role: Role, key: str, default: int) -> int:
     text = _annotation(role, key)
     return int(text) if text.isdigit() else default
-
-
-def _jobs(role: Role) -> int:
-    text = role.template.label_map.get(RJOB_REPLICAS, "1")
-    return int(text) if text.isdigit() else 1
 
 
 def admitted_tolerations(role: Role, options: PlacementOptions) -> tuple[Toleration, ...]:
@@ -293,6 +284,21 @@ def _static_filter(
     return FilterResult(node.name, True) if missing is None else missing
 
 
+def _partition(
+    groups: Iterable[Sequence[Node]], judge: Callable[[Node], FilterResult]
+) -> tuple[list[Node], list[tuple[FilterResult, tuple[str, ...]]]]:
+    """The nodes of the groups whose first node passes `judge`, and the verdict on each other group."""
+    ok: list[Node] = []
+    rejected: list[tuple[FilterResult, tuple[str, ...]]] = []
+    for group in groups:
+        result = judge(group[0])
+        if result.ok:
+            ok.extend(group)
+        else:
+            rejected.append((result, tuple(n.name for n in group)))
+    return ok, rejected
+
+
 def _feasible(
     role: Role,
     nodes: Sequence[Node],
@@ -312,14 +318,10 @@ def _feasible(
     for pod in existing:
         if pod.template is not None:
             on_node.setdefault(pod.node_name, []).append(pod.template)
-    ok: list[Node] = []
-    rejected: list[tuple[FilterResult, tuple[str, ...]]] = []
-    for group in groups if groups is not None else [[n] for n in nodes]:
-        result = _static_filter(role, group[0], claims, spread, options, on_node.get(group[0].name, ()))
-        if result.ok:
-            ok.extend(group)
-        else:
-            rejected.append((result, tuple(n.name for n in group)))
+    ok, rejected = _partition(
+        groups if groups is not None else [[n] for n in nodes],
+        lambda n: _static_filter(role, n, claims, spread, options, on_node.get(n.name, ())),
+    )
     if groups is not None:
         ok.sort(key=lambda n: position[n.name])  # node order, as filtering one by one gives
     return ok, rejected
@@ -335,12 +337,8 @@ class _Matches:
 
 def _selects(term: AffinityTerm, owner: Role, other: Role, options: PlacementOptions) -> bool:
     ns = other.workload.namespace
-    return term.matches(
-        owner.workload.namespace,
-        ns,
-        other.template.label_map,
-        namespace_label_map(ns, options.namespace_labels),
-    )
+    ns_labels = namespace_label_map(ns, options.namespace_labels)
+    return term.matches(owner.workload.namespace, ns, other.template.label_map, ns_labels)
 
 
 class _RoleIndex:
@@ -378,12 +376,9 @@ def _affinity_matches(role: Role, index: _RoleIndex, options: PlacementOptions) 
     terms = role.template.scheduling.pod_affinity.required
     first = terms[0]
     pool = index.candidates(first.selector, role.workload.namespace if first.own_namespace else None)
-    seen: set[Role] = set()
-    others = []
-    for r in pool:
-        if r is not role and r not in seen and all(_selects(t, role, r, options) for t in terms):
-            seen.add(r)
-            others.append(r)
+    others = [
+        r for r in dict.fromkeys(pool) if r is not role and all(_selects(t, role, r, options) for t in terms)
+    ]
     return _Matches(tuple(others), all(_selects(t, role, role, options) for t in terms))
 
 
@@ -399,27 +394,17 @@ def _inter_pod(
     """InterPodAffinity, by the scheduler's own filter, over the pods already running and — for a
     follower — one pod of each role it follows on each node that role can use (it lands only near
     them; with none among the manifests it waits)."""
-    synthetic = (
-        []
-        if matches.itself
-        else [
+    synthetic: list[ExistingPod] = []
+    if not matches.itself:
+        synthetic = [
             ExistingPod(r.workload.namespace, r.template.labels, n.name)
             for r in matches.others
             for n in feasible[r]
         ]
-    )
     affinity = InterPodAffinity.build(
         role.template, role.workload.namespace, nodes, [*existing, *synthetic], options.namespace_labels
     )
-    kept: list[Node] = []
-    rejected: list[tuple[FilterResult, tuple[str, ...]]] = []
-    for n in ok:
-        result = affinity.filter(n)
-        if result.ok:
-            kept.append(n)
-        else:
-            rejected.append((result, (n.name,)))
-    return kept, rejected
+    return _partition([[n] for n in ok], affinity.filter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -532,27 +517,13 @@ def _caps(role: Role, nodes: Sequence[Node], index: _RoleIndex, options: Placeme
         ):
             continue
         eligible = TopologySpread.build(role.template, ns, nodes, (), [c]).counts[0]
-        caps.append(
-            _Cap(
-                f"its DoNotSchedule topology spread on {c.topology_key} (maxSkew {c.max_skew}"
-                + (f", minDomains {c.min_domains}" if c.min_domains > 1 else "")
-                + ")",
-                c.topology_key,
-                c.max_skew,
-                frozenset(eligible),
-                c.min_domains,
-            )
-        )
+        min_domains = f", minDomains {c.min_domains}" if c.min_domains > 1 else ""
+        reason = f"its DoNotSchedule topology spread on {c.topology_key} (maxSkew {c.max_skew}{min_domains})"
+        caps.append(_Cap(reason, c.topology_key, c.max_skew, frozenset(eligible), c.min_domains))
     for t in role.template.scheduling.pod_anti_affinity.required:
         if _selects(t, role, role, options):
-            caps.append(
-                _Cap(
-                    f"its required podAntiAffinity to its own pods on {t.topology_key}",
-                    t.topology_key,
-                    1,
-                    None,
-                )
-            )
+            reason = f"its required podAntiAffinity to its own pods on {t.topology_key}"
+            caps.append(_Cap(reason, t.topology_key, 1, None))
     return caps
 
 
@@ -601,7 +572,7 @@ def _self_colocation(role: Role, zones: Sequence[str], matches: _Matches, topolo
     if len(zones) <= 1:
         return f"{role} can land in one zone only"
     exclusive = _annotation(role, EXCLUSIVE)
-    if exclusive and _jobs(role) == 1 and topology.nests(exclusive):
+    if exclusive and job_count(role) == 1 and topology.nests(exclusive):
         return f"{role} is one Job with JobSet exclusive topology on {_describe(exclusive, topology)}"
     lws = _annotation(role, LWS_EXCLUSIVE)
     if lws and topology.nests(lws) and role.replicas <= max(1, _int_annotation(role, LWS_SIZE, 1)):
@@ -609,9 +580,8 @@ def _self_colocation(role: Role, zones: Sequence[str], matches: _Matches, topolo
     kueue = _annotation(role, KUEUE_REQUIRED)
     if kueue and topology.nests(kueue):
         return f"{role} has {KUEUE_REQUIRED}: {_describe(kueue, topology)}"
-    terms = role.template.scheduling.pod_affinity.required
     if matches.itself and not matches.others:
-        key = next((t.topology_key for t in terms if topology.nests(t.topology_key)), "")
+        key = _zone_nested_key(role, topology)
         if key:
             return f"{role} requires podAffinity to its own pods on {_describe(key, topology)}"
     return ""
@@ -780,14 +750,9 @@ def _propagate_followers(
 
 
 def _zone_nested_key(role: Role, topology: Topology) -> str:
-    return next(
-        (
-            t.topology_key
-            for t in role.template.scheduling.pod_affinity.required
-            if topology.nests(t.topology_key)
-        ),
-        "",
-    )
+    """The key of the role's first required podAffinity term whose domains nest inside zones, or ""."""
+    terms = role.template.scheduling.pod_affinity.required
+    return next((t.topology_key for t in terms if topology.nests(t.topology_key)), "")
 
 
 # --- per pair ---------------------------------------------------------------------------------
@@ -811,11 +776,8 @@ class PairContext:
 def _terms_select(x: Role, y: Role, kind: str, ctx: PairContext, zone_only: bool) -> str:
     """The topology key of a required term of `x`'s `kind` that selects `y`'s pods, if its domains
     nest inside zones (`zone_only`: are the zones); "" otherwise."""
-    block = (
-        x.template.scheduling.pod_affinity
-        if kind == "podAffinity"
-        else x.template.scheduling.pod_anti_affinity
-    )
+    s = x.template.scheduling
+    block = s.pod_affinity if kind == "podAffinity" else s.pod_anti_affinity
     for t in block.required:
         key = t.topology_key
         fits = ctx.topology.is_zone(key) if zone_only else ctx.topology.nests(key)
@@ -854,12 +816,12 @@ def _within(a: RolePlacement, ctx: PairContext) -> PairPlacement:
     if role.replicas < 2 or (a.max_replicas is not None and a.max_replicas < 2):
         return PairPlacement(same, None, f"{role} has one replica")
     exclusive = _annotation(role, EXCLUSIVE)
-    if exclusive and _jobs(role) > 1 and topo.is_zone(exclusive):
+    if exclusive and job_count(role) > 1 and topo.is_zone(exclusive):
         return PairPlacement(
             everywhere,
             "always",
             f"{role}: JobSet exclusive topology on {_describe(exclusive, topo)} puts each "
-            f"of its {_jobs(role)} Jobs in its own zone",
+            f"of its {job_count(role)} Jobs in its own zone",
         )
     if a.forced_spread:
         return PairPlacement(everywhere, "always", a.forced_spread)
@@ -967,21 +929,18 @@ def _between(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> PairPlacem
             "each child Job in its own zone",
         )
     lws = _annotation(ra, LWS_EXCLUSIVE)
-    if same_workload and lws and lws == _annotation(rb, LWS_EXCLUSIVE):
+    same_lws = same_workload and lws and lws == _annotation(rb, LWS_EXCLUSIVE)
+    if same_lws or (same_workload and _annotation(ra, LWS_SUBGROUP_EXCLUSIVE)):
         subgroup = _lws_subgroups_apart(ra, rb, topo)
         if subgroup:
             return PairPlacement(everywhere, "always", subgroup)
-        if topo.nests(lws):
-            return PairPlacement(
-                same,
-                None,
-                f"LeaderWorkerSet exclusive topology on {_describe(lws, topo)} keeps each "
-                "group (leader and workers) in one domain",
-            )
-    elif same_workload and _annotation(ra, LWS_SUBGROUP_EXCLUSIVE):
-        subgroup = _lws_subgroups_apart(ra, rb, topo)
-        if subgroup:
-            return PairPlacement(everywhere, "always", subgroup)
+    if same_lws and topo.nests(lws):
+        return PairPlacement(
+            same,
+            None,
+            f"LeaderWorkerSet exclusive topology on {_describe(lws, topo)} keeps each "
+            "group (leader and workers) in one domain",
+        )
     group_a, group_b = _annotation(ra, KUEUE_GROUP), _annotation(rb, KUEUE_GROUP)
     if same_workload and group_a and group_a == group_b:
         required = _annotation(ra, KUEUE_REQUIRED) or _annotation(rb, KUEUE_REQUIRED)
@@ -1046,14 +1005,12 @@ def _group_spread(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> str:
     another zone than a pod of the other."""
     for x, y in ((a, b), (b, a)):
         for c in x.role.template.scheduling.hard_spread:
-            if not ctx.topology.is_zone(c.topology_key):
-                continue
             if not (
-                c.selector.matches(x.role.template.label_map)
+                ctx.topology.is_zone(c.topology_key)
+                and c.selector.matches(x.role.template.label_map)
                 and c.selector.matches(y.role.template.label_map)
+                and x.role.workload.namespace == y.role.workload.namespace
             ):
-                continue
-            if x.role.workload.namespace != y.role.workload.namespace:
                 continue
             zones = set(x.zones) | set(y.zones)
             total = x.role.replicas + y.role.replicas

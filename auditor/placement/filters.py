@@ -38,6 +38,10 @@ class FilterResult:
     reason: str = ""
     code: str = ""  # "" when ok, else Unschedulable | UnschedulableAndUnresolvable
 
+    @classmethod
+    def reject(cls, node: Node, plugin: str, reason: str, code: str) -> FilterResult:
+        return cls(node.name, False, plugin, reason, code)
+
 
 def _expr_matches(expr: NodeRequirement, labels: Mapping[str, str]) -> bool:
     op, values = expr.operator, expr.values
@@ -135,39 +139,36 @@ def filter_node(
     `existing` are the pods already bound to this node (their requests use its resources).
     """
     if template.node_name is not None and template.node_name != node.name:
-        return FilterResult(
-            node.name, False, "NodeName", f"pod is bound to node {template.node_name}", UNRESOLVABLE
+        return FilterResult.reject(
+            node, "NodeName", f"pod is bound to node {template.node_name}", UNRESOLVABLE
         )
     # Equal with an empty value tolerates the taint too, so compare with the taint itself.
     cordon = Taint(UNSCHEDULABLE_TAINT, "", "NoSchedule")
     if node.unschedulable and not any(t.tolerates(cordon) for t in template.tolerations):
-        return FilterResult(
-            node.name, False, "NodeUnschedulable", "node is cordoned (spec.unschedulable)", UNRESOLVABLE
+        return FilterResult.reject(
+            node, "NodeUnschedulable", "node is cordoned (spec.unschedulable)", UNRESOLVABLE
         )
     if not node_affinity_ok(template, node):
-        return FilterResult(
-            node.name, False, "NodeAffinity", "node does not match nodeSelector/affinity", UNRESOLVABLE
+        return FilterResult.reject(
+            node, "NodeAffinity", "node does not match nodeSelector/affinity", UNRESOLVABLE
         )
     taint = untolerated_taint(template, node)
     if taint is not None:
-        return FilterResult(node.name, False, "TaintToleration", f"untolerated taint {taint}", UNRESOLVABLE)
+        return FilterResult.reject(node, "TaintToleration", f"untolerated taint {taint}", UNRESOLVABLE)
     try:
         missing = insufficient_resources(template, node, existing)
     except ValueError as e:
         # The API server would reject the object; no placement can exist, so say why.
-        return FilterResult(node.name, False, "NodeResourcesFit", f"invalid quantity: {e}", UNRESOLVABLE)
+        return FilterResult.reject(node, "NodeResourcesFit", f"invalid quantity: {e}", UNRESOLVABLE)
     if missing:
         code = UNRESOLVABLE if any(m.unresolvable for m in missing) else UNSCHEDULABLE
-        return FilterResult(node.name, False, "NodeResourcesFit", ", ".join(m.reason for m in missing), code)
+        return FilterResult.reject(node, "NodeResourcesFit", ", ".join(m.reason for m in missing), code)
     if volume_zones:
         claim = volume_zone_conflict(template, node, volume_zones)
         if claim is not None:
-            return FilterResult(
-                node.name,
-                False,
-                "VolumeZone",
-                f"volume of claim {claim} is in zone(s) {', '.join(sorted(volume_zones[claim]))}",
-                UNRESOLVABLE,
+            zones = ", ".join(sorted(volume_zones[claim]))
+            return FilterResult.reject(
+                node, "VolumeZone", f"volume of claim {claim} is in zone(s) {zones}", UNRESOLVABLE
             )
     return FilterResult(node.name, True)
 

@@ -38,13 +38,9 @@ class Observation:
 
 def _role_of(pod: LivePod, roles: Sequence[Role]) -> Role | None:
     labels = pod.label_map
-    best: tuple[int, Role] | None = None
-    for role in roles:
-        wanted = role.template.labels
-        if role.holds_pod(labels) and (best is None or len(wanted) > best[0]):
-            best = (len(wanted), role)
-    if best is not None:
-        return best[1]
+    holding = [r for r in roles if r.holds_pod(labels)]
+    if holding:
+        return max(holding, key=lambda r: len(r.template.labels))  # the most specific template
     return roles[0] if len(roles) == 1 else None
 
 

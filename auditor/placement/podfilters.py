@@ -143,24 +143,15 @@ class TopologySpread:
         for c, domains in zip(self.constraints, self.counts, strict=True):
             value = labels.get(c.topology_key)
             if value is None:
-                return FilterResult(
-                    node.name,
-                    False,
-                    TOPOLOGY_SPREAD,
-                    f"node lacks the topology key {c.topology_key}",
-                    UNRESOLVABLE,
+                return FilterResult.reject(
+                    node, TOPOLOGY_SPREAD, f"node lacks the topology key {c.topology_key}", UNRESOLVABLE
                 )
             minimum = 0 if len(domains) < c.min_domains else min(domains.values(), default=0)
             own = 1 if c.selector.matches(self.pod_labels) else 0
             skew = domains.get(value, 0) + own - minimum
             if skew > c.max_skew:
-                return FilterResult(
-                    node.name,
-                    False,
-                    TOPOLOGY_SPREAD,
-                    f"skew {skew} > maxSkew {c.max_skew} on {c.topology_key}={value}",
-                    UNSCHEDULABLE,
-                )
+                reason = f"skew {skew} > maxSkew {c.max_skew} on {c.topology_key}={value}"
+                return FilterResult.reject(node, TOPOLOGY_SPREAD, reason, UNSCHEDULABLE)
         return FilterResult(node.name, True)
 
 
@@ -173,12 +164,8 @@ def missing_topology_key(affinity: Sequence[AffinityTerm], node: Node) -> Filter
     """InterPodAffinity's rejection of a node lacking the topology key of a required term, or None."""
     for t in affinity:
         if t.topology_key not in node.label_map:
-            return FilterResult(
-                node.name,
-                False,
-                INTER_POD_AFFINITY,
-                f"node lacks the topology key {t.topology_key}",
-                UNRESOLVABLE,
+            return FilterResult.reject(
+                node, INTER_POD_AFFINITY, f"node lacks the topology key {t.topology_key}", UNRESOLVABLE
             )
     return None
 
@@ -265,4 +252,4 @@ class InterPodAffinity:
 
     @staticmethod
     def _fail(node: Node, reason: str, code: str) -> FilterResult:
-        return FilterResult(node.name, False, INTER_POD_AFFINITY, reason, code)
+        return FilterResult.reject(node, INTER_POD_AFFINITY, reason, code)

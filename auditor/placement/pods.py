@@ -60,7 +60,4 @@ def representative_node(
         candidates = [n for n in nodes if n.name in allowed]
     else:
         candidates = feasible_nodes(role.template, nodes)
-    for n in candidates:
-        if zone is None or n.label_map.get(zone_key) == zone:
-            return n
-    return None
+    return next((n for n in candidates if zone is None or n.label_map.get(zone_key) == zone), None)

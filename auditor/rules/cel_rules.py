@@ -62,6 +62,7 @@ Example: ``'nvidia.com/gpu' in role.resources &&
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -222,10 +223,7 @@ def _role_map(role: Role, placement: RolePlacement | None, split: str) -> dict[s
         "labels": dict(t.labels),
         "annotations": dict(t.annotations),
         "nodeSelector": dict(t.node_selector),
-        "tolerations": [
-            {"key": x.key, "operator": x.operator, "value": x.value, "effect": x.effect}
-            for x in t.tolerations
-        ],
+        "tolerations": [dataclasses.asdict(x) for x in t.tolerations],  # key, operator, value, effect
         "requests": requests,
         "resources": sorted({name for container in requests for name in container}),
         "hostNetwork": t.host_network,
@@ -255,8 +253,8 @@ def _edge_map(analysis: EdgeAnalysis) -> dict[str, Any]:
 
 
 def cluster_variables(model: AuditModel) -> dict[str, Any]:
-    zone_key = model.zone_key
-    zones = sorted({z for n in model.inventory.nodes if (z := n.zone(zone_key))})
+    zone_key = model.inventory.settings.topology.zone_key
+    zones = sorted({z for n in model.inventory.nodes if (z := n.label_map.get(zone_key))})
     return {"zones": zones, "nodes": len(model.inventory.nodes), "zoneKey": zone_key}
 
 
@@ -278,9 +276,7 @@ def activations(model: AuditModel) -> Iterator[WorkloadActivation]:
             )
             roles.append((role, _role_map(role, placements[role], split)))
         schedulable = [p for p in placements.values() if p is not None and not p.unschedulable]
-        common = set(schedulable[0].zones) if schedulable else set()
-        for p in schedulable[1:]:
-            common &= set(p.zones)
+        common = set.intersection(*(set(p.zones) for p in schedulable)) if schedulable else set()
         group_split = _most_certain(a.placement.split for a in analyses)
         group = {
             "roles": [

@@ -56,18 +56,15 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
         edge, split = top.edge, top.placement.split or "possible"
         ref = edge.source.workload
         workload = next(w for w in model.inventory.workload(ref.namespace, ref.name) if w.ref == ref)
-        ring_roles = {a.edge.source for a in analyses if a.edge.port is None} | {
-            a.edge.destination for a in analyses if a.edge.port is None
-        }
+        ring = [a.edge for a in analyses if a.edge.port is None]
+        ring_roles = {e.source for e in ring} | {e.destination for e in ring}
         ranks = sum(r.replicas for r in (ring_roles or set(workload.roles)))
         gradient = _number(annotation(workload, GRADIENT)) or settings.default_gradient_bytes
         steps = _number(annotation(workload, STEPS)) or settings.default_steps_per_second
         monthly = slowdown = None
-        assumptions: tuple[str, ...] = ()
-        price = settings.price()
         if gradient and steps:
             pattern = "parameter-server" if any(r.name.lower() == "ps" for r in workload.roles) else "ring"
-            est = cost.estimate(pattern, ranks, gradient, steps, price, settings.network())
+            est = cost.estimate(pattern, ranks, gradient, steps, settings.price(), settings.network())
             monthly, slowdown, assumptions = est.monthly_cost_usd, est.slowdown_pct, est.assumptions
         else:
             assumptions = (f"no {GRADIENT} / {STEPS} annotations and no config defaults: cost not estimated",)

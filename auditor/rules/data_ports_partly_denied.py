@@ -23,7 +23,7 @@ from typing import Any
 from auditor.model.findings import EdgeRef, Finding
 from auditor.reachability.ports import PortSet
 from auditor.rules.base import RuleMeta
-from auditor.rules.model import AuditModel, EdgeAnalysis, edge_ports, mentions, object_ref
+from auditor.rules.model import AuditModel, EdgeAnalysis, mentions, role_finding
 
 META = RuleMeta(
     "data-ports-partly-denied",
@@ -65,33 +65,21 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
         denied = PortSet()
         for v in partial:
             denied = denied | v.denied_ports
-        share = len(denied & edge_ports(edge)) / max(len(edge_ports(edge)), 1)
+        ports = PortSet.of(edge.ports)
+        share = len(denied & ports) / max(len(ports), 1)
         policies = mentions([d for v in partial for d in v.deciders])
         names = ", ".join(f"{p.kind} {p.namespace + '/' if p.namespace else ''}{p.name}" for p in policies)
         where = ", ".join(sorted({f"{v.source_zone}→{v.destination_zone}" for v in partial}))
         edges = ", ".join(f"{a.edge.source.name} → {a.edge.destination.name}" for a in analyses)
-        yield Finding(
-            rule=META.id,
-            severity=META.severity,
-            certainty=certainty(top),
-            symptoms=META.symptoms,
-            workload=object_ref(edge.source),
-            message=(
-                f"{edge.source} → {edge.destination} ({edge.reason}) connects on kernel-chosen ports "
-                f"{edge.protocol}/{edge.ports_text}; ports {denied} of them are denied "
-                f"(edges: {edges}; placements: {where}; deciding policies: {names or 'none'}). The "
-                f"kernel picks a random port of the range for each connection, so the ~{share:.2%} of "
-                "connections that land on a denied port fail or hang while the rest succeed: "
-                "failures are intermittent, not a clean 'blocked'"
-            ),
-            edge=EdgeRef(
-                edge.source.name,
-                tuple(sorted({v.source_zone for v in top.partly_denied})),
-                edge.destination.name,
-                tuple(sorted({v.destination_zone for v in top.partly_denied})),
-                edge.port,
-                edge.protocol,
-            ),
-            policies=policies,
-            role=edge.source.label,
+        message = (
+            f"{edge.source} → {edge.destination} ({edge.reason}) connects on kernel-chosen ports "
+            f"{edge.protocol}/{edge.ports_text}; ports {denied} of them are denied "
+            f"(edges: {edges}; placements: {where}; deciding policies: {names or 'none'}). The "
+            f"kernel picks a random port of the range for each connection, so the ~{share:.2%} of "
+            "connections that land on a denied port fail or hang while the rest succeed: "
+            "failures are intermittent, not a clean 'blocked'"
         )
+        src = tuple(sorted({v.source_zone for v in top.partly_denied}))
+        dst = tuple(sorted({v.destination_zone for v in top.partly_denied}))
+        ref = EdgeRef(edge.source.name, src, edge.destination.name, dst, edge.port, edge.protocol)
+        yield role_finding(META, edge.source, message, certainty(top), ref, policies)

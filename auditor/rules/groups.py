@@ -1,14 +1,8 @@
 """What a scan understood: the workloads it recognised as groups of pods that must talk, with
 their roles, feasible zones and communication edges, and the verdict of each edge. Computed once
-from the audit model (pure); the JSON report lists it and the table prints a one-line summary, so a
-user can tell "understood and fine" from "not recognised".
-
-A workload is listed when it is a training kind (it has built-in edges, `recognised_as` names the
-kind, even when it has no edge: "recognised, nothing to check") or when some edge starts or ends
-at one of its roles (`recognised_as: generic`: its edges come from Service references or the
-talks-to annotation). Other workloads (plain Deployments, DaemonSets without edges) are only
-counted by kind: a repository of 20,000 objects holds thousands of them, and listing each would
-bury the groups.
+from the audit model (pure); the JSON report lists it (docs/reports.md says which workloads are
+listed and which only counted) and the table prints a one-line summary, so a user can tell
+"understood and fine" from "not recognised".
 """
 
 from __future__ import annotations

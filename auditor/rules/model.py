@@ -112,10 +112,6 @@ class AuditModel:
     # analyse): what the scan understood, for the groups reports list.
     comm_edges: list[CommEdge] = field(default_factory=list)
 
-    @property
-    def zone_key(self) -> str:
-        return self.inventory.settings.topology.zone_key
-
     @cached_property
     def _roles(self) -> dict[tuple[str, str], Role]:
         return {(object_ref(r).identity, r.label): r for r in self.placements}
@@ -151,8 +147,15 @@ def object_ref(role: Role) -> ObjectRef:
     return workload_object(role.workload)
 
 
-def role_finding(meta: RuleMeta, role: Role, message: str, certainty: str = "always") -> Finding:
-    """A finding of `meta`'s rule about one role of a workload."""
+def role_finding(
+    meta: RuleMeta,
+    role: Role,
+    message: str,
+    certainty: str = "always",
+    edge: EdgeRef | None = None,
+    policies: tuple[PolicyMention, ...] = (),
+) -> Finding:
+    """A finding of `meta`'s rule about one role of a workload (an edge finding: its source role)."""
     return Finding(
         rule=meta.id,
         severity=meta.severity,
@@ -160,6 +163,8 @@ def role_finding(meta: RuleMeta, role: Role, message: str, certainty: str = "alw
         symptoms=meta.symptoms,
         workload=object_ref(role),
         message=message,
+        edge=edge,
+        policies=policies,
         role=role.label,
     )
 
@@ -167,10 +172,10 @@ def role_finding(meta: RuleMeta, role: Role, message: str, certainty: str = "alw
 def mentions(deciders: Sequence[Decider]) -> tuple[PolicyMention, ...]:
     seen: dict[tuple[str, str, str], PolicyMention] = {}
     for d in deciders:
-        key = (d.policy.kind, d.policy.namespace, d.policy.name)
-        if key not in seen:
-            seen[key] = PolicyMention(
-                d.policy.kind, d.policy.namespace, d.policy.name, d.policy.source.file, d.policy.source.line
+        p = d.policy
+        if (p.kind, p.namespace, p.name) not in seen:
+            seen[p.kind, p.namespace, p.name] = PolicyMention(
+                p.kind, p.namespace, p.name, p.source.file, p.source.line
             )
     return tuple(seen.values())
 
@@ -184,14 +189,11 @@ class RoleEndpoints:
         self.zone_key = inv.settings.topology.zone_key
         self.nodes = {n.name: n for n in inv.nodes}
         self._zones = {n.name: n.label_map.get(self.zone_key) for n in inv.nodes}
-        self._endpoints: dict[Role, dict[str, PodEndpoint]] = {}
+        self._endpoints: dict[tuple[Role, str], PodEndpoint] = {}
         self._first_nodes: dict[Role, dict[str | None, Node]] = {}
 
     def get(self, role: Role, zone: str, placement: RolePlacement) -> PodEndpoint:
-        by_zone = self._endpoints.get(role)
-        if by_zone is None:
-            by_zone = self._endpoints[role] = {}
-        found = by_zone.get(zone)
+        found = self._endpoints.get((role, zone))
         if found is None:
             firsts = self._first_nodes.get(role)
             if firsts is None:
@@ -205,7 +207,7 @@ class RoleEndpoints:
                         wanted.discard(node_zone)
                         if not wanted:
                             break
-            found = by_zone[zone] = role_endpoint(self.inv, role, zone, firsts.get(zone))
+            found = self._endpoints[role, zone] = role_endpoint(self.inv, role, zone, firsts.get(zone))
         return found
 
 
@@ -218,9 +220,11 @@ def placement_options(inv: Inventory) -> PlacementOptions:
     )
 
 
-def edge_ports(edge: CommEdge) -> PortSet:
-    """The destination ports an edge's connections use: its port, or its data-plane range."""
-    return PortSet.of(edge.ports)
+def place_inventory_roles(inv: Inventory, roles: Sequence[Role]) -> dict[Role, RolePlacement]:
+    """Where `roles` can land on the inventory's nodes, with its settings and volume claims."""
+    options = placement_options(inv)
+    claims = {r: role_claim_zones(inv, r) for r in roles}
+    return place_roles(roles, inv.nodes, options.zone_key, claims, options)
 
 
 def denying(flow: FlowVerdict, protocol: str, ports: PortSet) -> tuple[Decider, ...]:
@@ -234,7 +238,7 @@ def denying(flow: FlowVerdict, protocol: str, ports: PortSet) -> tuple[Decider, 
 
 
 def zone_verdict(edge: CommEdge, flow: FlowVerdict, source_zone: str, destination_zone: str) -> ZoneVerdict:
-    wanted = edge_ports(edge)
+    wanted = PortSet.of(edge.ports)
     denied = wanted - flow.allowed_conns().ports(edge.protocol)
     deciders = denying(flow, edge.protocol, denied) if denied else ()
     return ZoneVerdict(source_zone, destination_zone, denied != wanted, deciders, denied)
@@ -249,22 +253,13 @@ def build_model(
     """The model rules read. With `observed`, placements are where the pods actually run (only
     edges between roles with running pods are analysed), instead of where they could land."""
     engine = engine or policy_engine(inv)
-    options = placement_options(inv)
-    zone_key = options.zone_key
-    pair_context = PairContext(inv.nodes, options)
+    pair_context = PairContext(inv.nodes, placement_options(inv))
+    edges = comm_edges(inv.workloads, inv.services, inv.settings.network.ephemeral_ports)
     if observed is None:
-        roles = [r for w in inv.workloads for r in w.roles]
-        placements = place_roles(
-            roles, inv.nodes, zone_key, {r: role_claim_zones(inv, r) for r in roles}, options
-        )
-        edges = comm_edges(inv.workloads, inv.services, inv.settings.network.ephemeral_ports)
+        placements = place_inventory_roles(inv, [r for w in inv.workloads for r in w.roles])
     else:
         placements = {r: o.placement() for r, o in observed.items() if o.pods}
-        edges = [
-            e
-            for e in comm_edges(inv.workloads, inv.services, inv.settings.network.ephemeral_ports)
-            if e.source in placements and e.destination in placements
-        ]
+        edges = [e for e in edges if e.source in placements and e.destination in placements]
     endpoints = RoleEndpoints(inv)
     analyses = []
     notes = []
@@ -327,16 +322,5 @@ def blocked_finding(meta: RuleMeta, analysis: EdgeAnalysis, cause: str) -> Findi
         f"{edge.source} → {edge.destination} on {edge.protocol}/{edge.ports_text} ({edge.reason}) "
         f"is denied {cause}; denied placements: {where}; deciding policies: {names or 'none'}"
     )
-    return Finding(
-        rule=meta.id,
-        severity=meta.severity,
-        certainty=analysis.verdict.certainty,
-        symptoms=meta.symptoms,
-        workload=object_ref(edge.source),
-        message=message,
-        edge=EdgeRef(
-            edge.source.label, src_zones, edge.destination.label, dst_zones, edge.port, edge.protocol
-        ),
-        policies=policies,
-        role=edge.source.label,
-    )
+    ref = EdgeRef(edge.source.label, src_zones, edge.destination.label, dst_zones, edge.port, edge.protocol)
+    return role_finding(meta, edge.source, message, analysis.verdict.certainty, ref, policies)

@@ -151,14 +151,55 @@ class PackError(ConfigError):
 # The merged pack
 
 
-@dataclass(frozen=True, slots=True)
-class Scope:
-    """Where a rule reports. Empty fields do not restrict."""
+def _selector(raw: Any) -> LabelSelector | None:
+    if raw is None:
+        return None
+    try:
+        return parse_label_selector(raw, "labels")
+    except SelectorError as exc:
+        sub = exc.field[len("labels") :].lstrip(".") if exc.field.startswith("labels") else ""
+        raise Invalid(exc.message, sub) from None
 
-    namespaces: tuple[str, ...] = ()
-    exclude_namespaces: tuple[str, ...] = ()
-    kinds: tuple[str, ...] = ()
-    labels: LabelSelector | None = None
+
+_SELECTOR_JSON: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchExpressions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string"},
+                    "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                    "values": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["key", "operator"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScopeDoc:
+    """Where a rule reports; omitted or empty: everywhere."""
+
+    namespaces: tuple[str, ...] = setting(
+        (), doc="fnmatch patterns on the object's namespace; empty: every namespace.", item_check=non_empty
+    )
+    exclude_namespaces: tuple[str, ...] = setting(
+        (), doc="fnmatch patterns of namespaces left out.", key="excludeNamespaces", item_check=non_empty
+    )
+    kinds: tuple[str, ...] = setting((), doc="Object kinds, exact; empty: every kind.", item_check=non_empty)
+    labels: LabelSelector | None = setting(
+        None,
+        doc="A label selector on the workload's metadata.labels.",
+        parse=_selector,
+        json=_SELECTOR_JSON,
+    )
 
     def matches(self, namespace: str, kind: str, labels: Mapping[str, str]) -> bool:
         if self.namespaces and not any(fnmatch.fnmatchcase(namespace, p) for p in self.namespaces):
@@ -170,7 +211,7 @@ class Scope:
         return self.labels is None or self.labels.matches(labels)
 
 
-EVERYWHERE = Scope()
+EVERYWHERE = ScopeDoc()
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +222,7 @@ class RuleSettings:
     rule: str
     enabled: bool = True
     severity: str | None = None
-    scope: Scope = EVERYWHERE
+    scope: ScopeDoc = EVERYWHERE
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     source: str = ""
 
@@ -206,12 +247,14 @@ class CustomRule:
     description: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class WorkloadMatch:
-    kind: str
-    namespace: str
-    name: str
-    api_version: str = ""  # "" matches every apiVersion
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadDoc:
+    """A workload by kind, namespace and name."""
+
+    kind: str = setting(doc="Object kind.", check=non_empty)
+    namespace: str = setting(doc='Namespace ("" for cluster-scoped objects).')
+    name: str = setting(doc="Object name.", check=non_empty)
+    api_version: str = setting("", doc="Optional; empty matches every apiVersion.", key="apiVersion")
 
     def matches(self, ref: ObjectRef) -> bool:
         return (ref.kind, ref.namespace, ref.name) == (self.kind, self.namespace, self.name) and (
@@ -231,7 +274,7 @@ class Waiver:
     origin: str  # document | annotation
     source: SourceRef
     fingerprint: str = ""
-    workload: WorkloadMatch | None = None
+    workload: WorkloadDoc | None = None
 
     def active(self, today: date) -> bool:
         return today <= self.expires
@@ -303,16 +346,6 @@ def _mapping(raw: Any) -> Mapping[str, Any]:
     return raw
 
 
-def _selector(raw: Any) -> LabelSelector | None:
-    if raw is None:
-        return None
-    try:
-        return parse_label_selector(raw, "labels")
-    except SelectorError as exc:
-        sub = exc.field[len("labels") :].lstrip(".") if exc.field.startswith("labels") else ""
-        raise Invalid(exc.message, sub) from None
-
-
 def _expiry(value: Any) -> date:
     if isinstance(value, date):  # should a loader ever resolve YAML timestamps
         return value
@@ -332,48 +365,6 @@ def _fingerprint(value: Any) -> str:
 
 
 _ANY_MAPPING: dict[str, Any] = {"type": "object"}
-_SELECTOR_JSON: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
-        "matchExpressions": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "key": {"type": "string"},
-                    "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
-                    "values": {"type": "array", "items": {"type": "string"}},
-                },
-                "required": ["key", "operator"],
-                "additionalProperties": False,
-            },
-        },
-    },
-    "additionalProperties": False,
-}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScopeDoc:
-    """Where a rule reports; omitted or empty: everywhere."""
-
-    namespaces: tuple[str, ...] = setting(
-        (), doc="fnmatch patterns on the object's namespace; empty: every namespace.", item_check=non_empty
-    )
-    exclude_namespaces: tuple[str, ...] = setting(
-        (), doc="fnmatch patterns of namespaces left out.", key="excludeNamespaces", item_check=non_empty
-    )
-    kinds: tuple[str, ...] = setting((), doc="Object kinds, exact; empty: every kind.", item_check=non_empty)
-    labels: LabelSelector | None = setting(
-        None,
-        doc="A label selector on the workload's metadata.labels.",
-        parse=_selector,
-        json=_SELECTOR_JSON,
-    )
-
-    def scope(self) -> Scope:
-        return Scope(self.namespaces, self.exclude_namespaces, self.kinds, self.labels)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -472,16 +463,6 @@ class WaiverMetaDoc:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class WorkloadDoc:
-    """A workload by kind, namespace and name."""
-
-    kind: str = setting(doc="Object kind.", check=non_empty)
-    namespace: str = setting(doc='Namespace ("" for cluster-scoped objects).')
-    name: str = setting(doc="Object name.", check=non_empty)
-    api_version: str = setting("", doc="Optional; empty matches every apiVersion.", key="apiVersion")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class WaiverSpecDoc:
     """Which findings the waiver hides, why and until when."""
 
@@ -541,7 +522,7 @@ class _Draft:
 
     enabled: bool
     severity: str | None
-    scope: Scope
+    scope: ScopeDoc
     options: dict[str, Any]
     declared: frozenset[str]  # the option keys the rule accepts
     source: str = ""
@@ -616,16 +597,13 @@ class _Merger:
         if entry.severity is not None:
             draft.severity = entry.severity
         if isinstance(raw, Mapping) and "scope" in raw:
-            draft.scope = entry.scope.scope() if entry.scope is not None else EVERYWHERE
+            draft.scope = entry.scope if entry.scope is not None else EVERYWHERE
         options = entry.options
         for key, value in options.items():
             at = yamlio.key_line(options, str(key), line)
             if key not in draft.declared:
-                raise where.error(
-                    f"{path}.options.{key}",
-                    at,
-                    f"unknown key (known: {', '.join(sorted(draft.declared)) or 'none'})",
-                )
+                known = ", ".join(sorted(draft.declared)) or "none"
+                raise where.error(f"{path}.options.{key}", at, f"unknown key (known: {known})")
             self._check_option(draft, str(key), value, where, f"{path}.options.{key}", at)
             draft.options[str(key)] = value
         draft.source = f"{where.file}:{line}"
@@ -650,11 +628,18 @@ class _Merger:
         self, doc: CustomRuleDoc, raw: Any, where: Where, path: str, line: int
     ) -> tuple[CustomRule, _Draft]:
         names = VARIABLES if doc.target == "role" else WORKLOAD_VARIABLES
-        condition = self._cel(doc.condition, raw, "condition", where, path, doc.id, names, "bool", line)
+
+        def cel(key: str, source: str, returns: Returns) -> CelExpression:
+            try:
+                return compile_expression(source, names, returns)
+            except CelError as exc:
+                raise where.error(
+                    f"{path}.{key}", yamlio.key_line(raw, key, line), f"rule {doc.id!r}: CEL: {exc}"
+                ) from None
+
+        condition = cel("condition", doc.condition, "bool")
         message_expression = (
-            self._cel(
-                doc.message_expression, raw, "messageExpression", where, path, doc.id, names, "string", line
-            )
+            cel("messageExpression", doc.message_expression, "string")
             if doc.message_expression is not None
             else None
         )
@@ -674,34 +659,9 @@ class _Merger:
             message_expression_line=yamlio.key_line(raw, "messageExpression", line),
             description=doc.description,
         )
-        draft = _Draft(
-            doc.enabled,
-            None,
-            doc.scope.scope() if doc.scope is not None else EVERYWHERE,
-            {str(k): v for k, v in doc.options.items()},
-            frozenset(str(k) for k in doc.options),
-            f"{where.file}:{line}",
-        )
-        return rule, draft
-
-    def _cel(
-        self,
-        source: str,
-        raw: Any,
-        key: str,
-        where: Where,
-        path: str,
-        rid: str,
-        names: Sequence[str],
-        returns: Returns,
-        line: int,
-    ) -> CelExpression:
-        try:
-            return compile_expression(source, names, returns)
-        except CelError as exc:
-            raise where.error(
-                f"{path}.{key}", yamlio.key_line(raw, key, line), f"rule {rid!r}: CEL: {exc}"
-            ) from None
+        options = {str(k): v for k, v in doc.options.items()}
+        scope = doc.scope if doc.scope is not None else EVERYWHERE
+        return rule, _Draft(doc.enabled, None, scope, options, frozenset(options), f"{where.file}:{line}")
 
     # Waiver --------------------------------------------------------------------------------
 
@@ -716,7 +676,6 @@ class _Merger:
                 yamlio.key_line(top.get("metadata"), "name", meta_line),
                 f"waiver {meta.name!r} is already defined at {self.waiver_names[meta.name]}",
             )
-        w = spec.workload
         source = SourceRef(where.file, line)
         waiver = Waiver(
             name=meta.name,
@@ -727,7 +686,7 @@ class _Merger:
             origin="document",
             source=source,
             fingerprint=spec.fingerprint or "",
-            workload=WorkloadMatch(w.kind, w.namespace, w.name, w.api_version) if w is not None else None,
+            workload=spec.workload,
         )
         self.waiver_names[meta.name] = source
         self.waivers.append((waiver, where, yamlio.key_line(raw_spec, "rule", line)))
@@ -735,11 +694,8 @@ class _Merger:
     def result(self) -> PolicyPack:
         for waiver, where, line in self.waivers:
             if waiver.rule not in self.drafts:
-                raise where.error(
-                    "spec.rule",
-                    line,
-                    f"unknown rule {waiver.rule!r} (known: {', '.join(sorted(self.drafts))})",
-                )
+                known = ", ".join(sorted(self.drafts))
+                raise where.error("spec.rule", line, f"unknown rule {waiver.rule!r} (known: {known})")
         rules = {
             rid: RuleSettings(
                 rid, d.enabled, d.severity, d.scope, MappingProxyType(dict(d.options)), d.source
@@ -878,14 +834,10 @@ def evaluate_custom_rules(pack: PolicyPack, model: AuditModel) -> tuple[list[Fin
         entries = failures[rule.id]
         errors.extend(entries[:MAX_ERRORS_PER_RULE])
         if len(entries) > MAX_ERRORS_PER_RULE:
+            more = f"{len(entries) - MAX_ERRORS_PER_RULE} more evaluation error(s) not listed"
+            message = f"custom rule {rule.id!r}: {more}"
             errors.append(
-                LoadError(
-                    rule.source.file,
-                    rule.condition_line,
-                    f"custom rule {rule.id!r}: {len(entries) - MAX_ERRORS_PER_RULE} more evaluation "
-                    "error(s) not listed",
-                    field=f"{rule.key}.condition",
-                )
+                LoadError(rule.source.file, rule.condition_line, message, field=f"{rule.key}.condition")
             )
     return sorted(findings), errors
 
@@ -906,16 +858,13 @@ def _runtime_error(rule: CustomRule, key: str, line: int, what: str, exc: CelErr
 
 @dataclass(frozen=True, slots=True)
 class WaivedFinding:
-    finding: Finding
-    waiver: Waiver
-
-
-@dataclass(frozen=True, slots=True)
-class ExpiredWaiver:
-    """A finding reported again because the waiver that hid it expired."""
+    """A finding and the waiver that hides it (as an ExpiredWaiver: that hid it, and expired)."""
 
     finding: Finding
     waiver: Waiver
+
+
+ExpiredWaiver = WaivedFinding
 
 
 @dataclass(frozen=True, slots=True)
@@ -963,20 +912,11 @@ def annotation_waivers(
         errors.append(error(WAIVE_ANNOTATION, f"has no {WAIVE_REASON_ANNOTATION}: nothing is waived"))
     if not expires_text:
         errors.append(error(WAIVE_ANNOTATION, f"has no {WAIVE_EXPIRES_ANNOTATION}: nothing is waived"))
-    elif not _DATE_RE.match(expires_text):
-        errors.append(
-            error(
-                WAIVE_EXPIRES_ANNOTATION,
-                f"must be a date as YYYY-MM-DD, not {expires_text!r}: nothing is waived",
-            )
-        )
     else:
         try:
-            expires = date.fromisoformat(expires_text)
-        except ValueError:
-            errors.append(
-                error(WAIVE_EXPIRES_ANNOTATION, f"{expires_text!r} is not a calendar date: nothing is waived")
-            )
+            expires = _expiry(expires_text)
+        except Invalid as exc:
+            errors.append(error(WAIVE_EXPIRES_ANNOTATION, f"{exc.message}: nothing is waived"))
     known = set(known_rules)
     waivers: list[Waiver] = []
     for rule in rules:
@@ -994,7 +934,9 @@ def annotation_waivers(
                     owner=str(annotations.get(WAIVE_OWNER_ANNOTATION) or ""),
                     origin="annotation",
                     source=SourceRef(ref.source.file, line(WAIVE_ANNOTATION)),
-                    workload=WorkloadMatch(ref.kind, ref.namespace, ref.name, ref.api_version),
+                    workload=WorkloadDoc(
+                        kind=ref.kind, namespace=ref.namespace, name=ref.name, api_version=ref.api_version
+                    ),
                 )
             )
     return waivers, errors

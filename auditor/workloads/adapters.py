@@ -21,19 +21,13 @@ from auditor.model.objects import (
     WorkloadRef,
     freeze_labels,
 )
-from auditor.model.source import SourceRef
 from auditor.reachability import specs
 from auditor.reachability.endpoints import parse_ip
 from auditor.workloads import operators, replicas
+from auditor.workloads.operators import replica_count, source_of
 from auditor.workloads.podspec import parse_pod, parse_pod_template
 
 Adapter = Callable[[Mapping[str, Any], WorkloadRef], list[Role]]
-
-
-def _replicas(raw: Any, field: str, default: int = 1) -> int:
-    if raw is None:
-        return default
-    return specs.integer(raw, field, 0, 1_000_000)
 
 
 def _pod(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
@@ -62,7 +56,7 @@ def _single_template(replicas_field: str | None, default_replicas: int) -> Adapt
         spec = specs.mapping(obj.get("spec"), "spec")
         replicas = default_replicas
         if replicas_field:
-            replicas = _replicas(spec.get(replicas_field), f"spec.{replicas_field}", default_replicas)
+            replicas = replica_count(spec.get(replicas_field), f"spec.{replicas_field}", default_replicas)
         claims = specs.seq(spec.get("volumeClaimTemplates"), "spec.volumeClaimTemplates")
         template = parse_pod_template(spec.get("template"), "spec.template")
         if claims:
@@ -78,7 +72,7 @@ def _per_pod_labels(ref: WorkloadRef, spec: Mapping[str, Any]) -> tuple[ReplicaL
     if ref.kind != "StatefulSet":
         return ()
     ordinals = specs.mapping(spec.get("ordinals"), "spec.ordinals")
-    start = _replicas(ordinals.get("start"), "spec.ordinals.start", 0)
+    start = replica_count(ordinals.get("start"), "spec.ordinals.start", 0)
     return (
         ReplicaLabel(replicas.POD_NAME, f"{ref.name}-", offset=start),
         ReplicaLabel(replicas.POD_INDEX, offset=start, since=replicas.POD_INDEX_LABEL_SINCE),
@@ -100,18 +94,15 @@ def _claim_volumes(claims: list[Any], owner: str, provisioned: bool) -> list[Cla
     return out
 
 
-def _job_labels(ref: WorkloadRef) -> dict[str, str]:
-    return {"job-name": ref.name, "batch.kubernetes.io/job-name": ref.name}
-
-
 def _job(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
     spec = specs.mapping(obj.get("spec"), "spec")
     parallelism = spec.get("parallelism")
     completions = spec.get("completions")
-    count = _replicas(parallelism if parallelism is not None else completions, "spec.parallelism", 1)
+    count = replica_count(parallelism if parallelism is not None else completions, "spec.parallelism", 1)
     if completions is not None:
-        count = min(count, _replicas(completions, "spec.completions", 1))
-    template = parse_pod_template(spec.get("template"), "spec.template", _job_labels(ref))
+        count = min(count, replica_count(completions, "spec.completions", 1))
+    labels = {"job-name": ref.name, "batch.kubernetes.io/job-name": ref.name}
+    template = parse_pod_template(spec.get("template"), "spec.template", labels)
     indexed = spec.get("completionMode") == "Indexed"
     per_pod = (
         (ReplicaLabel(replicas.COMPLETION_INDEX, since=replicas.POD_INDEX_LABEL_SINCE),) if indexed else ()
@@ -123,7 +114,7 @@ def _cronjob(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
     spec = specs.mapping(obj.get("spec"), "spec")
     job_template = specs.mapping(spec.get("jobTemplate"), "spec.jobTemplate")
     job_spec = specs.mapping(job_template.get("spec"), "spec.jobTemplate.spec")
-    count = _replicas(job_spec.get("parallelism"), "spec.jobTemplate.spec.parallelism", 1)
+    count = replica_count(job_spec.get("parallelism"), "spec.jobTemplate.spec.parallelism", 1)
     template = parse_pod_template(job_spec.get("template"), "spec.jobTemplate.spec.template", {})
     return [Role(ref, ref.name, count, template, ref.source)]
 
@@ -155,16 +146,9 @@ def _kubeflow(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
         if str(rtype).lower() in ("master", "chief", "launcher"):
             extra["training.kubeflow.org/job-role"] = "master"
         template = parse_pod_template(body.get("template"), f"{field}.template", extra)
-        roles.append(
-            Role(
-                ref,
-                str(rtype),
-                _replicas(body.get("replicas"), f"{field}.replicas", 1),
-                template,
-                SourceRef(ref.source.file, int(getattr(rspec, "line", ref.source.line)), ref.source.document),
-                (ReplicaLabel(replicas.KUBEFLOW_INDEX),),
-            )
-        )
+        count = replica_count(body.get("replicas"), f"{field}.replicas", 1)
+        per_pod = (ReplicaLabel(replicas.KUBEFLOW_INDEX),)
+        roles.append(Role(ref, str(rtype), count, template, source_of(rspec, ref), per_pod))
     return roles
 
 

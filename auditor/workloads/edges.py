@@ -20,23 +20,13 @@ from typing import Literal
 from auditor.model.objects import Role, Service, Workload, WorkloadRef
 from auditor.workloads.adapters import KUBEFLOW_REPLICA_SPECS
 from auditor.workloads.dataports import LINUX_EPHEMERAL, PortRange, data_port_range, ompi_range, range_text
-from auditor.workloads.operators import RJOB_REPLICAS
+from auditor.workloads.operators import job_count
 from auditor.workloads.replicas import replica_holding
 
 TALKS_TO = "placement-auditor.io/talks-to"
 
 
-# Where an edge came from, for reports that show what was understood:
-# - operator-default: the training kind's built-in edge on the operator's default port (or, with no
-#   port, the ephemeral range its collectives use);
-# - named-port: a built-in edge whose port is the container port the operator names (`pytorchjob-port`);
-# - container-port: a built-in edge whose port is the destination's first declared container port;
-# - spec-field: a built-in edge whose port a field of the workload sets (elasticPolicy.rdzvPort,
-#   rayStartParams.port);
-# - pod-dns-name: a command, argument or env value names a pod (`<jobset>-<job>-0-0.<subdomain>`);
-# - jobset-coordinator: JobSet `spec.coordinator`;
-# - service-reference: a command, argument or env value names a Service's DNS name;
-# - annotation: `placement-auditor.io/talks-to`.
+# Where an edge came from, for reports that show what was understood (docs/reports.md, `origin`).
 EdgeOrigin = Literal[
     "operator-default",
     "named-port",
@@ -100,10 +90,12 @@ _OPERATOR_KINDS = ("JobSet", "TrainJob", "RayCluster", "RayJob", "LeaderWorkerSe
 VOLCANO_GROUP = "batch.volcano.sh/"
 
 
-def _named_edge(source: Role, destination: Role, port_name: str, default: int, reason: str) -> CommEdge:
+def _named_edge(
+    source: Role, destination: Role, port_name: str, default: int, reason: str, to_replica: int | None = None
+) -> CommEdge:
     """A built-in edge on the destination's named container port, else the operator's default."""
     port, origin = _named_port(destination, port_name, default)
-    return CommEdge(source, destination, port, "TCP", reason, origin=origin)
+    return CommEdge(source, destination, port, "TCP", reason, to_replica=to_replica, origin=origin)
 
 
 def _kubeflow_edges(w: Workload) -> Iterator[CommEdge]:
@@ -116,15 +108,9 @@ def _kubeflow_edges(w: Workload) -> Iterator[CommEdge]:
             )
         elif worker is not None and w.options.elastic:
             rdzv = w.options.rdzv_port
-            yield CommEdge(
-                worker,
-                worker,
-                rdzv or 29400,
-                "TCP",
-                "elastic c10d rendezvous: workers → worker-0",
-                to_replica=0,
-                origin="spec-field" if rdzv else "operator-default",
-            )
+            reason = "elastic c10d rendezvous: workers → worker-0"
+            origin: EdgeOrigin = "spec-field" if rdzv else "operator-default"
+            yield CommEdge(worker, worker, rdzv or 29400, "TCP", reason, to_replica=0, origin=origin)
         group = [r for r in (master, worker) if r is not None]
         yield from _ring(group, "NCCL/Gloo all-reduce between ranks")
     elif kind == "TFJob":
@@ -146,15 +132,12 @@ def _kubeflow_edges(w: Workload) -> Iterator[CommEdge]:
     elif kind == "PaddleJob":
         worker = _role(w, "Worker")
         if worker is not None:
-            yield dataclasses.replace(
-                _named_edge(worker, worker, "master", 36543, "Paddle: workers → worker-0"), to_replica=0
-            )
+            yield _named_edge(worker, worker, "master", 36543, "Paddle: workers → worker-0", to_replica=0)
     elif kind == "JAXJob":
         worker = _role(w, "Worker")
         if worker is not None:
-            yield dataclasses.replace(
-                _named_edge(worker, worker, "jaxjob-port", 6666, "JAX coordinator: workers → worker-0"),
-                to_replica=0,
+            yield _named_edge(
+                worker, worker, "jaxjob-port", 6666, "JAX coordinator: workers → worker-0", to_replica=0
             )
     elif kind == "MPIJob":
         launcher, worker = _role(w, "Launcher"), _role(w, "Worker")
@@ -191,17 +174,10 @@ def _pod_dns_edges(w: Workload) -> Iterator[CommEdge]:
                 port_text = _env(role, "MASTER_PORT", "PET_MASTER_PORT")
                 port = int(port_text) if port_text and port_text.isdigit() else _first_port(target)
                 if target is not role or role.replicas > 1:
-                    jobs = max(int(target.template.label_map.get(RJOB_REPLICAS, "1") or 1), 1)
+                    jobs = max(job_count(target), 1)
                     index = int(m.group(2)) * max(target.replicas // jobs, 1) + int(m.group(3))
-                    yield CommEdge(
-                        role,
-                        target,
-                        port,
-                        "TCP",
-                        f"names pod {m.group(0)}",
-                        to_replica=index,
-                        origin="pod-dns-name",
-                    )
+                    reason = f"names pod {m.group(0)}"
+                    yield CommEdge(role, target, port, "TCP", reason, to_replica=index, origin="pod-dns-name")
 
 
 def _operator_edges(w: Workload) -> Iterator[CommEdge]:
@@ -212,37 +188,20 @@ def _operator_edges(w: Workload) -> Iterator[CommEdge]:
         if coordinator is not None:
             target = _role(w, coordinator)
             if target is not None:
+                port = _first_port(target)
                 for r in w.roles:
                     if r is not target:
                         yield CommEdge(
-                            r,
-                            target,
-                            _first_port(target),
-                            "TCP",
-                            "JobSet coordinator endpoint",
-                            origin="jobset-coordinator",
+                            r, target, port, "TCP", "JobSet coordinator endpoint", origin="jobset-coordinator"
                         )
         if kind == "TrainJob":
             node, launcher = _role(w, "node"), _role(w, "launcher")
             if launcher is not None and node is not None:
-                yield CommEdge(
-                    launcher,
-                    node,
-                    22,
-                    "TCP",
-                    "MPI runtime: launcher → nodes (ssh)",
-                    origin="operator-default",
-                )
+                reason = "MPI runtime: launcher → nodes (ssh)"
+                yield CommEdge(launcher, node, 22, "TCP", reason, origin="operator-default")
             elif node is not None and node.replicas > 1:
-                yield CommEdge(
-                    node,
-                    node,
-                    29500,
-                    "TCP",
-                    "torchrun rendezvous: nodes → node-0-0 (PET_MASTER_PORT)",
-                    to_replica=0,
-                    origin="operator-default",
-                )
+                reason = "torchrun rendezvous: nodes → node-0-0 (PET_MASTER_PORT)"
+                yield CommEdge(node, node, 29500, "TCP", reason, to_replica=0, origin="operator-default")
             if node is not None:
                 reason = "all-reduce between training nodes"
                 yield from _ring([node], reason, mpi=launcher is not None, launcher=launcher)
@@ -257,13 +216,9 @@ def _operator_edges(w: Workload) -> Iterator[CommEdge]:
         leader, worker = _role(w, "leader"), _role(w, "worker")
         if leader is not None and worker is not None:
             leader_port = _first_port(leader)
+            origin: EdgeOrigin = "operator-default" if leader_port is None else "container-port"
             yield CommEdge(
-                worker,
-                leader,
-                leader_port,
-                "TCP",
-                "LeaderWorkerSet: worker → leader",
-                origin="operator-default" if leader_port is None else "container-port",
+                worker, leader, leader_port, "TCP", "LeaderWorkerSet: worker → leader", origin=origin
             )
     elif kind == "Job" and w.ref.api_version.startswith(VOLCANO_GROUP):
         yield from _volcano_edges(w)
@@ -305,20 +260,14 @@ def _volcano_edges(w: Workload) -> Iterator[CommEdge]:
         # the ports its peers use (they beat the ephemeral range), else the data-plane range.
         covered = {(e.source, e.destination) for e in rings}
         reason = "Volcano svc plugin: tasks reach each other"
+        declared = f"{reason} (declared containerPort)"
         for a in w.roles:
             for b in w.roles:
                 if a is b and a.replicas < 2:
                     continue
                 if b.template.container_ports:
                     for protocol, port in sorted(set(b.template.container_ports)):
-                        yield CommEdge(
-                            a,
-                            b,
-                            port,
-                            protocol,
-                            f"{reason} (declared containerPort)",
-                            origin="container-port",
-                        )
+                        yield CommEdge(a, b, port, protocol, declared, origin="container-port")
                 elif (a, b) not in covered:
                     yield CommEdge(a, b, None, "TCP", reason, origin="operator-default")
 
@@ -333,15 +282,8 @@ def _ring(
     for a in roles:
         for b in roles:
             if a is not b or a.replicas > 1:
-                yield CommEdge(
-                    a,
-                    b,
-                    None,
-                    "TCP",
-                    reason,
-                    ompi_range(b, launcher) if mpi else None,
-                    origin="operator-default",
-                )
+                ports = ompi_range(b, launcher) if mpi else None
+                yield CommEdge(a, b, None, "TCP", reason, ports, origin="operator-default")
 
 
 def _dns_names(svc: Service) -> list[str]:
@@ -424,27 +366,16 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
                 for svc in by_name.get(host, ()):
                     # A bare `svc` resolves only inside the pod's own namespace.
                     if svc.namespace == ns or "." in host:
-                        references.append(
-                            (
-                                svc,
-                                int(m.group(2)) if m.group(2) else None,
-                                f"names Service {svc.namespace}/{svc.name}",
-                                "service-reference",
-                            )
-                        )
+                        port = int(m.group(2)) if m.group(2) else None
+                        reason = f"names Service {svc.namespace}/{svc.name}"
+                        references.append((svc, port, reason, "service-reference"))
         talks = dict(role.template.annotations).get(TALKS_TO, "")
         for item in filter(None, (t.strip() for t in talks.split(","))):
             name, _, port_text = item.partition(":")
             referenced = _reference(name, ns, services)
             if referenced is not None:
-                references.append(
-                    (
-                        referenced,
-                        int(port_text) if port_text.isdigit() else None,
-                        f"annotation {TALKS_TO}: {item}",
-                        "annotation",
-                    )
-                )
+                port = int(port_text) if port_text.isdigit() else None
+                references.append((referenced, port, f"annotation {TALKS_TO}: {item}", "annotation"))
         for svc, port, reason, origin in references:
             for target, tport in _service_targets(svc, port, selected_by(svc)):
                 if (target is not role or role.replicas > 1) and (target, tport) not in seen:

@@ -29,12 +29,20 @@ LWS_SUBGROUP_SIZE = "leaderworkerset.sigs.k8s.io/subgroup-size"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 
 
-def _int(raw: Any, field: str, default: int) -> int:
+def replica_count(raw: Any, field: str, default: int = 1) -> int:
+    """A replica (or size) count, 0 to 1,000,000; `default` when the field is absent."""
     return default if raw is None else specs.integer(raw, field, 0, 1_000_000)
 
 
-def _line(node: Any, ref: WorkloadRef) -> SourceRef:
+def source_of(node: Any, ref: WorkloadRef) -> SourceRef:
+    """Where a part of the workload's manifest starts (the workload's own line when unknown)."""
     return SourceRef(ref.source.file, int(getattr(node, "line", ref.source.line)), ref.source.document)
+
+
+def job_count(role: Role) -> int:
+    """The child Jobs of a JobSet role's replicated job (its `replicatedjob-replicas` label)."""
+    text = role.template.label_map.get(RJOB_REPLICAS, "1")
+    return int(text) if text.isdigit() else 1
 
 
 def _with_annotations(template: Any, extra: Mapping[str, str]) -> dict[str, Any]:
@@ -62,14 +70,14 @@ def jobset_roles(
         rf = f"{field}.replicatedJobs[{i}]"
         body = specs.mapping(rjob, rf)
         rname = specs.string(body.get("name"), f"{rf}.name")
-        jobs = _int(body.get("replicas"), f"{rf}.replicas", 1)
+        jobs = replica_count(body.get("replicas"), f"{rf}.replicas", 1)
         job_template = specs.mapping(body.get("template"), f"{rf}.template")
         job_meta = specs.mapping(job_template.get("metadata"), f"{rf}.template.metadata")
         job_spec = specs.mapping(job_template.get("spec"), f"{rf}.template.spec")
-        parallelism = _int(job_spec.get("parallelism"), f"{rf}.template.spec.parallelism", 1)
+        parallelism = replica_count(job_spec.get("parallelism"), f"{rf}.template.spec.parallelism", 1)
         completions = job_spec.get("completions")
         if completions is not None:
-            parallelism = min(parallelism, _int(completions, f"{rf}.template.spec.completions", 1))
+            parallelism = min(parallelism, replica_count(completions, f"{rf}.template.spec.completions", 1))
         if pod_counts and rname in pod_counts:
             parallelism = pod_counts[rname]
         job_annotations = {str(k): str(v) for k, v in (job_meta.get("annotations") or {}).items()}
@@ -85,7 +93,7 @@ def jobset_roles(
         pod_template = parse_pod_template(template, f"{rf}.template.spec.template", labels)
         per_pod = _jobset_pod_labels(name, rname, jobs, parallelism, jobs_before, job_spec)
         jobs_before += jobs
-        roles.append(Role(ref, rname, jobs * parallelism, pod_template, _line(rjob, ref), per_pod))
+        roles.append(Role(ref, rname, jobs * parallelism, pod_template, source_of(rjob, ref), per_pod))
     if not roles:
         raise PolicyError(f"{field}.replicatedJobs", "must list at least one replicated job")
     return roles
@@ -157,7 +165,7 @@ def trainjob(
             template = _merge(template, trs["template"])
     trainer = specs.mapping(spec.get("trainer"), "spec.trainer")
     ml = specs.mapping(rspec.get("mlPolicy"), f"{kind} {rname}: spec.mlPolicy")
-    nodes = _int(trainer.get("numNodes", ml.get("numNodes")), "spec.trainer.numNodes", 1)
+    nodes = replica_count(trainer.get("numNodes", ml.get("numNodes")), "spec.trainer.numNodes", 1)
     jobset_spec = specs.mapping(template.get("spec"), f"{kind} {rname}: spec.template.spec")
     meta = specs.mapping(template.get("metadata"), f"{kind} {rname}: spec.template.metadata")
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
@@ -180,30 +188,17 @@ def _relabel(role: Role, extra: Mapping[str, str]) -> Role:
 
 def _ray_roles(cluster_spec: Mapping[str, Any], ref: WorkloadRef, cluster: str, field: str) -> list[Role]:
     head = specs.mapping(cluster_spec.get("headGroupSpec"), f"{field}.headGroupSpec", optional=False)
-    roles = [
-        Role(
-            ref,
-            "head",
-            1,
-            parse_pod_template(
-                head.get("template"),
-                f"{field}.headGroupSpec.template",
-                {"ray.io/cluster": cluster, "ray.io/node-type": "head", "ray.io/group": "headgroup"},
-            ),
-            _line(head, ref),
-        )
-    ]
+    labels = {"ray.io/cluster": cluster, "ray.io/node-type": "head", "ray.io/group": "headgroup"}
+    template = parse_pod_template(head.get("template"), f"{field}.headGroupSpec.template", labels)
+    roles = [Role(ref, "head", 1, template, source_of(head, ref))]
     for i, group in enumerate(specs.seq(cluster_spec.get("workerGroupSpecs"), f"{field}.workerGroupSpecs")):
         gf = f"{field}.workerGroupSpecs[{i}]"
         body = specs.mapping(group, gf)
         gname = str(body.get("groupName") or f"group-{i}")
-        replicas = _int(body.get("replicas", body.get("minReplicas")), f"{gf}.replicas", 1)
-        template = parse_pod_template(
-            body.get("template"),
-            f"{gf}.template",
-            {"ray.io/cluster": cluster, "ray.io/node-type": "worker", "ray.io/group": gname},
-        )
-        roles.append(Role(ref, gname, replicas, template, _line(group, ref)))
+        replicas = replica_count(body.get("replicas", body.get("minReplicas")), f"{gf}.replicas", 1)
+        labels = {"ray.io/cluster": cluster, "ray.io/node-type": "worker", "ray.io/group": gname}
+        template = parse_pod_template(body.get("template"), f"{gf}.template", labels)
+        roles.append(Role(ref, gname, replicas, template, source_of(group, ref)))
     return roles
 
 
@@ -224,9 +219,9 @@ def rayjob(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
 
 def leaderworkerset(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
     spec = specs.mapping(obj.get("spec"), "spec", optional=False)
-    groups = _int(spec.get("replicas"), "spec.replicas", 1)
+    groups = replica_count(spec.get("replicas"), "spec.replicas", 1)
     lwt = specs.mapping(spec.get("leaderWorkerTemplate"), "spec.leaderWorkerTemplate", optional=False)
-    size = _int(lwt.get("size"), "spec.leaderWorkerTemplate.size", 1)
+    size = replica_count(lwt.get("size"), "spec.leaderWorkerTemplate.size", 1)
     labels = {"leaderworkerset.sigs.k8s.io/name": ref.name}
     # The LWS pod webhook turns these into pod (anti-)affinity on the key; placement reads them
     # from the pods' annotations, as it does JobSet's.
@@ -234,7 +229,7 @@ def leaderworkerset(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
     placement = {k: own[k] for k in (LWS_EXCLUSIVE, LWS_SUBGROUP_EXCLUSIVE) if own.get(k)}
     policy = specs.mapping(lwt.get("subGroupPolicy"), "spec.leaderWorkerTemplate.subGroupPolicy")
     if policy.get("subGroupSize") is not None:
-        subgroup = _int(
+        subgroup = replica_count(
             policy.get("subGroupSize"), "spec.leaderWorkerTemplate.subGroupPolicy.subGroupSize", 1
         )
         placement[LWS_SUBGROUP_SIZE] = str(subgroup)
@@ -252,7 +247,7 @@ def leaderworkerset(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
         ReplicaLabel(replicas.LWS_GROUP_INDEX),
         ReplicaLabel(replicas.POD_NAME, f"{ref.name}-"),
     )
-    roles = [Role(ref, "leader", groups, leader, _line(leader_raw, ref), leader_labels)]
+    roles = [Role(ref, "leader", groups, leader, source_of(leader_raw, ref), leader_labels)]
     if size > 1:
         worker = parse_pod_template(
             _with_annotations(worker_raw, placement) if placement else worker_raw,
@@ -263,7 +258,9 @@ def leaderworkerset(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
             ReplicaLabel(replicas.LWS_GROUP_INDEX, stride=size - 1),
             ReplicaLabel(replicas.LWS_WORKER_INDEX, period=size - 1, offset=1),
         )
-        roles.append(Role(ref, "worker", groups * (size - 1), worker, _line(worker_raw, ref), worker_labels))
+        roles.append(
+            Role(ref, "worker", groups * (size - 1), worker, source_of(worker_raw, ref), worker_labels)
+        )
     return roles
 
 
@@ -274,14 +271,11 @@ def volcano_job(obj: Mapping[str, Any], ref: WorkloadRef) -> list[Role]:
         tf = f"spec.tasks[{i}]"
         body = specs.mapping(task, tf)
         tname = specs.string(body.get("name"), f"{tf}.name")
-        template = parse_pod_template(
-            body.get("template"),
-            f"{tf}.template",
-            {"volcano.sh/job-name": ref.name, "volcano.sh/task-spec": tname},
-        )
-        count = _int(body.get("replicas"), f"{tf}.replicas", 1)
+        labels = {"volcano.sh/job-name": ref.name, "volcano.sh/task-spec": tname}
+        template = parse_pod_template(body.get("template"), f"{tf}.template", labels)
+        count = replica_count(body.get("replicas"), f"{tf}.replicas", 1)
         per_pod = (ReplicaLabel(replicas.VOLCANO_INDEX),)
-        roles.append(Role(ref, tname, count, template, _line(task, ref), per_pod))
+        roles.append(Role(ref, tname, count, template, source_of(task, ref), per_pod))
     if not roles:
         raise PolicyError("spec.tasks", "must list at least one task")
     return roles
