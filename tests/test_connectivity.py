@@ -110,3 +110,35 @@ def test_numpy_is_only_needed_for_the_bulk_probe_counts(monkeypatch: pytest.Monk
     assert ConnectivityMap(matrix).blocks  # the full map is Python ints too
     with pytest.raises(ImportError, match=r"pip install 'placement-auditor\[matrix\]'"):
         matrix.allowed_pod_pairs("TCP", 8080)
+
+
+def test_roles_are_placed_as_the_scan_places_them() -> None:
+    # The map reads the same placement settings as the scan: with the ExtendedResourceToleration
+    # admission plugin on, a GPU pod tolerates the nvidia.com/gpu taint and lands on the GPU nodes.
+    from dataclasses import replace
+
+    from auditor.settings.config import KubernetesSettings, Settings
+
+    text = """\
+apiVersion: v1
+kind: Node
+metadata: {name: g1, labels: {topology.kubernetes.io/zone: za, kubernetes.io/hostname: g1}}
+spec: {taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]}
+status: {allocatable: {cpu: '8', memory: 64Gi, pods: '110', nvidia.com/gpu: '8'}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: trainer, namespace: ml}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: trainer}}
+  template:
+    metadata: {labels: {app: trainer}}
+    spec: {containers: [{name: t, image: x, resources: {limits: {nvidia.com/gpu: 1}}}]}
+"""
+    off = connectivity(inventory(text=text))
+    assert "1 role(s) can land on no node and are not in the map" in off.notes
+    on = Settings(kubernetes=replace(KubernetesSettings(), extended_resource_toleration=True))
+    placed = connectivity(inventory(text=text, settings=on))
+    assert not any("can land on no node" in n for n in placed.notes)
+    assert any(c.cell == Cell("ml", "za") for c in placed.cells)

@@ -20,12 +20,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_endpoint
-from auditor.placement.coupling import place_roles
+from auditor.inventory import Inventory, policy_engine, role_endpoint
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.matrix import ClassMatrix
 from auditor.reachability.policy import Direction
-from auditor.rules.model import RoleEndpoints
+from auditor.rules.model import RoleEndpoints, place_inventory_roles
 from auditor.workloads.dataports import LINUX_EPHEMERAL
 
 UNKNOWN_ZONE = ""  # no Node objects: every role in one cell per namespace
@@ -71,14 +70,13 @@ class ConnectivityMap:
 def connectivity(
     inv: Inventory, protocol: str = "TCP", ports: tuple[int, int] = LINUX_EPHEMERAL
 ) -> ConnectivityMap:
-    zone_key = inv.settings.topology.zone_key
     roles = [r for w in inv.workloads for r in w.roles]
     notes: list[str] = []
     endpoints: list[PodEndpoint] = []
     cells: list[Cell] = []
     replicas: list[int] = []
     if inv.nodes:
-        placements = place_roles(roles, inv.nodes, zone_key, {r: role_claim_zones(inv, r) for r in roles})
+        placements = place_inventory_roles(inv, roles)  # as the scan places them
         role_endpoints = RoleEndpoints(inv)
         unschedulable = 0
         for role in roles:
