@@ -13,15 +13,15 @@ import binascii
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, date, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Engine, Select, Table, func, insert, select, update
+from sqlalchemy import ColumnElement, Engine, Select, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, defer, sessionmaker
 
 from auditor.clock import Clock
 from auditor.model.findings import Finding
-from auditor.store import lifecycle
+from auditor.store import lifecycle, writes
 from auditor.store.records import (
     Changes,
     DigestRecord,
@@ -50,9 +50,6 @@ from auditor.store.schema import (
     Waiver,
 )
 from auditor.store.schema import Finding as FindingRow
-
-_FINDINGS = cast(Table, FindingRow.__table__)
-_OBSERVATIONS = cast(Table, Observation.__table__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +291,9 @@ class Store:
                 )
             }
             plan = lifecycle.plan_run(previous, outcome.findings, outcome.waived, outcome.status)
-            _write_findings(session, run, plan, outcome, now)
+            writes.write_plan(
+                session, run, plan, lambda f: dict(outcome.labels.get(f.workload.identity, {})), now
+            )
             self._store_waivers(session, run.target_id, run_id, outcome)
             run.status = outcome.status
             run.revision = outcome.revision
@@ -692,102 +691,6 @@ class Store:
                 func.count(), active, FindingRow.rule.in_(("cross-zone-blocked", "traffic-blocked"))
             )
         return MetricsSnapshot(tuple(sorted(names.values())), runs, last_ok, open_findings, cost, blocked)
-
-
-def _write_findings(
-    session: Session, run: Run, plan: lifecycle.RunPlan[WaiverSeen], outcome: RunOutcome, now: datetime
-) -> None:
-    """Write a run's plan: finding rows inserted, updated and resolved, one observation per
-    finding, the cost estimate per rule. Bulk statements, in chunks the drivers take well."""
-    run_id, target_id = run.id, run.target_id
-    inserts: list[dict[str, Any]] = []
-    updates: list[dict[str, Any]] = []
-    for change in plan.seen:
-        f, waiver = change.finding, change.hidden_by
-        values = _finding_values(f)
-        values.update(
-            labels=dict(outcome.labels.get(f.workload.identity, {})),
-            status=change.transition.status,
-            last_seen_at=now,
-            last_run_id=run_id,
-            waiver_reason=waiver.reason if waiver else None,
-            waiver_expires=waiver.expires if waiver else None,
-        )
-        if change.transition.reopened:
-            values["resolved_at"] = None
-        if change.before is None:
-            values.update(
-                target_id=target_id, fingerprint=change.fingerprint, first_seen_at=now, first_run_id=run_id
-            )
-            inserts.append(values)
-        else:
-            values["id"] = change.before.id
-            updates.append(values)
-    ids = {c.fingerprint: c.before.id for c in plan.seen if c.before is not None}
-    if inserts:
-        # Core executemany (every row has the same keys): the ORM bulk path splits rows by which
-        # values are None and RETURNING parses every batch again; then one SELECT maps the new
-        # fingerprints to their ids (5x faster for 50,000 findings).
-        for chunk in _chunks(inserts, 5000):
-            session.execute(insert(_FINDINGS), chunk)
-        wanted = {row["fingerprint"] for row in inserts}
-        for fid, fp in session.execute(
-            select(FindingRow.id, FindingRow.fingerprint).where(FindingRow.target_id == target_id)
-        ):
-            if fp in wanted:
-                ids[fp] = fid
-    if updates:
-        session.execute(update(FindingRow), updates)
-    for chunk in _chunks([s.id for s in plan.resolved], 5000):
-        session.execute(
-            update(FindingRow)
-            .where(FindingRow.id.in_(chunk))
-            .values(status="resolved", resolved_at=now)
-            .execution_options(synchronize_session=False)
-        )
-    columns = "finding_id run_id status severity certainty estimated_monthly_cost_usd estimated_slowdown_pct"
-    observed = [(ids[c.fingerprint], run_id, c.transition.status, *_observed(c.finding)) for c in plan.seen]
-    observed += [(s.id, run_id, "resolved", s.severity, s.certainty, None, None) for s in plan.resolved]
-    observations = [dict(zip(columns.split(), row, strict=True)) for row in observed]
-    for chunk in _chunks(observations, 10000):
-        session.execute(insert(_OBSERVATIONS), chunk)
-    for rule in sorted(plan.count_by_rule):
-        session.add(
-            CostEstimate(
-                run_id=run_id,
-                target_id=target_id,
-                rule=rule,
-                findings=plan.count_by_rule[rule],
-                monthly_usd=round(plan.cost_by_rule.get(rule, 0.0), 2),
-                at=now,
-            )
-        )
-
-
-def _observed(f: Finding) -> tuple[str, str, float | None, float | None]:
-    return f.severity, f.certainty, f.estimated_monthly_cost_usd, f.estimated_slowdown_pct
-
-
-def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _finding_values(f: Finding) -> dict[str, Any]:
-    return {
-        "rule": f.rule,
-        "severity": f.severity,
-        "certainty": f.certainty,
-        "namespace": f.workload.namespace[:253],
-        "kind": f.workload.kind[:120],
-        "workload": f.workload.name[:253],
-        "file": f.workload.file,
-        "line": f.workload.line,
-        "message": f.message,
-        "detail": f.to_json(),
-        "estimated_monthly_cost_usd": f.estimated_monthly_cost_usd,
-        "estimated_slowdown_pct": f.estimated_slowdown_pct,
-    }
 
 
 def _last_success(session: Session) -> dict[int, datetime | None]:
