@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -295,3 +296,8 @@ def test_every_column_written_across_runs(store: Store, clock: Clock) -> None:
     ]
     detail = store.finding(rows["a"].id)
     assert detail is not None and detail.detail == a.to_json()
+    # A list reads the same record, without the extras.
+    listed = store.findings(FindingFilter(target="infra"), 10).items
+    assert [
+        replace(f, history=None, detail=None) for f in map(store.finding, (r.id for r in listed)) if f
+    ] == listed
