@@ -20,6 +20,7 @@ from sqlalchemy import ColumnElement, Engine, Select, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from auditor import gcpause
 from auditor.clock import Clock
 from auditor.model.findings import Finding
 from auditor.store import lifecycle, writes
@@ -275,7 +276,9 @@ class Store:
         if outcome.status not in ("succeeded", "partial"):
             raise ValueError(f"complete_run takes succeeded or partial, not {outcome.status}")
         now = self.clock()
-        with self.sessions.begin() as session:
+        # The collector's passes would walk the run's findings again and again while the rows are
+        # built (they make no cycles): a third of the time of 50,000 findings.
+        with gcpause.paused(), self.sessions.begin() as session:
             run = session.get_one(Run, run_id, with_for_update=True)
             if run.status != "running":
                 raise SlotTaken(f"run {run_id} is {run.status}, not running")
