@@ -66,6 +66,7 @@ OBSERVATION_COLUMNS = (
     "estimated_slowdown_pct",
 )
 CHUNK = 5000
+Change = lifecycle.Change[Any]
 
 
 def write_plan(
@@ -81,12 +82,11 @@ def write_plan(
     # encodes the values itself.
     encode: Callable[[Any], Any] = _json_text if postgres else _same
     run_id, target_id = run.id, run.target_id
-    new: list[tuple[Any, ...]] = []
-    seen_again: list[tuple[Any, ...]] = []  # (id, reopened, *SEEN_COLUMNS)
-    for change in plan.seen:
-        f, waiver = change.finding, change.hidden_by
-        ref = f.workload
-        seen = (
+
+    def seen(change: Change) -> tuple[Any, ...]:
+        """The SEEN_COLUMNS of a finding the run saw."""
+        f, waiver, ref = change.finding, change.hidden_by, change.finding.workload
+        return (
             f.rule,
             f.severity,
             f.certainty,
@@ -106,16 +106,23 @@ def write_plan(
             waiver.reason if waiver else None,
             waiver.expires if waiver else None,
         )
-        if change.before is None:
-            new.append((target_id, change.fingerprint, now, run_id, *seen))
-        else:
-            seen_again.append((change.before.id, change.transition.reopened, *seen))
+
+    def new_row(change: Change) -> tuple[Any, ...]:  # NEW_COLUMNS
+        return (target_id, change.fingerprint, now, run_id, *seen(change))
+
+    def again_row(change: Change) -> tuple[Any, ...]:  # (id, reopened, *SEEN_COLUMNS)
+        assert change.before is not None
+        return (change.before.id, change.transition.reopened, *seen(change))
+
+    fresh = [c for c in plan.seen if c.before is None]
+    again = [c for c in plan.seen if c.before is not None]
     resolved = [s.id for s in plan.resolved]
-    ids = {c.fingerprint: c.before.id for c in plan.seen if c.before is not None}
+    ids = {c.fingerprint: c.before.id for c in again if c.before is not None}
     if postgres:
-        ids.update(_write_postgresql(session, new, seen_again, resolved, now))
+        ids.update(_write_postgresql(session, fresh, again, new_row, again_row, resolved, now))
     else:
-        ids.update(_write_generic(session, target_id, new, seen_again, resolved, now))
+        new = [new_row(c) for c in fresh]
+        ids.update(_write_generic(session, target_id, new, list(map(again_row, again)), resolved, now))
     observations = [
         (ids[c.fingerprint], run_id, c.transition.status, *_observed(c.finding)) for c in plan.seen
     ]
@@ -142,35 +149,38 @@ def write_plan(
 
 def _write_postgresql(
     session: Session,
-    new: Sequence[tuple[Any, ...]],
-    seen_again: Sequence[tuple[Any, ...]],
+    fresh: Sequence[Change],
+    again: Sequence[Change],
+    new_row: Callable[[Change], tuple[Any, ...]],
+    again_row: Callable[[Change], tuple[Any, ...]],
     resolved: Sequence[int],
     now: datetime,
 ) -> dict[str, int]:
-    """COPY the rows; returns the ids of the new findings, by fingerprint."""
+    """COPY the rows, each built as it is copied (the server indexes the rows sent while the next
+    are built); returns the ids of the new findings, by fingerprint."""
     connection = _driver(session)
     ids: dict[str, int] = {}
     with connection.cursor() as cursor:
-        if new:
+        if fresh:
             cursor.execute(
                 "SELECT nextval(pg_get_serial_sequence('findings', 'id')) FROM generate_series(1, %s)",
-                (len(new),),
+                (len(fresh),),
             )
             drawn = sorted(int(r[0]) for r in cursor.fetchall())
             _copy(
                 connection,
                 "findings",
                 ("id", *NEW_COLUMNS),
-                ((fid, *row) for fid, row in zip(drawn, new, strict=True)),
+                ((fid, *new_row(c)) for fid, c in zip(drawn, fresh, strict=True)),
             )
-            ids.update((row[1], fid) for fid, row in zip(drawn, new, strict=True))
-        if seen_again:
+            ids.update((c.fingerprint, fid) for fid, c in zip(drawn, fresh, strict=True))
+        if again:
             # Same column types as the table (CREATE … AS … WITH NO DATA), no constraints.
             cursor.execute(
                 "CREATE TEMPORARY TABLE finding_updates ON COMMIT DROP AS "
                 f"SELECT id, false AS reopened, {', '.join(SEEN_COLUMNS)} FROM findings WITH NO DATA"
             )
-            _copy(connection, "finding_updates", ("id", "reopened", *SEEN_COLUMNS), seen_again)
+            _copy(connection, "finding_updates", ("id", "reopened", *SEEN_COLUMNS), map(again_row, again))
             cursor.execute("ANALYZE finding_updates (id)")  # the join key: what the plan needs
             assignments = ", ".join(f"{c} = u.{c}" for c in SEEN_COLUMNS)
             # A reopened finding is no longer resolved; others keep their resolved_at.
