@@ -218,7 +218,8 @@ def test_every_column_written_across_runs(store: Store, clock: Clock) -> None:
     """What each run writes, column by column (PostgreSQL copies the rows, SQLite inserts them):
     new, seen again with changes, waived, resolved, reopened, and waived after being resolved."""
     store.sync_targets([TARGET])
-    a, b, c = finding("a", cost=12.5), finding("b"), finding("c", rule="cross-zone-blocked")
+    a, c = finding("a", cost=12.5), finding("c", rule="cross-zone-blocked")
+    b = finding("b", message='b:\ttab \\ back\\slash\nnew line "quoted" é \\N')  # COPY's escapes
     waiver = WaiverSeen(c.fingerprint, "document:w.yaml:c", "until the move", date(2027, 1, 1), False)
     r1 = _run(store, clock, [a, b, c], labels={a.workload.identity: {"team": "ml", "tier": "é"}})
     t1 = clock.now
@@ -272,6 +273,7 @@ def test_every_column_written_across_runs(store: Store, clock: Clock) -> None:
         "waiver_expires": date(2027, 1, 1),
     }
     b_row, c_row = rows["b"], rows["c"]
+    assert b_row.message == b.message and b_row.detail == b.to_json()
     assert (b_row.status, b_row.resolved_at, b_row.first_run_id, b_row.last_run_id) == (
         "open",
         None,
