@@ -21,13 +21,24 @@ def iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z")
 
 
+# Per record class, its fields in order and whether each is an extra (left out when None):
+# read once, not per record (a page has up to 500 records of some 30 values each).
+_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
+    if type(value) in _SCALARS:
+        return value
+    spec = _FIELDS.get(type(value))
+    if spec is None and is_dataclass(value) and not isinstance(value, type):
+        spec = _FIELDS[type(value)] = tuple((f.name, bool(f.metadata.get("extra"))) for f in fields(value))
+    if spec is not None:
         out = {}
-        for f in fields(value):
-            item = getattr(value, f.name)
-            if item is not None or not f.metadata.get("extra"):
-                out[f.name] = _plain(item)
+        for name, extra in spec:
+            item = getattr(value, name)
+            if item is not None or not extra:
+                out[name] = _plain(item)
         return out
     if isinstance(value, datetime):
         return iso(value)

@@ -14,6 +14,7 @@
   target at a time; `webhook_deliveries` remembers GitHub delivery ids until they expire;
   `check_runs` keeps the check run id per (repository, head SHA, kind), so it is updated, never
   created twice.
+- 0008: findings (namespace, rule, id), for pages filtered on both.
 
 Times are timezone-aware UTC. Migrations (migrations/) must match these models; a test compares them.
 """
@@ -142,6 +143,8 @@ class Finding(Base):
         Index(None, "rule", "id"),
         Index(None, "severity", "id"),
         Index(None, "namespace", "id"),
+        # rule + namespace pages (0008): an index walk that stops at the page, not two bitmaps and a sort.
+        Index(None, "namespace", "rule", "id"),
         Index(None, "last_seen_at"),
         Index(None, "resolved_at"),
     )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from dataclasses import replace
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from dbsupport import Clock
@@ -22,6 +23,7 @@ from auditor.store.repository import (
     encode_cursor,
 )
 from auditor.store.schema import CostEstimate, Observation, Run
+from auditor.store.schema import Finding as FindingRow
 
 TARGET = TargetSpec("infra", "git", "https://example.com/infra.git", "main", ("clusters",), (), "0 6 * * *")
 
@@ -210,3 +212,94 @@ def test_active_findings_counted_per_severity(store: Store, clock: Clock) -> Non
     assert store.active_by_severity("infra") == {"medium": 1}
     with pytest.raises(KeyError):
         store.active_by_severity("nope")
+
+
+def test_every_column_written_across_runs(store: Store, clock: Clock) -> None:
+    """What each run writes, column by column (PostgreSQL copies the rows, SQLite inserts them):
+    new, seen again with changes, waived, resolved, reopened, and waived after being resolved."""
+    store.sync_targets([TARGET])
+    a, c = finding("a", cost=12.5), finding("c", rule="cross-zone-blocked")
+    b = finding("b", message='b:\ttab \\ back\\slash\nnew line "quoted" é \\N')  # COPY's escapes
+    waiver = WaiverSeen(c.fingerprint, "document:w.yaml:c", "until the move", date(2027, 1, 1), False)
+    r1 = _run(store, clock, [a, b, c], labels={a.workload.identity: {"team": "ml", "tier": "é"}})
+    t1 = clock.now
+    listed = store.findings(FindingFilter(target="infra"), 10).items
+    assert [f.workload.name for f in listed] == ["c", "b", "a"]  # ids in the order first reported
+    assert [f.workload.labels for f in listed] == [{}, {}, {"team": "ml", "tier": "é"}]
+    changed = finding("a", severity="high", message="a: now high ✓")  # the same fingerprint
+    r2 = _run(store, clock, [changed], waived=[(c, waiver)])  # b resolved, c waived
+    r3 = _run(store, clock, [b, c])  # b reopened, c no longer waived, a resolved
+    t3 = clock.now
+    r4 = _run(store, clock, [b], waived=[(a, waiver)])  # a waived (not reopened), c resolved
+    t4 = clock.now
+    with store.sessions() as s:
+        rows = {r.workload: r for r in s.scalars(select(FindingRow))}
+        observed = s.execute(
+            select(FindingRow.workload, Observation.run_id, Observation.status, Observation.severity)
+            .join(Observation, Observation.finding_id == FindingRow.id)
+            .order_by(FindingRow.workload, Observation.run_id)
+        ).all()
+
+    def columns(row: FindingRow) -> dict[str, object]:
+        values = {c.key: getattr(row, c.key) for c in FindingRow.__table__.columns}
+        return {
+            k: v.replace(tzinfo=v.tzinfo or UTC) if isinstance(v, datetime) else v
+            for k, v in values.items()
+            if k not in ("id", "target_id")
+        }
+
+    assert columns(rows["a"]) == {
+        "fingerprint": a.fingerprint,
+        "rule": "cross-zone-traffic",
+        "severity": "medium",
+        "certainty": "likely",
+        "namespace": "ml",
+        "kind": "PyTorchJob",
+        "workload": "a",
+        "file": "jobs/a.yaml",
+        "line": 3,
+        "message": "a: Worker → Master crosses zones",
+        "detail": a.to_json(),
+        "labels": {},
+        "status": "waived",
+        "first_seen_at": t1,
+        "last_seen_at": t4,
+        "resolved_at": t3,  # resolved by run 3; waived since, not reopened
+        "first_run_id": r1,
+        "last_run_id": r4,
+        "estimated_monthly_cost_usd": 12.5,
+        "estimated_slowdown_pct": None,
+        "waiver_reason": "until the move",
+        "waiver_expires": date(2027, 1, 1),
+    }
+    b_row, c_row = rows["b"], rows["c"]
+    assert b_row.message == b.message and b_row.detail == b.to_json()
+    assert (b_row.status, b_row.resolved_at, b_row.first_run_id, b_row.last_run_id) == (
+        "open",
+        None,
+        r1,
+        r4,
+    )
+    assert (c_row.status, c_row.waiver_reason, c_row.last_run_id) == ("resolved", None, r3)
+    assert c_row.resolved_at is not None and c_row.resolved_at.replace(tzinfo=UTC) == t4
+    assert [tuple(o) for o in observed] == [
+        ("a", r1, "new", "medium"),
+        ("a", r2, "open", "high"),
+        ("a", r3, "resolved", "high"),
+        ("a", r4, "waived", "medium"),
+        ("b", r1, "new", "medium"),
+        ("b", r2, "resolved", "medium"),
+        ("b", r3, "reopened", "medium"),
+        ("b", r4, "open", "medium"),
+        ("c", r1, "new", "medium"),
+        ("c", r2, "waived", "medium"),
+        ("c", r3, "open", "medium"),
+        ("c", r4, "resolved", "medium"),
+    ]
+    detail = store.finding(rows["a"].id)
+    assert detail is not None and detail.detail == a.to_json()
+    # A list reads the same record, without the extras.
+    listed = store.findings(FindingFilter(target="infra"), 10).items
+    assert [
+        replace(f, history=None, detail=None) for f in map(store.finding, (r.id for r in listed)) if f
+    ] == listed
