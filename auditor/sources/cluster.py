@@ -98,18 +98,12 @@ class _Referents:
             else:
                 self.owners.add(f"{name}-")
 
-    def _pod_name(self, run: str) -> bool:
-        return any(run.startswith(prefix) for prefix in self.owners)
-
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Where the text names something an edge is derived from (character spans)."""
-        found: list[tuple[int, int]] = []
         hosts = [(m.start(), m.end(), m.group(1).lower()) for m in _HOST.finditer(text)]
-        for start, end, host in hosts:
-            if host in self.hosts:
-                found.append((start, end))
+        found = [(start, end) for start, end, host in hosts if host in self.hosts]
         for m in _POD_RUN.finditer(text):
-            if not self._pod_name(m.group(0)):
+            if not m.group(0).startswith(tuple(self.owners)):
                 continue
             # The whole host the pod name is part of, so Service lookups see the same token.
             around = next(((a, b) for a, b, _ in hosts if a <= m.start() and m.end() <= b), None)
@@ -248,10 +242,6 @@ def problem_errors(read: ClusterRead) -> list[LoadError]:
     return out
 
 
-def problem_notes(read: ClusterRead) -> list[str]:
-    return [f"{p.what}: {p.message}" for p in read.absent]
-
-
 def read_cluster(
     context: str | None, kubeconfig: str | None, in_cluster: bool, options: ReadOptions | None = None
 ) -> ClusterRead:
@@ -272,7 +262,7 @@ def inventory_from_read(read: ClusterRead, settings: Settings) -> Inventory:
     inv.notes[:0] = [
         f"live cluster {read.context} ({read.server_version or 'version unknown'}): "
         f"{len(read.objects)} objects, {len(inv.live_pods)} pods",
-        *problem_notes(read),
+        *(f"{p.what}: {p.message}" for p in read.absent),
     ]
     return inv
 

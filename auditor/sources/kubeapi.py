@@ -54,8 +54,8 @@ class Resource:
     def path(self) -> str:
         return f"/apis/{self.group}/{self.version}/{self.plural}" if self.group else f"/api/v1/{self.plural}"
 
-    def rbac_rule(self, verb: str = "list") -> str:
-        return f'apiGroups: ["{self.group}"], resources: ["{self.plural}"], verbs: ["{verb}"]'
+    def rbac_rule(self) -> str:
+        return f'apiGroups: ["{self.group}"], resources: ["{self.plural}"], verbs: ["list"]'
 
 
 def _core(plural: str, kind: str, namespaced: bool = True) -> Resource:
@@ -122,9 +122,7 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     audited as a workload of its own."""
     meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
     assert isinstance(meta, dict)
-    owners = meta.get("ownerReferences") or []
-    controller = next((o for o in owners if isinstance(o, dict) and o.get("controller")), None)
-    if controller is None or controller.get("kind") not in _OWNER_KINDS:
+    if not _owned(meta):
         return pod
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
@@ -185,9 +183,9 @@ _PAGE = msgspec.json.Decoder(_Page)
 _SLIM_POD = msgspec.json.Decoder(_SlimPod)
 
 
-def _owned(pod: Any) -> bool:
-    """Whether `slim_pod` would reduce this pod (its controller is a kind this reader lists)."""
-    owners = pod.get("metadata", {}).get("ownerReferences") if isinstance(pod, dict) else None
+def _owned(meta: Any) -> bool:
+    """Whether `slim_pod` reduces a pod of this metadata (its controller is a kind this reader lists)."""
+    owners = meta.get("ownerReferences") if isinstance(meta, dict) else None
     if not isinstance(owners, list):
         return False
     controller = next((o for o in owners if isinstance(o, dict) and o.get("controller")), None)
@@ -212,7 +210,7 @@ def _pod_items(raw_items: Sequence[msgspec.Raw], resource: Resource) -> list[dic
             partial: Any = _SLIM_POD.decode(raw)
         except msgspec.ValidationError:
             partial = None
-        if _owned(partial):
+        if isinstance(partial, dict) and _owned(partial.get("metadata")):
             out.append(slim_pod(_prepare(partial, resource)))
             continue
         item = _parse(memoryview(raw))
@@ -465,13 +463,11 @@ class Reader:
                     f.cancel()
         self._cilium_config(out)
 
-    def _problem(self, resource: Resource, what: str, exc: _Failed, verb: str = "list") -> ReadProblem:
+    def _problem(self, resource: Resource, what: str, exc: _Failed) -> ReadProblem:
         if exc.status == 404 and resource.optional:
             return ReadProblem(what, "absent", "the API is not served (CRD not installed); skipped")
         if exc.status == 403:
-            return ReadProblem(
-                what, "forbidden", f"permission denied: {exc.message}", resource.rbac_rule(verb)
-            )
+            return ReadProblem(what, "forbidden", f"permission denied: {exc.message}", resource.rbac_rule())
         return ReadProblem(what, "failed", exc.message)
 
     def _cilium_config(self, out: ClusterRead) -> None:
@@ -503,12 +499,7 @@ class Reader:
                 continue
             item = json.loads(body)
             if isinstance(item, dict):
-                item.setdefault("apiVersion", "v1")
-                item.setdefault("kind", "ConfigMap")
-                meta = item.get("metadata")
-                if isinstance(meta, dict):
-                    meta.pop("managedFields", None)
-                out.objects.append(item)
+                out.objects.append(_prepare(item, CILIUM_CONFIG))
                 return
 
 

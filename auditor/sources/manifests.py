@@ -52,7 +52,6 @@ class Tools:
 class Collected:
     documents: list[yamlio.Document] = field(default_factory=list)
     errors: list[LoadError] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
     not_audited: list[NotAudited] = field(default_factory=list)
 
     def skip(self, path: str, reason: str, line: int = 0) -> None:
@@ -62,8 +61,6 @@ class Collected:
 
 
 def _under(path: Path, roots: set[Path]) -> Path | None:
-    if not roots:
-        return None
     for parent in (path, *path.parents):
         if parent in roots:
             return parent
@@ -167,10 +164,9 @@ def collect(
     files, errors = yamlio.discover_files(list(paths))
     for e in errors:  # a path that could not be listed or read: not audited
         out.skip(e.file, e.message, e.line)
-    resolved = [(p, p, display) for p, display in files]  # discover_files resolves them
-    displays = {real: display for real, _, display in resolved}
-    kroots = {p.parent for p, _, _ in resolved if p.name in KUSTOMIZATION_FILES}
-    charts = {p.parent for p, _, _ in resolved if p.name == "Chart.yaml"}
+    displays = dict(files)  # discover_files resolves the paths
+    kroots = {p.parent for p, _ in files if p.name in KUSTOMIZATION_FILES}
+    charts = {p.parent for p, _ in files if p.name == "Chart.yaml"}
     included: set[Path] = set()
     for directory in kroots:
         included |= kustomize.included(directory)
@@ -178,14 +174,14 @@ def collect(
     owners: dict[Path, tuple[Path | None, Path | None]] = {}  # directory -> (chart, kustomization)
     to_read: list[tuple[Path, str]] = []
     read_for: list[Path | None] = []  # the kustomization each file belongs to, if any
-    for real, path, display in resolved:
+    for real, display in files:
         owner = owners.get(real.parent)
         if owner is None:
             owner = owners[real.parent] = (_under(real.parent, charts), _under(real.parent, kroots))
         chart, kroot = owner
         if chart is not None:
             continue  # chart templates are Go templates, not YAML
-        to_read.append((path, display))
+        to_read.append((real, display))
         read_for.append(kroot)
     loaded = yamlio.load_files(to_read, jobs=jobs, cache=cache)
     for n, (kroot, (_, display), (docs, errs)) in enumerate(zip(read_for, to_read, loaded, strict=True), 1):
@@ -256,6 +252,5 @@ def load_inventory(
         if errs:
             collected.not_audited.append(NotAudited(name, errs[0].message))
     inv = build_inventory(collected.documents, settings, collected.errors)
-    inv.notes[:0] = collected.notes
     inv.not_audited = sorted(set(collected.not_audited))
     return inv

@@ -35,6 +35,7 @@ from auditor.settings.config import PrometheusSettings, Settings
 log = logging.getLogger("auditor.prometheus")
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9._-]+$")  # namespace and pod names: safe inside a regex
+_BLOCKED = ("cross-zone-blocked", "traffic-blocked")
 
 
 class PrometheusError(RuntimeError):
@@ -82,10 +83,6 @@ class PrometheusClient:
         return out
 
 
-def _pod_regex(pods: Sequence[LivePod]) -> str:
-    return "|".join(p.name for p in pods if _LABEL_VALUE.match(p.name))
-
-
 def _by_pod(samples: Iterable[Sample]) -> dict[str, float]:
     out: dict[str, float] = {}
     for s in samples:
@@ -105,7 +102,7 @@ class GroupSignals:
 def _group_signals(
     client: PrometheusClient, namespace: str, pods: Sequence[LivePod], window: str
 ) -> GroupSignals:
-    names = _pod_regex(pods)
+    names = "|".join(p.name for p in pods if _LABEL_VALUE.match(p.name))
     if not names or not _LABEL_VALUE.match(namespace):
         return GroupSignals({}, {}, None)
     sel = f'namespace="{namespace}", pod=~"{names}"'
@@ -161,26 +158,18 @@ def enrich(
 
     price = settings.cost.price()
     out: list[Finding] = []
-    cache: dict[str, GroupSignals | str] = {}
     for f in findings:
-        if f.certainty != "observed" or f.rule not in (
-            "cross-zone-traffic",
-            "cross-zone-blocked",
-            "traffic-blocked",
-        ):
+        if f.certainty != "observed" or f.rule not in ("cross-zone-traffic", *_BLOCKED):
             out.append(f)
             continue
-        key = f.fingerprint
         group = group_of(f)
-        if key not in cache:
-            try:
-                cache[key] = _group_signals(client, f.workload.namespace, [p for p, _ in group], prom.window)
-            except PrometheusError as exc:
-                log.warning("Prometheus: %s", exc)
-                cache[key] = f"Prometheus did not answer ({exc}): cost from the model, no measured evidence"
-        signals = cache[key]
-        if isinstance(signals, str):
-            out.append(_note(f, signals))
+        try:
+            signals = _group_signals(client, f.workload.namespace, [p for p, _ in group], prom.window)
+        except PrometheusError as exc:
+            log.warning("Prometheus: %s", exc)
+            out.append(
+                _note(f, f"Prometheus did not answer ({exc}): cost from the model, no measured evidence")
+            )
             continue
         out.append(_measured(f, group, signals, price.per_moved_byte_usd, prom.window, price.provider))
     return out
@@ -218,13 +207,13 @@ def _measured(
             f"cost from measurement: crossing bytes × {SECONDS_PER_MONTH:,} s/month × the {provider} price; "
             "peers exchange evenly (ring or tree all-reduce)",
         )
-    if signals.gpu_util and f.rule in ("cross-zone-blocked", "traffic-blocked"):
+    if signals.gpu_util and f.rule in _BLOCKED:
         mean = sum(signals.gpu_util.values()) / len(signals.gpu_util)
         evidence.append(
             f"GPU utilisation of the group's pods: {mean:.0f}% on average (DCGM_FI_DEV_GPU_UTIL, "
             f"{len(signals.gpu_util)} pod(s)) — {'idle behind the closed door' if mean < 5 else 'busy'}"
         )
-    if signals.drops_per_second is not None and f.rule in ("cross-zone-blocked", "traffic-blocked"):
+    if signals.drops_per_second is not None and f.rule in _BLOCKED:
         evidence.append(
             f"policy drops towards the group: {signals.drops_per_second:.2f}/s "
             f"(hubble_drop_total, reason POLICY_DENIED, rate over {window})"
