@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from auditor import TOOL_NAME, __version__, gcpause, progress
 from auditor.audit.explain import ExplainError, explain, to_json, to_text
@@ -292,16 +292,13 @@ def _write(args: argparse.Namespace, text: str) -> None:
 
 
 def _emit(args: argparse.Namespace, result: ScanResult, root: Path | None = None) -> None:
-    if args.format == "sarif":
+    if args.format in ("sarif", "junit"):
         source = sarif.SourceRoot(root or _scan_root(args), Path.cwd())
-        text = sarif.render(result, source)
+        text = (sarif.render if args.format == "sarif" else junit.render)(result, source)
     elif args.format == "markdown":
         text = markdown.render(json_report.to_document(result))
-    elif args.format == "junit":
-        text = junit.render(result, sarif.SourceRoot(root or _scan_root(args), Path.cwd()))
     elif args.format in ("json", "csv"):
-        renderers = {"json": json_report.render, "csv": csv_report.render}
-        text = renderers[args.format](result)
+        text = (json_report.render if args.format == "json" else csv_report.render)(result)
     else:
         out_tty = args.output is None and sys.stdout.isatty()
         text = table.render(result, colour=out_tty and "NO_COLOR" not in os.environ)
@@ -430,22 +427,20 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return EXIT_FAILED if read.incomplete else EXIT_OK
 
 
-class _Fallback:
-    DEMO = "demo"  # `auditor serve`: the bundled seed-lab example, as documented (README, service.md)
-    DEFAULTS = "defaults"  # `auditor findings`: only the database is needed
-    NONE = "none"  # run, report, pr, digest: a config is required
-
-
-def _service_settings(args: argparse.Namespace, fallback: str = _Fallback.NONE) -> Settings:
+def _service_settings(
+    args: argparse.Namespace, fallback: Literal["demo", "defaults", "none"] = "none"
+) -> Settings:
     """The config for the service commands: --config, else $AUDITOR_CONFIG, else
-    .placement-auditor.yaml from the working directory upward; else what `fallback` says."""
+    .placement-auditor.yaml from the working directory upward; else the `fallback`: "demo" the
+    bundled seed-lab example (`auditor serve`, as README and service.md document), "defaults"
+    (`auditor findings`: only the database is needed), "none" a usage error (a config is required)."""
     if args.config:
         return load_settings(Path(args.config))
     found = discover_config(Path.cwd(), os.environ)
     if found is not None:
         print(f"note: using the config {found}", file=sys.stderr)
         return load_settings(found)
-    if fallback == _Fallback.DEMO:
+    if fallback == "demo":
         bundled = examples_dir() / "service.yaml"
         print(
             f"note: no config found (--config, ${CONFIG_ENV} or {CONFIG_FILE_NAME}): serving the "
@@ -453,7 +448,7 @@ def _service_settings(args: argparse.Namespace, fallback: str = _Fallback.NONE) 
             file=sys.stderr,
         )
         return load_settings(bundled)
-    if fallback == _Fallback.DEFAULTS:
+    if fallback == "defaults":
         return Settings()
     raise ConfigError(
         "(arguments)",
@@ -477,7 +472,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     from auditor.store import database
 
-    settings = _service_settings(args, _Fallback.DEFAULTS)
+    settings = _service_settings(args, "defaults")
     url = database.resolve_url(settings.database.url)
     engine = database.make_engine(url)
     try:
@@ -539,7 +534,7 @@ def _since(text: str | None) -> datetime | None:
 def cmd_findings(args: argparse.Namespace) -> int:
     from auditor.store.repository import BadCursor, FindingFilter
 
-    settings = _service_settings(args, _Fallback.DEFAULTS)
+    settings = _service_settings(args, "defaults")
     flt = FindingFilter(
         args.target, args.rule, args.severity, args.status, args.namespace, _since(args.since)
     )
@@ -571,7 +566,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from auditor import bootstrap
 
-    settings = _service_settings(args, _Fallback.DEMO)
+    settings = _service_settings(args, "demo")
     host = args.host or settings.service.host
     port = args.port if args.port is not None else settings.service.port
     # The app checks Host headers when it listens on loopback: it must know the real address.
@@ -639,7 +634,6 @@ def cmd_fix(args: argparse.Namespace) -> int:
 def cmd_pr(args: argparse.Namespace) -> int:
     from github import GithubException
 
-    from auditor.gitops.git import GitError
     from auditor.gitops.pulls import sync_pull_requests
 
     settings = _service_settings(args)
@@ -651,8 +645,6 @@ def cmd_pr(args: argparse.Namespace) -> int:
     store = _build_store(settings)
     try:
         outcomes = sync_pull_requests(target, settings, store, tools=Tools.detect())
-    except GitError:
-        raise
     except GithubException as exc:
         raise for_http_status(f"GitHub: {exc}", exc.status) from exc
     for o in outcomes:
@@ -716,28 +708,22 @@ def _checkout_relative(export: dict[str, Any], settings: Settings) -> dict[str, 
         elif t.directory:
             roots[t.name] = Path(t.directory).resolve()
 
-    def relative(name: str, root: Path | None) -> str:
-        if not name or root is None or not Path(name).is_absolute():
-            return name
-        path = Path(name)
-        return path.relative_to(root).as_posix() if path.is_relative_to(root) else name
+    def relative(obj: dict[str, Any], root: Path | None) -> dict[str, Any]:
+        """`obj` with its `file` relative to `root` when it lies there."""
+        name = obj.get("file", "")
+        if name and root is not None and Path(name).is_absolute() and Path(name).is_relative_to(root):
+            name = Path(name).relative_to(root).as_posix()
+        return {**obj, "file": name}
 
     findings = []
     for f in export["findings"]:
         root = roots.get(f["target"])
-        f = {**f, "workload": {**f["workload"], "file": relative(f["workload"].get("file", ""), root)}}
+        f = {**f, "workload": relative(f["workload"], root)}
         detail = dict(f.get("detail") or {})
         if isinstance(detail.get("workload"), dict):
-            detail["workload"] = {
-                **detail["workload"],
-                "file": relative(detail["workload"].get("file", ""), root),
-            }
+            detail["workload"] = relative(detail["workload"], root)
         if isinstance(detail.get("policies"), list):
-            detail["policies"] = [
-                {**p, "file": relative(p.get("file", ""), root)}
-                for p in detail["policies"]
-                if isinstance(p, dict)
-            ]
+            detail["policies"] = [relative(p, root) for p in detail["policies"] if isinstance(p, dict)]
         f["detail"] = detail
         findings.append(f)
     return {**export, "findings": findings}

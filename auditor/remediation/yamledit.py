@@ -2,14 +2,9 @@
 
 Edits are splices at positions PyYAML's composer reports for the nodes of the document, so
 everything not edited — comments, key order, quoting, indentation, blank lines, line endings —
-stays byte for byte. Three operations: replace a scalar, insert keys at the top of a block
-mapping, append items to a block sequence. New text is given as block YAML (rendered from a
-template and parsed again by the caller) and is indented to fit.
-
-Refused with an `EditError` (and a reason a person can act on): a path through an alias or an
-anchored node (the edit would change other places too), a flow-style collection where keys or
-items must be added, tabs in the indentation being edited, a path that does not exist.
-After every edit the document is parsed again and compared with the intended result.
+stays byte for byte: a scalar replaced, keys inserted at the top of a block mapping, items
+appended to a block sequence. What is refused (`EditError`, with a reason a person can act on):
+docs/remediation.md, step 3.
 """
 
 from __future__ import annotations

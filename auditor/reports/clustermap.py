@@ -1,19 +1,8 @@
-"""The cluster map: one picture per target of where training pods can land (zones × namespaces) and
+"""The cluster map: one SVG per target of where training pods can land (zones × namespaces) and
 which zone-to-zone doors the policies leave open for training traffic, with the groups that
-straddle them.
-
-The input is the connectivity engine's `ConnectivityMap` (auditor/audit/connectivity.py: for each ordered
-pair of (namespace, zone) cells, how many policy classes may talk on the probe, both directions) and
-the groups of a scan (rules/groups.py) that can be split across zones. Drawn as one SVG:
-
-- left, a grid: a row per namespace, a column per zone, each cell with the pods that can land there;
-- right of each row, the namespace's own zone × zone matrix (training traffic stays in a namespace
-  far more often than not): a square per (from zone, to zone), green open, amber partial, red closed;
-- above, the target's doors: per pair of zones, in how many namespaces that traffic is open;
-- at the end of the row, how many groups of that namespace straddle zones and how many of those
-  straddle a closed or partial door.
-
-Pure; text escaped; no script."""
+straddle them (docs/reports.md, "The cluster map"). The input is the connectivity engine's
+`ConnectivityMap` (auditor/audit/connectivity.py) and the groups of a scan (rules/groups.py) that
+can be split across zones. Pure; text escaped; no script."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""The daily digest per team. A summary comes first (active findings by severity, blocked groups,
-the estimated monthly inter-AZ cost and what changed since the last digest — or that this is the
-first one), then the top groups (blocked first, then by cost) with "and N more" linking to the web
-pages, the changes (new, reopened, resolved), waivers expiring soon and audit coverage (targets whose
-last run failed or is stale). Routed per team by target, namespace and workload label.
-
-Every list is capped (LIST_LIMIT) so the HTML of the largest team stays far below the ~100 KB at
-which Gmail clips a message. Maps are never inlined as SVG (neither Gmail nor Outlook renders it):
-each group links to its web page, which has the map. Pure: the caller passes the store's data and
-the time."""
+"""The daily digest per team: a summary first, then the top groups, the changes, waivers expiring
+soon and audit coverage, each list capped (LIST_LIMIT) so the HTML stays far below the ~100 KB at
+which Gmail clips a message; maps are links, never inline SVG (docs/reports.md, "Daily digest").
+Pure: the caller passes the store's data and the time."""
 
 from __future__ import annotations
 

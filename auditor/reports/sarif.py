@@ -1,20 +1,7 @@
-"""SARIF 2.1.0 for GitHub code scanning (and any SARIF viewer).
-
-- Locations are repository-relative URIs with ``uriBaseId: %SRCROOT%``, declared in the run's
-  ``originalUriBaseIds`` (SARIF §3.4.4, validator rule SARIF1004): GitHub places a result on a
-  file only through a path relative to the repository root. Files outside the root get an
-  absolute ``file:`` URI without a base; objects that are not files (``<stdin>``, a cluster)
-  get a logical location only.
-- ``tool.driver.rules`` lists every rule that can fire: the built-in ones, the custom CEL rules
-  of the policy packs in force, and any other rule id a result carries (a stored finding of a
-  custom rule whose pack is gone), each with help text and a ``helpUri`` into the docs.
-- ``security-severity`` (GitHub's 0–10 score) and the default level follow the *effective*
-  severity: a pack's override, else the rule's own.
-- ``invocations[0].executionSuccessful`` is true only for a complete audit (nothing was left
-  unread, and something was read): a partial audit is never a clean bill of health.
-- ``partialFingerprints`` carry the finding fingerprint, so code scanning tracks an alert
-  across commits and line moves.
-"""
+"""SARIF 2.1.0 for GitHub code scanning (and any SARIF viewer): root-relative locations, every rule
+that can fire, the effective severity, partial-audit flag and fingerprints as docs/ci.md, "SARIF for
+code scanning", describes. GitHub places a result on a file only through a path relative to the
+repository root under ``%SRCROOT%`` (SARIF §3.4.4, validator rule SARIF1004)."""
 
 from __future__ import annotations
 

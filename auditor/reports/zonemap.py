@@ -1,15 +1,8 @@
-"""The map of a training group: where its pods can land and which doors are shut.
-
-Zones are columns (any number; 2–8 stay readable), each role is a box in every zone it can land in
-(dashed outline: can land; filled: pods run there now), with its replica count. Every edge of the
-group is drawn once per role pair and port — allowed in green, denied in red dashes, a wider amber
-underlay when it crosses zones, a loop when a role talks to itself in one zone — and carries a
-numbered badge keyed to a line under the map that says the port, the verdict and the deciding policy
-(also the edge's hover title). A legend explains the styles.
+"""The map of a training group: where its pods can land and which doors are shut (what it draws:
+docs/reports.md, "The group map").
 
 Layout is by construction free of overlaps: boxes sit on a grid; edges run only in the gutters
-between columns and between rows (each edge in its own track), start on the right border of the
-source box and end on the left border of the destination box. Server-rendered SVG, no script, no
+between columns and between rows (each edge in its own track). Server-rendered SVG, no script, no
 external asset, every text escaped. Pure: the input is a small typed `GroupMap`, built from a fresh
 scan's groups (`from_group`) or from stored findings (`from_findings`)."""
 

@@ -1,21 +1,10 @@
 """Live clusters and snapshots of them: what the reader saw, as documents for the inventory.
 
 `auditor cluster` audits the objects read from the API server; `auditor snapshot` writes the
-same objects to one YAML file (a `ClusterSnapshot` header, then a `List`), and `auditor scan FILE`
-audits that file offline with the same findings. A snapshot never holds a Secret, nor a ConfigMap
-other than `cilium-config`.
-
-A snapshot carries only what the audit reads (`reduce_for_snapshot`), because it leaves the
-cluster (attached to tickets, committed to repositories):
-- annotations: only the keys the audit reads (`placement-auditor.io/*`, Kueue, JobSet, LWS,
-  Volcano and the Job index), plus `cluster.snapshot_annotations`; never
-  `kubectl.kubernetes.io/last-applied-configuration`, which repeats the whole manifest;
-- containers: name, ports, resources and restartPolicy; env values only where the audit reads
-  the variable itself (`MASTER_PORT`, `PET_MASTER_PORT`, Open MPI's TCP port MCA settings, all
-  numbers); every other env value, command and argument is reduced to the words edges are
-  derived from: host[:port] tokens naming a Service of the snapshot, pod names of a workload of
-  the snapshot, and `--mca btl_tcp_port_*` settings. `valueFrom` is dropped (never resolved);
-- volumes: name and persistentVolumeClaim (the volume zone filter); no other volume source.
+same objects to one YAML file (a `ClusterSnapshot` header, then a `List`) that `auditor scan FILE`
+audits offline with the same findings. A snapshot leaves the cluster, so it carries only what the
+audit reads (`reduce_for_snapshot`; which annotations, env values, words and volume fields:
+docs/cluster.md, "What a snapshot keeps"), never a Secret nor a ConfigMap but `cilium-config`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The cluster reader: lists what the live audit needs from a Kubernetes API server through the
-official `kubernetes` client (kubeconfig context or in-cluster service account).
+official `kubernetes` client (kubeconfig context or in-cluster service account). Pagination, retries,
+410 Gone, the read's deadline, 403/404 and what is never read: docs/cluster.md, "What is read".
 
-- Every list is paginated (`limit` / `continue`); an expired continue token (410 Gone) restarts that
-  list from the beginning, a bounded number of times.
-- Timeouts, connection errors, 429 and 5xx are retried with exponential backoff (Retry-After is
-  honoured); what still fails is reported, and the read is *incomplete* — never silently clean.
-- One read has an overall deadline (`cluster.read_deadline_seconds`), checked before every
-  request and bounding each request's timeout and each backoff: a stalled API server ends the
-  read with the resources listed so far and a problem naming the deadline (the audit is partial).
-- An API that is not served (404: the CRD is not installed) is skipped and reported; a missing
-  permission (403) is reported with the exact RBAC rule that would grant it.
-- Secrets are never read; of the ConfigMaps only `cilium-config` (one GET in its namespace).
-- Responses are read raw (never through the client's model classes, far too slow for 150,000
-  pods) and parsed once: list pages with orjson, pod pages with msgspec against the few fields an
-  owned pod keeps (`slim_pod`), so the ~7 KB of spec, status and managedFields of each of them never
-  become Python objects; `metadata.managedFields` is dropped on arrival.
-- The lists run concurrently across resources (`ReadOptions.concurrency` threads; each list is
-  still one paginated sequence), and the result keeps the order of `RESOURCES`.
+Responses are read raw (never through the client's model classes, far too slow for 150,000 pods)
+and parsed once: list pages with orjson, pod pages with msgspec against the few fields an owned pod
+keeps (`slim_pod`), so the ~7 KB of spec, status and managedFields of each never become Python
+objects. The lists run concurrently across resources; the result keeps the order of `RESOURCES`.
 """
 
 from __future__ import annotations

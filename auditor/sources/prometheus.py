@@ -1,15 +1,10 @@
-"""Measured signals for live audits, from the Prometheus HTTP query API (`/api/v1/query`).
-
-For each training group whose pods run now (observed findings):
-- bytes each pod sends: `rate(container_network_transmit_bytes_total[window])` (cAdvisor); for a
-  group split across zones the inter-AZ share is what each pod sends times the share of its peers
-  in other zones (peers exchange evenly, as in ring and tree all-reduce), priced with the
-  configured price: the cost *from measurement* replaces the model's;
-- GPU utilisation of the pods of a blocked group: `DCGM_FI_DEV_GPU_UTIL` (dcgm-exporter), which
-  shows idle GPUs behind a closed door;
-- policy drops towards the group: `hubble_drop_total{reason="POLICY_DENIED"}` (Hubble metrics with
-  pod context).
-Without a Prometheus URL (or when it does not answer) the model is kept and the finding says so.
+"""Measured signals for live audits, from the Prometheus HTTP query API (`/api/v1/query`): for each
+training group whose pods run now (observed findings), the bytes its pods send (priced: the cost
+*from measurement* replaces the model's), GPU utilisation and policy drops of a blocked group
+(queries and metrics: docs/cluster.md, "Measured signals"). For a group split across zones the
+inter-AZ share is what each pod sends times the share of its peers in other zones (peers exchange
+evenly, as in ring and tree all-reduce). Without a Prometheus URL (or when it does not answer) the
+model is kept and the finding says so.
 """
 
 from __future__ import annotations
