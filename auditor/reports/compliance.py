@@ -18,7 +18,8 @@ from typing import Any
 from markupsafe import Markup
 
 from auditor import TOOL_NAME, __version__, templating
-from auditor.reports import StoredResult, junit, policyreport, sarif, zonemap
+from auditor.reports import ACTIVE, StoredResult, junit, policyreport, sarif, zonemap
+from auditor.reports.csv_report import _safe
 from auditor.rules import RULES
 from auditor.settings.service import ReportSettings
 
@@ -48,7 +49,7 @@ def build(
         evidence = t.get("last_successful_run") or {}
         for rule in [*rules, *extra]:
             mine = [f for f in export["findings"] if f["target"] == t["name"] and f["rule"] == rule]
-            active = [f for f in mine if f["status"] in ("new", "open", "reopened")]
+            active = [f for f in mine if f["status"] in ACTIVE]
             waived = [f for f in mine if f["status"] == "waived"]
             if not evidence:
                 status = "not-audited"
@@ -116,11 +117,7 @@ def to_csv(report: Report) -> str:
     writer = csv.DictWriter(out, fields, lineterminator="\n")
     writer.writeheader()
     for row in report.rows:
-        cells = {**row, "controls": " ".join(row["controls"])}
-        # A cell starting with = + - @ would be a formula in a spreadsheet.
-        writer.writerow(
-            {k: ("'" + v if isinstance(v, str) and v[:1] in "=+-@\t\r" else v) for k, v in cells.items()}
-        )
+        writer.writerow({k: _safe(v) for k, v in {**row, "controls": " ".join(row["controls"])}.items()})
     return out.getvalue()
 
 
@@ -149,7 +146,7 @@ def content_hash(report: Report) -> str:
 
 
 def _summary(report: Report) -> dict[str, Any]:
-    active = [f for f in report.findings if f["status"] in ("new", "open", "reopened")]
+    active = [f for f in report.findings if f["status"] in ACTIVE]
     by_sev = {s: sum(f["severity"] == s for f in active) for s in ("critical", "high", "medium", "low")}
     status = {
         s: sum(r["status"] == s for r in report.rows) for s in ("fail", "waived", "pass", "not-audited")
@@ -171,7 +168,7 @@ def _summary(report: Report) -> dict[str, Any]:
     ordered = sorted(
         report.findings,
         key=lambda f: (
-            f["status"] not in ("new", "open", "reopened"),
+            f["status"] not in ACTIVE,
             rank.get(f["severity"], 9),
             -float(f.get("estimated_monthly_cost_usd") or 0),
             f["id"],
