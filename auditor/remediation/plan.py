@@ -173,20 +173,13 @@ def plan(
             if isinstance(found, str):
                 blocked = found
                 break
-            confined = model.placements[role].zones == (zone,)
+            pin = None if model.placements[role].zones == (zone,) else zone  # not when confined there
             labels = _zone_labels(zone, set(zones), dict(role.template.labels))
-            if strategy == "follow-coordinator" and peer is not None:
-                if role == peer:
-                    patch = RolePatch(role, None if confined else zone, found, labels)
-                else:
-                    coordinator = tuple(
-                        (k, v) for k, v in peer.template.labels if not k.lower().endswith("zone")
-                    )
-                    patch = RolePatch(role, None, found, labels, coordinator_labels=coordinator)
-            elif strategy == "kueue-topology":
-                patch = RolePatch(role, None if confined else zone, found, labels, kueue=True)
+            if strategy == "follow-coordinator" and peer is not None and role != peer:
+                coordinator = tuple((k, v) for k, v in peer.template.labels if not k.lower().endswith("zone"))
+                patch = RolePatch(role, None, found, labels, coordinator_labels=coordinator)
             else:
-                patch = RolePatch(role, None if confined else zone, found, labels)
+                patch = RolePatch(role, pin, found, labels, kueue=strategy == "kueue-topology")
             if not patch.empty:
                 patches.append(patch)
         if blocked:

@@ -1,19 +1,13 @@
 """Read manifests from the file system: raw YAML through the one loader, Kustomize directories
 rendered with `kubectl kustomize`, Helm charts with `helm template` (each when the tool is
-installed).
+installed), as docs/cli.md (`auditor scan`) and docs/config.md ("Sources") describe.
 
 Files inside a kustomization or chart directory are not read raw: the rendered output is what
-reaches a cluster. Only kustomizations that no other scanned kustomization includes are rendered,
-so a base is audited through its overlays, once each. Rendered objects keep the file and line of
-the source document they came from when it can be found.
-
-Rendering never reaches the network or leaves the repository root (sources/kustomize.py checks
-a kustomization first; sources/sandbox.py runs the renderer). What could not be seen — a
-directory skipped because its renderer is missing, a refused or failed build, an unreadable
-file — is an error entry *and* a `NotAudited` entry: the audit is partial.
-
-The repository root of a path is the git work tree holding it, else the path itself (its
-directory, for a file); the service passes its target's root.
+reaches a cluster; only kustomizations no other scanned one includes are rendered, so a base is
+audited through its overlays. Rendered objects keep the file and line of the source document they
+came from when it can be found. What could not be seen is an error entry *and* a `NotAudited`
+entry: the audit is partial. The repository root of a path is the git work tree holding it, else
+the path itself (its directory, for a file); the service passes its target's root.
 """
 
 from __future__ import annotations
