@@ -32,18 +32,10 @@ def newline_of(text: str) -> str:
 
 
 def _documents(text: str) -> list[Node]:
-    loader = yaml.SafeLoader(text)
     try:
-        nodes = []
-        while loader.check_node():
-            node = loader.get_node()
-            if node is not None:
-                nodes.append(node)
-        return nodes
+        return list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise EditError(f"the file is not valid YAML: {exc}") from None
-    finally:
-        loader.dispose()
 
 
 def locate(text: str, line: int) -> Node:

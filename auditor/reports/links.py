@@ -25,9 +25,7 @@ def repository_web_url(remote: str) -> tuple[str, str] | None:
             return None
         host, path = m["host"], "/" + m["path"]
     host = host.lower()
-    path = path.rstrip("/")
-    if path.endswith(".git"):
-        path = path[:-4]
+    path = path.rstrip("/").removesuffix(".git")
     segments = [s for s in path.split("/") if s]
     if not host or len(segments) < 2 or any(s in (".", "..") for s in segments):
         return None
