@@ -283,7 +283,6 @@ def sync_pull_requests(
     settings: Settings,
     store: Store,
     environ: Mapping[str, str] | None = None,
-    client: Any = None,
     tools: Tools | None = None,
     sleep: Callable[[float], None] | None = None,
 ) -> list[PullOutcome]:
@@ -293,8 +292,7 @@ def sync_pull_requests(
     if target.git is None or target.github is None:
         raise git.GitError(f"target {target.name} has no git repository with a github section")
     gh = target.github
-    client = client or github_client(gh, environ, store.clock, sleep)
-    repo = client.get_repo(gh.repository)
+    repo = github_client(gh, environ, store.clock, sleep).get_repo(gh.repository)
     base_branch = target.git.branch or repo.default_branch
     cache = Path(settings.service.git_cache_dir)
     credentials = git.credentials(target.git, environ)

@@ -158,11 +158,9 @@ def kustomize_patch(
         raise FixError("the pod template sits in a list: use kustomize_json6902")
     fragment = _fragment(patch, strategy, zone_key)
     template: dict[str, Any] = {}
-    meta: dict[str, Any] = {}
-    if patch.labels:
-        meta["labels"] = dict(patch.labels)
-    if fragment.get("annotations"):
-        meta["annotations"] = fragment["annotations"]
+    meta = {
+        k: v for k, v in (("labels", dict(patch.labels)), ("annotations", fragment.get("annotations"))) if v
+    }
     if meta:
         template["metadata"] = meta
     spec: dict[str, Any] = {}

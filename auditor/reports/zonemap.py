@@ -219,12 +219,10 @@ def svg(group: GroupMap) -> str:
     roles = list(group.roles)
     unknown = zones == (UNKNOWN_ZONE,)
     feasible = {r.name: (UNKNOWN_ZONE,) if unknown else r.feasible for r in roles}
-    names = {r.name for r in roles}
     for e in group.edges:  # an edge to a role the input does not describe still gets a box
         for name in (e.source, e.destination):
-            if name not in names:
+            if name not in feasible:
                 roles.append(MapRole(name, None, ()))
-                names.add(name)
                 feasible[name] = ()
     n_edges = len(group.edges)
     gutter = 2 * COL_PAD + TRACK * (n_edges + 1)
@@ -239,9 +237,8 @@ def svg(group: GroupMap) -> str:
     boxes: dict[tuple[str, str], Box] = {}
     placed: dict[str, list[str]] = {}
     for r in roles:
-        zs = [z for z in zones if z in feasible[r.name] or z in r.actual]
-        if not zs:  # no zone known or unschedulable: one box in the first column, marked
-            zs = [zones[0]]
+        # No zone known or unschedulable: one box in the first column, marked.
+        zs = [z for z in zones if z in feasible[r.name] or z in r.actual] or [zones[0]]
         placed[r.name] = zs
         for z in zs:
             boxes[(r.name, z)] = Box(r.name, z, col_x[z] + COL_PAD, row_y[r.name])

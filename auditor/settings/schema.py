@@ -83,12 +83,11 @@ def setting(
     *,
     doc: str,
     factory: Callable[[], Any] | None = None,
-    repr: bool = True,
     **meta: Any,
 ) -> Any:
     """A dataclass field with its documentation and constraints (see Meta)."""
     info = Meta(doc=doc, **meta)
-    shown = repr and not info.secret
+    shown = not info.secret
     if factory is not None:
         return field(default_factory=factory, repr=shown, metadata={"schema": info})
     return field(default=default, repr=shown, metadata={"schema": info})

@@ -61,11 +61,10 @@ def run(
     timeout_s: float,
     max_output_bytes: int,
     allow_network: bool = False,
-    environ: dict[str, str] | None = None,
 ) -> ToolRun:
     """Run `cmd` in `cwd` under the limits above."""
     with tempfile.TemporaryDirectory(prefix="auditor-render-") as home:
-        env = environment(Path(home), dict(os.environ) if environ is None else environ, allow_network)
+        env = environment(Path(home), dict(os.environ), allow_network)
         try:
             proc = subprocess.Popen(
                 cmd,
