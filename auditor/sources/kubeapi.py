@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import msgspec
+import orjson
 
 if TYPE_CHECKING:
     from auditor.settings.config import Settings
@@ -299,11 +300,7 @@ class _DeadlinePassed(_Failed):
 
 
 def _parse(body: bytes | memoryview) -> Any:
-    """A list page: orjson (4x faster than json on 150,000 pods, 1 GB) when installed."""
-    try:
-        import orjson
-    except ImportError:
-        return json.loads(bytes(body))
+    """A list page: orjson (4x faster than json on 150,000 pods, 1 GB)."""
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:

@@ -1,14 +1,11 @@
 """What a kustomization refers to, and whether it may be built: the check made before
-`kubectl kustomize` runs.
+`kubectl kustomize` runs (what is refused: docs/config.md, "Sources").
 
-Building a repository's kustomization must never reach the network or read outside the
-repository. `kubectl kustomize` with the root-only load restrictor already refuses *files* outside
-a kustomization's own directory, but not other directories (bases, components), symlinks that
-lead out, or remote URLs, which it fetches. So every path a kustomization names (resources,
-bases, components, patches, generator files, …), and those of the kustomizations it includes,
-must resolve (symlinks followed) inside the root; a remote reference (a URL, `git@…`,
-`github.com/…`) or a name that is neither a file nor a directory (kustomize would try to fetch
-it) is refused unless remote resources are allowed (`sources.kustomize_remote`).
+`kubectl kustomize` with the root-only load restrictor already refuses *files* outside a
+kustomization's own directory, but not other directories (bases, components), symlinks that lead
+out, or remote URLs, which it fetches; and it tries a name that is neither a file nor a directory
+as a remote one. So every path a kustomization (or one it includes) names must resolve inside the
+root, and a remote reference is refused unless `sources.kustomize_remote` allows it.
 """
 
 from __future__ import annotations
