@@ -148,7 +148,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     paths = _paths(args)
     stream = _read_stdin() if STDIN in args.paths else None
     inv = load_inventory(paths, settings, stream=stream)
-    errors = [e.to_json() for e in inv.errors]
     try:
         exp = explain(inv, args.from_, args.to, str(args.port), args.protocol, args.from_zone, args.to_zone)
     except ExplainError as exc:
@@ -157,7 +156,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.format == "json":
-        print(json.dumps(to_json(exp, errors), indent=2))
+        print(json.dumps(to_json(exp, [e.to_json() for e in inv.errors]), indent=2))
     else:
         print(to_text(exp))
         for e in inv.errors:
@@ -807,11 +806,9 @@ EPILOGS = {
     "run": "examples:\n  auditor run --config auditor.yaml --target infra\n\n",
     "serve": "examples:\n  auditor serve                      # the bundled demo\n"
     "  auditor serve --config auditor.yaml --port 8080\n\n",
+    "completion": 'examples:\n  eval "$(auditor completion bash)"        # in ~/.bashrc\n'
+    "  auditor completion fish > ~/.config/fish/completions/auditor.fish\n\n",
 }
-
-
-def _epilog(command: str) -> str:
-    return EPILOGS.get(command, "") + EXIT_CODES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -819,7 +816,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="auditor",
         description="Placement Auditor: where training pods can "
         "land, and which network-policy doors are closed.",
-        epilog=_epilog("auditor"),
+        epilog=EPILOGS["auditor"] + EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{TOOL_NAME} {__version__}")
@@ -830,7 +827,7 @@ def build_parser() -> argparse.ArgumentParser:
     original_add = sub.add_parser
 
     def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        kwargs.setdefault("epilog", _epilog(name))
+        kwargs.setdefault("epilog", EPILOGS.get(name, "") + EXIT_CODES)
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         if "help" in kwargs:
             kwargs.setdefault("description", kwargs["help"])
@@ -940,10 +937,10 @@ def build_parser() -> argparse.ArgumentParser:
         where.add_argument("--context", help="kubeconfig context (default: the current one)")
         where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
         cmd.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+        cmd.add_argument("--config", help="config file (YAML)")
 
     cl = sub.add_parser("cluster", help="audit a live cluster: where pods run now, and where they could land")
     cluster_args(cl)
-    cl.add_argument("--config", help="config file (YAML)")
     cl.add_argument("--policy", action="append", metavar="PACK", help="extra policy pack (repeatable)")
     cl.add_argument("--format", choices=SCAN_FORMATS, default="table")
     cl.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
@@ -961,7 +958,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     sn = sub.add_parser("snapshot", help="write what the cluster reader sees to one YAML file")
     cluster_args(sn)
-    sn.add_argument("--config", help="config file (YAML)")
     sn.add_argument("-o", "--output", required=True, metavar="FILE")
     sn.set_defaults(func=cmd_snapshot)
 
@@ -1047,12 +1043,7 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--format", choices=("text", "json"), default="text")
     vr.set_defaults(func=cmd_version)
 
-    co = sub.add_parser(
-        "completion",
-        help="print the shell completion script",
-        epilog='examples:\n  eval "$(auditor completion bash)"        # in ~/.bashrc\n'
-        "  auditor completion fish > ~/.config/fish/completions/auditor.fish\n\n" + EXIT_CODES,
-    )
+    co = sub.add_parser("completion", help="print the shell completion script")
     co.add_argument("shell", choices=("bash", "zsh", "fish", "tcsh", "powershell"))
     co.set_defaults(func=cmd_completion)
     _add_debug(parser)

@@ -139,15 +139,12 @@ def enrich(
     def group_of(f: Finding) -> list[tuple[LivePod, str]]:
         """The pods on both ends of the finding's edge (its workload's roles and the peer role)."""
         peer = f.edge.to_role if f.edge is not None else None
+        w = f.workload
         out: list[tuple[LivePod, str]] = []
         for role, seen in observation.roles.items():
             ref = role.workload
-            own = (ref.kind, ref.namespace, ref.name) == (
-                f.workload.kind,
-                f.workload.namespace,
-                f.workload.name,
-            )
-            if own or (ref.namespace == f.workload.namespace and role.name == peer):
+            own = (ref.kind, ref.namespace, ref.name) == (w.kind, w.namespace, w.name)
+            if own or (ref.namespace == w.namespace and role.name == peer):
                 out.extend(seen.pods)
         return out
 
