@@ -37,6 +37,7 @@ from auditor.errors import (
     ConfigError,
     for_http_status,
 )
+from auditor.model.findings import Finding
 from auditor.model.source import NotAudited
 from auditor.reports import csv_report, json_report, junit, markdown, sarif, table
 from auditor.resources import examples_dir
@@ -256,12 +257,14 @@ def _diff_scan(args: argparse.Namespace, settings: Settings, paths: list[Path]) 
     else:
         _emit(args, diff.head, diff.where.repository)
         for f in diff.resolved:
-            w = f.workload
-            print(
-                table.clean(f"resolved: {f.rule} {w.kind} {w.namespace}/{w.name} ({f.fingerprint[:12]})"),
-                file=sys.stderr,
-            )
+            print(f"resolved: {_named(f)}", file=sys.stderr)
     return _scan_exit(diff.head, args.fail_on)
+
+
+def _named(f: Finding) -> str:
+    """A finding on one line for stderr: rule, workload, short fingerprint."""
+    w = f.workload
+    return table.clean(f"{f.rule} {w.kind} {w.namespace}/{w.name} ({f.fingerprint[:12]})")
 
 
 def _diff_document(diff: Any) -> dict[str, Any]:
@@ -607,10 +610,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
         return EXIT_OK
     final: dict[str, tuple[str, str]] = {}
     for p in proposals:
-        f = p.finding
-        head = table.clean(
-            f"{f.rule} {f.workload.kind} {f.workload.namespace}/{f.workload.name} ({f.fingerprint[:12]})"
-        )
+        head = _named(p.finding)
         if p.plan is None:
             print(f"no fix: {head}: {p.reason}", file=sys.stderr)
             continue

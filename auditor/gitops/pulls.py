@@ -415,8 +415,7 @@ def _one(
     title, body = _body(proposals, fix_id, root)
     git.run(["checkout", "--quiet", "--force", "-B", branch, base_commit], root, env)
     for rel, text in files.items():
-        with (root / rel).open("w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        (root / rel).write_text(text, encoding="utf-8", newline="")
     git.run(["add", "--", *files], root, env)
     # The commit's dates come from the injected clock, like every other time here.
     when = store.clock().isoformat()

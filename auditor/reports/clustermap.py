@@ -37,8 +37,7 @@ def straddlers(groups: Groups) -> list[Straddler]:
         for e in g.edges:
             if e.split is None:
                 continue
-            crossing = [(a, b) for a, b in (*e.allowed, *e.denied) if a != b]
-            pairs.update(crossing)
+            pairs.update((a, b) for a, b in (*e.allowed, *e.denied) if a != b)
             denied = denied or any(a != b for a, b in e.denied)
         if pairs:
             w = g.workload
@@ -88,11 +87,11 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
     ]
     # The target's zone × zone doors: per pair of zones, in how many namespaces training traffic
     # within the namespace is open (every class pair allowed), partly open or closed.
-    ox, oy, row_h = grid_x, 56, 26
+    oy, row_h = 56, 26
     out.append(f'<text class="m" x="8" y="{oy - 10}">from zone ↓ · to zone →</text>')
     for j, zb in enumerate(zones):
         out.append(
-            f'<text class="z" x="{ox + j * CELL_W + 6}" y="{oy - 10}">'
+            f'<text class="z" x="{grid_x + j * CELL_W + 6}" y="{oy - 10}">'
             f"{escape(fit_text(zb, CELL_W - 8))}</text>"
         )
     for i, za in enumerate(zones):
@@ -113,15 +112,14 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
             )
             label = f"open in {states['open']}/{total}" if total else "no pods"
             out.append(
-                f'<rect class="sq {st}" data-from="{_attr(za)}" data-to="{_attr(zb)}" x="{ox + j * CELL_W}" '
-                f'y="{y}" width="{CELL_W - 4}" height="{row_h - 4}" rx="3">'
+                f'<rect class="sq {st}" data-from="{_attr(za)}" data-to="{_attr(zb)}" '
+                f'x="{grid_x + j * CELL_W}" y="{y}" width="{CELL_W - 4}" height="{row_h - 4}" rx="3">'
                 f"<title>{escape(za)} → {escape(zb)}: "
                 f"open in {states['open']}, partly open in {states['partial']}, closed in {states['closed']} "
                 f"of {total} namespaces</title></rect>"
-                f'<text class="sqt" x="{ox + j * CELL_W + 6}" y="{y + 15}">{label}</text>'
+                f'<text class="sqt" x="{grid_x + j * CELL_W + 6}" y="{y + 15}">{label}</text>'
             )
-    # Column headers of the grid.
-    gy = head
+    gy = head  # the grid's column headers, then a row per namespace
     for j, z in enumerate(zones):
         out.append(
             f'<text class="z" x="{grid_x + j * CELL_W + 6}" y="{gy - 8}">'

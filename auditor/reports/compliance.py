@@ -9,7 +9,7 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -251,6 +251,3 @@ def write(report: Report, fmt: str, output: Path) -> Path:
     manifest = output.with_name(output.name + ".sha256")
     manifest.write_text(f"{hashlib.sha256(data).hexdigest()}  {output.name}\n")
     return manifest
-
-
-__all__: Sequence[str] = ("FORMATS", "Report", "build", "render", "write")

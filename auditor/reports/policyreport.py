@@ -265,7 +265,6 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
     return yaml.safe_dump_all(list(docs), sort_keys=False) if docs else ""
 
 
-# --------------------------------------------------------------------------------------------
 # Publishing (the I/O edge): server-side apply with the official client.
 
 

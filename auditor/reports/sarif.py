@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -290,6 +290,3 @@ def to_document(result: Audited, root: SourceRoot | None = None) -> dict[str, An
 
 def render(result: Audited, root: SourceRoot | None = None) -> str:
     return json.dumps(to_document(result, root), indent=2) + "\n"
-
-
-__all__: Sequence[str] = ("SourceRoot", "render", "rule_descriptors", "to_document")

@@ -98,9 +98,7 @@ def _origin(index: dict[tuple[str, str], SourceRef], data: object, fallback: Sou
     if isinstance(data, dict):
         meta = data.get("metadata")
         name = meta.get("name") if isinstance(meta, dict) else None
-        found = index.get((str(data.get("kind")), str(name)))
-        if found is not None:
-            return found
+        return index.get((str(data.get("kind")), str(name)), fallback)
     return fallback
 
 
