@@ -49,8 +49,7 @@ def locate(text: str, line: int) -> Node:
 def _anchored(text: str, node: Node) -> bool:
     """A node written with an anchor (&name) is shared with its aliases."""
     start = node.start_mark.index
-    line_start = text.rfind("\n", 0, start) + 1
-    before = text[line_start:start]
+    before = text[_line_start(text, start) : start]
     return bool(re.search(r"&[^\s]+\s*$", before)) or text[start : start + 1] == "&"
 
 

@@ -13,10 +13,9 @@ from typing import Any
 
 from auditor import templating
 from auditor.model.findings import SEVERITY_RANK
-from auditor.reports import ACTIVE, overview
+from auditor.reports import ACTIVE, BLOCKED_RULES, overview
 from auditor.settings.service import DigestSettings, Team
 
-BLOCKED = ("cross-zone-blocked", "traffic-blocked")
 LIST_LIMIT = 10  # groups, blocked groups and each kind of change listed; the rest is "and N more"
 
 
@@ -43,7 +42,7 @@ def routed(team: Team, finding: Mapping[str, Any]) -> bool:
 
 def _blocked_first(findings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return sorted(
-        findings, key=lambda f: (f["rule"] not in BLOCKED, SEVERITY_RANK.get(f["severity"], 9), f["id"])
+        findings, key=lambda f: (f["rule"] not in BLOCKED_RULES, SEVERITY_RANK.get(f["severity"], 9), f["id"])
     )
 
 
@@ -98,7 +97,7 @@ def build(
         else:
             continue
         coverage.append({"target": t["name"], "problem": problem})
-    blocked = _blocked_first([f for f in active if f["rule"] in BLOCKED])
+    blocked = _blocked_first([f for f in active if f["rule"] in BLOCKED_RULES])
     items = [overview.Item.from_json(f) for f in active]
     summary = overview.overview(items, {}, LIST_LIMIT)
     # Blocked groups first, then the rest by severity and cost.

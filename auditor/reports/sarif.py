@@ -113,19 +113,18 @@ def rule_descriptors(pack: PolicyPack | None, extra_ids: Iterable[str] = ()) -> 
                 "custom",
             )
         )
-    known = {d.id for d in out}
-    for rid in sorted(set(extra_ids) - known):
-        out.append(
-            RuleDescriptor(
-                rid,
-                f"Custom rule {rid}",
-                f"`{rid}` is not a built-in rule: a custom rule of a policy pack that is not loaded here.",
-                f"{DOCS_URL}policies/README.md#a-pack",
-                "medium",
-                (),
-                "unknown",
-            )
+    out.extend(
+        RuleDescriptor(
+            rid,
+            f"Custom rule {rid}",
+            f"`{rid}` is not a built-in rule: a custom rule of a policy pack that is not loaded here.",
+            f"{DOCS_URL}policies/README.md#a-pack",
+            "medium",
+            (),
+            "unknown",
         )
+        for rid in sorted(set(extra_ids) - {d.id for d in out})
+    )
     return out
 
 

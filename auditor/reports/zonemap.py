@@ -15,10 +15,10 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from auditor.model.findings import Finding
+from auditor.reports import BLOCKED_RULES
 from auditor.rules.groups import Group, Groups
 
 UNKNOWN_ZONE = "(zone unknown)"
-BLOCKED_RULES = ("cross-zone-blocked", "traffic-blocked")
 
 # Geometry, in SVG user units (px at 100 %).
 BOX_W, BOX_H = 168, 46
@@ -101,8 +101,7 @@ def from_findings(title: str, details: Iterable[Mapping[str, Any]]) -> GroupMap:
         ports = str(edge.get("port") or "ephemeral")
         proto = str(edge.get("protocol") or "TCP")
         pairs = tuple((a, b) for a in src.get("zones") or () for b in dst.get("zones") or () if a != b)
-        rule = str(d.get("rule", ""))
-        blocked = rule in BLOCKED_RULES
+        blocked = str(d.get("rule", "")) in BLOCKED_RULES
         if not pairs and blocked:
             pairs = tuple((a, b) for a in src.get("zones") or () for b in dst.get("zones") or ())
         key = (s, t, ports, proto)
