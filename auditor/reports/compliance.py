@@ -18,6 +18,7 @@ from typing import Any
 from markupsafe import Markup
 
 from auditor import TOOL_NAME, __version__, templating
+from auditor.model.findings import SEVERITIES, SEVERITY_RANK
 from auditor.reports import ACTIVE, StoredResult, junit, policyreport, sarif, zonemap
 from auditor.reports.csv_report import _safe
 from auditor.rules import RULES
@@ -147,7 +148,7 @@ def content_hash(report: Report) -> str:
 
 def _summary(report: Report) -> dict[str, Any]:
     active = [f for f in report.findings if f["status"] in ACTIVE]
-    by_sev = {s: sum(f["severity"] == s for f in active) for s in ("critical", "high", "medium", "low")}
+    by_sev = {s: sum(f["severity"] == s for f in active) for s in SEVERITIES}
     status = {
         s: sum(r["status"] == s for r in report.rows) for s in ("fail", "waived", "pass", "not-audited")
     }
@@ -164,12 +165,11 @@ def _summary(report: Report) -> dict[str, Any]:
     for c in controls.values():
         c["description"] = CONTROL_DESCRIPTIONS.get(c["id"], "")
     cost = round(sum(float(f.get("estimated_monthly_cost_usd") or 0) for f in active), 2)
-    rank = {"critical": 0, "high": 1, "medium": 2, "low": 3}
     ordered = sorted(
         report.findings,
         key=lambda f: (
             f["status"] not in ACTIVE,
-            rank.get(f["severity"], 9),
+            SEVERITY_RANK.get(f["severity"], 9),
             -float(f.get("estimated_monthly_cost_usd") or 0),
             f["id"],
         ),

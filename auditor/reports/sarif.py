@@ -163,7 +163,7 @@ class SourceRoot:
         if found is None:
             return None
         path, relative = found
-        return (_quote(path), SRCROOT) if relative else (Path(path).as_uri(), None)
+        return (quote(path, safe="/-._~"), SRCROOT) if relative else (Path(path).as_uri(), None)
 
     def base_ids(self) -> dict[str, Any]:
         description = {"text": "The root of the audited repository: result paths are relative to it."}
@@ -188,10 +188,6 @@ def _normalise(path: Path) -> str:
         return "."
     head, *rest = parts
     return str(Path(head, *rest))
-
-
-def _quote(relative: str) -> str:
-    return quote(relative.removeprefix("./"), safe="/-._~")
 
 
 def _location(root: SourceRoot, file: str, line: int, message: str | None = None) -> dict[str, Any] | None:

@@ -200,15 +200,14 @@ def _representative(edge: MapEdge, feasible: Mapping[str, tuple[str, ...]]) -> t
             for a, b in all_pairs
             if a in feasible.get(edge.source, ()) and b in feasible.get(edge.destination, ())
         ]
-        crossing = [p for p in pairs if p[0] != p[1]]
-        if crossing or pairs:
-            a, b = sorted(crossing or pairs)[0]
+        if pairs:
+            a, b = min([p for p in pairs if p[0] != p[1]] or pairs)
             return a, b, denied
     src = feasible.get(edge.source) or (UNKNOWN_ZONE,)
     dst = feasible.get(edge.destination) or (UNKNOWN_ZONE,)
-    shared = sorted(set(src) & set(dst))
-    if shared:
-        return shared[0], shared[0], False
+    shared = min(set(src) & set(dst), default=None)
+    if shared is not None:
+        return shared, shared, False
     return src[0], dst[0], False
 
 

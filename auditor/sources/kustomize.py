@@ -71,12 +71,10 @@ def references(data: dict[str, object]) -> Iterator[tuple[str, str, bool]]:
                 yield f"{key}.envs", entry, False
             if isinstance(item.get("env"), str):
                 yield f"{key}.env", str(item["env"]), False
-    openapi = data.get("openapi")
-    if isinstance(openapi, dict) and isinstance(openapi.get("path"), str):
-        yield "openapi.path", openapi["path"], False
-    helm = data.get("helmGlobals")
-    if isinstance(helm, dict) and isinstance(helm.get("chartHome"), str):
-        yield "helmGlobals.chartHome", helm["chartHome"], False
+    for key, field in (("openapi", "path"), ("helmGlobals", "chartHome")):
+        value = data.get(key)
+        if isinstance(value, dict) and isinstance(value.get(field), str):
+            yield f"{key}.{field}", value[field], False
 
 
 def _list(value: object) -> list[object]:
