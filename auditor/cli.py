@@ -1,10 +1,7 @@
-"""The one entry point. Errors become exit codes here and nowhere else (`main()`).
-
-Exit codes: 0 success (explain: allowed); 1 findings at or above --fail-on (explain: denied);
-2 usage or configuration error; 3 the audit itself failed or could not answer, or was partial
-(something was not audited: 3 wins over 1, so an incomplete audit never looks like a result), and
-any unexpected error (a bug: never 1, which means findings); 130 interrupted (Ctrl-C); 141 the reader
-of stdout went away (`auditor scan … | head`), quietly, as a program stopped by SIGPIPE.
+"""The one entry point. Errors become exit codes here and nowhere else (`main()`); the codes are
+EXIT_CODES below (docs/cli.md). A partial audit exits 3, which wins over 1, so it never looks like a
+result; an unexpected error (a bug) is 3 too, never 1, which means findings; 141, the reader of
+stdout went away (`auditor scan … | head`), is quiet, as a program stopped by SIGPIPE is.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Compliance reports from the store: status per target and rule, each rule mapped to the control
-ids of a configurable framework, waivers with reason and expiry, evidence (run ids, commit SHAs,
-times), in csv, json, html, pdf, sarif, junit or wgpolicyk8s.io PolicyReport objects, with a sha256
-manifest of the export."""
+"""Compliance reports from the store: status per target and rule mapped to a framework's control
+ids, waivers and evidence, in the formats docs/reports.md lists, with a sha256 manifest of the export."""
 
 from __future__ import annotations
 

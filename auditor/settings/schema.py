@@ -8,8 +8,8 @@ lines), and the core must not import a validation library to read its own settin
 
 Types the reader understands: str, int, float (an int is accepted), bool (YAML true is never a
 number), `X | None`, `tuple[X, ...]` (from a YAML list), nested dataclasses (from a mapping), and any
-shape a field's `parse` hook reads. A dataclass may define `validated(self, raw, where) -> Self` for
-checks across its fields (it may also return an adjusted copy, e.g. paths resolved).
+shape a field's `parse` hook reads. A dataclass may define `validated(self, raw, where, path, line)`
+for checks across its fields (returning itself, or an adjusted copy, e.g. paths resolved).
 """
 
 from __future__ import annotations
