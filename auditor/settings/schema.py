@@ -238,10 +238,8 @@ def _checked(meta: Meta, value: Any, path: str, where: Where, line: int) -> Any:
             raise where.error(path, line, f"must be at most {_num(meta.maximum)}{_unit(meta)}")
         if meta.exclusive_minimum is not None and value <= meta.exclusive_minimum:
             raise where.error(path, line, f"must be greater than {_num(meta.exclusive_minimum)}{_unit(meta)}")
-    if meta.check is not None:
-        problem = meta.check(value)
-        if problem:
-            raise where.error(path, line, problem)
+    if meta.check is not None and (problem := meta.check(value)):
+        raise where.error(path, line, problem)
     return value
 
 

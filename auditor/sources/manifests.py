@@ -159,9 +159,7 @@ def collect(
     displays = dict(files)  # discover_files resolves the paths
     kroots = {p.parent for p, _ in files if p.name in KUSTOMIZATION_FILES}
     charts = {p.parent for p, _ in files if p.name == "Chart.yaml"}
-    included: set[Path] = set()
-    for directory in kroots:
-        included |= kustomize.included(directory)
+    included: set[Path] = set().union(*map(kustomize.included, kroots))
     raw_by_root: dict[Path, list[yamlio.Document]] = {r: [] for r in kroots | charts}
     owners: dict[Path, tuple[Path | None, Path | None]] = {}  # directory -> (chart, kustomization)
     to_read: list[tuple[Path, str]] = []
