@@ -1,10 +1,7 @@
-"""The one entry point. Errors become exit codes here and nowhere else (`main()`).
-
-Exit codes: 0 success (explain: allowed); 1 findings at or above --fail-on (explain: denied);
-2 usage or configuration error; 3 the audit itself failed or could not answer, or was partial
-(something was not audited: 3 wins over 1, so an incomplete audit never looks like a result), and
-any unexpected error (a bug: never 1, which means findings); 130 interrupted (Ctrl-C); 141 the reader
-of stdout went away (`auditor scan … | head`), quietly, as a program stopped by SIGPIPE.
+"""The one entry point. Errors become exit codes here and nowhere else (`main()`); the codes are
+EXIT_CODES below (docs/cli.md). A partial audit exits 3, which wins over 1, so it never looks like a
+result; an unexpected error (a bug) is 3 too, never 1, which means findings; 141, the reader of
+stdout went away (`auditor scan … | head`), is quiet, as a program stopped by SIGPIPE is.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from auditor import TOOL_NAME, __version__, gcpause, progress
 from auditor.audit.explain import ExplainError, explain, to_json, to_text
@@ -37,6 +34,7 @@ from auditor.errors import (
     ConfigError,
     for_http_status,
 )
+from auditor.model.findings import Finding
 from auditor.model.source import NotAudited
 from auditor.reports import csv_report, json_report, junit, markdown, sarif, table
 from auditor.resources import examples_dir
@@ -148,7 +146,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     paths = _paths(args)
     stream = _read_stdin() if STDIN in args.paths else None
     inv = load_inventory(paths, settings, stream=stream)
-    errors = [e.to_json() for e in inv.errors]
     try:
         exp = explain(inv, args.from_, args.to, str(args.port), args.protocol, args.from_zone, args.to_zone)
     except ExplainError as exc:
@@ -157,7 +154,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.format == "json":
-        print(json.dumps(to_json(exp, errors), indent=2))
+        print(json.dumps(to_json(exp, [e.to_json() for e in inv.errors]), indent=2))
     else:
         print(to_text(exp))
         for e in inv.errors:
@@ -257,12 +254,14 @@ def _diff_scan(args: argparse.Namespace, settings: Settings, paths: list[Path]) 
     else:
         _emit(args, diff.head, diff.where.repository)
         for f in diff.resolved:
-            w = f.workload
-            print(
-                table.clean(f"resolved: {f.rule} {w.kind} {w.namespace}/{w.name} ({f.fingerprint[:12]})"),
-                file=sys.stderr,
-            )
+            print(f"resolved: {_named(f)}", file=sys.stderr)
     return _scan_exit(diff.head, args.fail_on)
+
+
+def _named(f: Finding) -> str:
+    """A finding on one line for stderr: rule, workload, short fingerprint."""
+    w = f.workload
+    return table.clean(f"{f.rule} {w.kind} {w.namespace}/{w.name} ({f.fingerprint[:12]})")
 
 
 def _diff_document(diff: Any) -> dict[str, Any]:
@@ -292,16 +291,13 @@ def _write(args: argparse.Namespace, text: str) -> None:
 
 
 def _emit(args: argparse.Namespace, result: ScanResult, root: Path | None = None) -> None:
-    if args.format == "sarif":
+    if args.format in ("sarif", "junit"):
         source = sarif.SourceRoot(root or _scan_root(args), Path.cwd())
-        text = sarif.render(result, source)
+        text = (sarif.render if args.format == "sarif" else junit.render)(result, source)
     elif args.format == "markdown":
         text = markdown.render(json_report.to_document(result))
-    elif args.format == "junit":
-        text = junit.render(result, sarif.SourceRoot(root or _scan_root(args), Path.cwd()))
     elif args.format in ("json", "csv"):
-        renderers = {"json": json_report.render, "csv": csv_report.render}
-        text = renderers[args.format](result)
+        text = (json_report.render if args.format == "json" else csv_report.render)(result)
     else:
         out_tty = args.output is None and sys.stdout.isatty()
         text = table.render(result, colour=out_tty and "NO_COLOR" not in os.environ)
@@ -430,22 +426,20 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return EXIT_FAILED if read.incomplete else EXIT_OK
 
 
-class _Fallback:
-    DEMO = "demo"  # `auditor serve`: the bundled seed-lab example, as documented (README, service.md)
-    DEFAULTS = "defaults"  # `auditor findings`: only the database is needed
-    NONE = "none"  # run, report, pr, digest: a config is required
-
-
-def _service_settings(args: argparse.Namespace, fallback: str = _Fallback.NONE) -> Settings:
+def _service_settings(
+    args: argparse.Namespace, fallback: Literal["demo", "defaults", "none"] = "none"
+) -> Settings:
     """The config for the service commands: --config, else $AUDITOR_CONFIG, else
-    .placement-auditor.yaml from the working directory upward; else what `fallback` says."""
+    .placement-auditor.yaml from the working directory upward; else the `fallback`: "demo" the
+    bundled seed-lab example (`auditor serve`, as README and service.md document), "defaults"
+    (`auditor findings`: only the database is needed), "none" a usage error (a config is required)."""
     if args.config:
         return load_settings(Path(args.config))
     found = discover_config(Path.cwd(), os.environ)
     if found is not None:
         print(f"note: using the config {found}", file=sys.stderr)
         return load_settings(found)
-    if fallback == _Fallback.DEMO:
+    if fallback == "demo":
         bundled = examples_dir() / "service.yaml"
         print(
             f"note: no config found (--config, ${CONFIG_ENV} or {CONFIG_FILE_NAME}): serving the "
@@ -453,7 +447,7 @@ def _service_settings(args: argparse.Namespace, fallback: str = _Fallback.NONE) 
             file=sys.stderr,
         )
         return load_settings(bundled)
-    if fallback == _Fallback.DEFAULTS:
+    if fallback == "defaults":
         return Settings()
     raise ConfigError(
         "(arguments)",
@@ -477,7 +471,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     from auditor.store import database
 
-    settings = _service_settings(args, _Fallback.DEFAULTS)
+    settings = _service_settings(args, "defaults")
     url = database.resolve_url(settings.database.url)
     engine = database.make_engine(url)
     try:
@@ -539,7 +533,7 @@ def _since(text: str | None) -> datetime | None:
 def cmd_findings(args: argparse.Namespace) -> int:
     from auditor.store.repository import BadCursor, FindingFilter
 
-    settings = _service_settings(args, _Fallback.DEFAULTS)
+    settings = _service_settings(args, "defaults")
     flt = FindingFilter(
         args.target, args.rule, args.severity, args.status, args.namespace, _since(args.since)
     )
@@ -571,7 +565,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from auditor import bootstrap
 
-    settings = _service_settings(args, _Fallback.DEMO)
+    settings = _service_settings(args, "demo")
     host = args.host or settings.service.host
     port = args.port if args.port is not None else settings.service.port
     # The app checks Host headers when it listens on loopback: it must know the real address.
@@ -613,10 +607,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
         return EXIT_OK
     final: dict[str, tuple[str, str]] = {}
     for p in proposals:
-        f = p.finding
-        head = table.clean(
-            f"{f.rule} {f.workload.kind} {f.workload.namespace}/{f.workload.name} ({f.fingerprint[:12]})"
-        )
+        head = _named(p.finding)
         if p.plan is None:
             print(f"no fix: {head}: {p.reason}", file=sys.stderr)
             continue
@@ -639,7 +630,6 @@ def cmd_fix(args: argparse.Namespace) -> int:
 def cmd_pr(args: argparse.Namespace) -> int:
     from github import GithubException
 
-    from auditor.gitops.git import GitError
     from auditor.gitops.pulls import sync_pull_requests
 
     settings = _service_settings(args)
@@ -651,8 +641,6 @@ def cmd_pr(args: argparse.Namespace) -> int:
     store = _build_store(settings)
     try:
         outcomes = sync_pull_requests(target, settings, store, tools=Tools.detect())
-    except GitError:
-        raise
     except GithubException as exc:
         raise for_http_status(f"GitHub: {exc}", exc.status) from exc
     for o in outcomes:
@@ -716,28 +704,22 @@ def _checkout_relative(export: dict[str, Any], settings: Settings) -> dict[str, 
         elif t.directory:
             roots[t.name] = Path(t.directory).resolve()
 
-    def relative(name: str, root: Path | None) -> str:
-        if not name or root is None or not Path(name).is_absolute():
-            return name
-        path = Path(name)
-        return path.relative_to(root).as_posix() if path.is_relative_to(root) else name
+    def relative(obj: dict[str, Any], root: Path | None) -> dict[str, Any]:
+        """`obj` with its `file` relative to `root` when it lies there."""
+        name = obj.get("file", "")
+        if name and root is not None and Path(name).is_absolute() and Path(name).is_relative_to(root):
+            name = Path(name).relative_to(root).as_posix()
+        return {**obj, "file": name}
 
     findings = []
     for f in export["findings"]:
         root = roots.get(f["target"])
-        f = {**f, "workload": {**f["workload"], "file": relative(f["workload"].get("file", ""), root)}}
+        f = {**f, "workload": relative(f["workload"], root)}
         detail = dict(f.get("detail") or {})
         if isinstance(detail.get("workload"), dict):
-            detail["workload"] = {
-                **detail["workload"],
-                "file": relative(detail["workload"].get("file", ""), root),
-            }
+            detail["workload"] = relative(detail["workload"], root)
         if isinstance(detail.get("policies"), list):
-            detail["policies"] = [
-                {**p, "file": relative(p.get("file", ""), root)}
-                for p in detail["policies"]
-                if isinstance(p, dict)
-            ]
+            detail["policies"] = [relative(p, root) for p in detail["policies"] if isinstance(p, dict)]
         f["detail"] = detail
         findings.append(f)
     return {**export, "findings": findings}
@@ -821,11 +803,9 @@ EPILOGS = {
     "run": "examples:\n  auditor run --config auditor.yaml --target infra\n\n",
     "serve": "examples:\n  auditor serve                      # the bundled demo\n"
     "  auditor serve --config auditor.yaml --port 8080\n\n",
+    "completion": 'examples:\n  eval "$(auditor completion bash)"        # in ~/.bashrc\n'
+    "  auditor completion fish > ~/.config/fish/completions/auditor.fish\n\n",
 }
-
-
-def _epilog(command: str) -> str:
-    return EPILOGS.get(command, "") + EXIT_CODES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -833,7 +813,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="auditor",
         description="Placement Auditor: where training pods can "
         "land, and which network-policy doors are closed.",
-        epilog=_epilog("auditor"),
+        epilog=EPILOGS["auditor"] + EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{TOOL_NAME} {__version__}")
@@ -844,7 +824,7 @@ def build_parser() -> argparse.ArgumentParser:
     original_add = sub.add_parser
 
     def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        kwargs.setdefault("epilog", _epilog(name))
+        kwargs.setdefault("epilog", EPILOGS.get(name, "") + EXIT_CODES)
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         if "help" in kwargs:
             kwargs.setdefault("description", kwargs["help"])
@@ -954,10 +934,10 @@ def build_parser() -> argparse.ArgumentParser:
         where.add_argument("--context", help="kubeconfig context (default: the current one)")
         where.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
         cmd.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+        cmd.add_argument("--config", help="config file (YAML)")
 
     cl = sub.add_parser("cluster", help="audit a live cluster: where pods run now, and where they could land")
     cluster_args(cl)
-    cl.add_argument("--config", help="config file (YAML)")
     cl.add_argument("--policy", action="append", metavar="PACK", help="extra policy pack (repeatable)")
     cl.add_argument("--format", choices=SCAN_FORMATS, default="table")
     cl.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
@@ -975,7 +955,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     sn = sub.add_parser("snapshot", help="write what the cluster reader sees to one YAML file")
     cluster_args(sn)
-    sn.add_argument("--config", help="config file (YAML)")
     sn.add_argument("-o", "--output", required=True, metavar="FILE")
     sn.set_defaults(func=cmd_snapshot)
 
@@ -1061,12 +1040,7 @@ def build_parser() -> argparse.ArgumentParser:
     vr.add_argument("--format", choices=("text", "json"), default="text")
     vr.set_defaults(func=cmd_version)
 
-    co = sub.add_parser(
-        "completion",
-        help="print the shell completion script",
-        epilog='examples:\n  eval "$(auditor completion bash)"        # in ~/.bashrc\n'
-        "  auditor completion fish > ~/.config/fish/completions/auditor.fish\n\n" + EXIT_CODES,
-    )
+    co = sub.add_parser("completion", help="print the shell completion script")
     co.add_argument("shell", choices=("bash", "zsh", "fish", "tcsh", "powershell"))
     co.set_defaults(func=cmd_completion)
     _add_debug(parser)

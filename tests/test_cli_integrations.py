@@ -189,7 +189,7 @@ def test_serve_without_config_says_it_serves_the_demo(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("AUDITOR_CONFIG", raising=False)
     args = cli.build_parser().parse_args(["serve"])
-    settings = cli._service_settings(args, cli._Fallback.DEMO)
+    settings = cli._service_settings(args, "demo")
     assert [t.name for t in settings.targets] == ["seed-lab"]
     assert "serving the bundled DEMO config" in capsys.readouterr().err
 

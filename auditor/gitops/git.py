@@ -1,12 +1,8 @@
 """Git targets: fetch a branch into a cache with the real `git` CLI, audited at a recorded commit.
 
-- Shallow (`--depth 1`) fetches into one cache directory per URL, reused between runs.
-- Credentials for HTTPS come from the config or the environment and reach git through
-  `GIT_CONFIG_*` environment variables (an `Authorization` header), never through the command
-  line or the URL, so they do not show in `ps`, in git's messages, or in ours.
-- Git never prompts (`GIT_TERMINAL_PROMPT=0`, SSH in batch mode): a remote that asks for
-  credentials fails the run with a clear error instead of hanging the service.
-- Errors are `GitError` with git's own message, with any secret redacted.
+Shallow fetches into one cache directory per URL; HTTPS credentials reach git through `GIT_CONFIG_*`
+environment variables, never the command line or the URL (so not in `ps` or any message); git never
+prompts (docs/service.md, "Targets"). Errors are `GitError` with git's own message, secrets redacted.
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
-"""Fix pull requests: one per fix, on a branch named after the fix, proposed once.
-
-For a git target with a `github` section: fetch the branch, compute the verified fixes
-(remediation/fix.py) per workload, commit each on `placement-auditor/<kind>-<namespace>-<name>-<fix id>`
-with real git, push to the target's remote, and open the pull request with PyGithub.
-
-- A fix's identity is what it means, not the bytes it writes: the workload identity, the rule and
-  fingerprint of each finding it fixes, the strategy, the zone and each role's patch (node
-  affinity, tolerations, labels, coordinator affinity, Kueue). An unrelated edit to the same file
-  (another key, a comment, a resource request) leaves it unchanged; a different zone changes it.
-- The store is the state: which PR was opened for which fix, and which a human closed. A PR's body
-  carries the fix id for humans and is never read back. A closed, unmerged PR on the fix's branch
-  that the tool did not close itself was closed by a human: that fix is never proposed again.
-- When a workload's fix changes, the new fix gets its own branch and PR, and the tool closes the
-  PR of the fix it replaces (recorded as `superseded`), so each workload keeps one open PR.
-- Every string that comes from a manifest or a path (names, labels, zones, files) enters the title
-  and body escaped for GitHub Markdown and HTML: no mention (`@team`), no issue reference (`#12`),
-  no link, no HTML, no forged marker.
-- A branch with someone else's commits is never force-pushed; the push itself uses
-  `--force-with-lease` on the sha just read, so a commit pushed meanwhile is not lost either.
-- Limits: open fix PRs in the repository, new PRs per hour. GitHub's rate limits (403/429 with
-  Retry-After or a rate-limit message) and 5xx answers are retried by PyGithub's GithubRetry,
-  sleeping (an injected sleep) at most `max_rate_limit_wait_seconds`: a reset further away (the
-  injected clock decides) raises `PullRequestsDeferred`, and the step runs again in a later job.
-- Token or GitHub App (installation token) authentication; GitHub Enterprise through `base_url`.
-"""
+"""Fix pull requests: for a git target with a `github` section, one PR per workload with a verified
+fix (remediation/fix.py), on a branch named after the fix, committed with real git and opened with
+PyGithub. A fix's identity, the store as the state, the escaping of manifest text, force-push
+safety, limits and rate limits: docs/remediation.md, "Pull requests"."""
 
 from __future__ import annotations
 
@@ -250,11 +228,6 @@ def branch_prefix(workload: ObjectRef) -> str:
     return f"placement-auditor/{slug.strip('-')[:60].strip('-')}"
 
 
-def branch_for(workload: ObjectRef, fix_id: str) -> str:
-    """The fix's branch: a readable prefix, then the fix id (so the branch names the fix)."""
-    return f"{branch_prefix(workload)}-{fix_id}"
-
-
 def _body(proposals: Sequence[Proposal], fix_id: str, root: Path) -> tuple[str, str]:
     first = proposals[0]
     f = first.finding
@@ -310,7 +283,6 @@ def sync_pull_requests(
     settings: Settings,
     store: Store,
     environ: Mapping[str, str] | None = None,
-    client: Any = None,
     tools: Tools | None = None,
     sleep: Callable[[float], None] | None = None,
 ) -> list[PullOutcome]:
@@ -320,8 +292,7 @@ def sync_pull_requests(
     if target.git is None or target.github is None:
         raise git.GitError(f"target {target.name} has no git repository with a github section")
     gh = target.github
-    client = client or github_client(gh, environ, store.clock, sleep)
-    repo = client.get_repo(gh.repository)
+    repo = github_client(gh, environ, store.clock, sleep).get_repo(gh.repository)
     base_branch = target.git.branch or repo.default_branch
     cache = Path(settings.service.git_cache_dir)
     credentials = git.credentials(target.git, environ)
@@ -378,14 +349,6 @@ def sync_pull_requests(
     return outcomes
 
 
-def _files(root: Path, proposals: Sequence[Proposal]) -> dict[str, str]:
-    files: dict[str, str] = {}
-    for p in proposals:
-        for file, (_, after) in p.files.items():
-            files[str(Path(file).resolve().relative_to(root.resolve()))] = after
-    return files
-
-
 def _one(
     repo: Any,
     gh: GitHubSettings,
@@ -401,8 +364,12 @@ def _one(
     from github import GithubException
 
     fix_id = fix_id_of(fix_intent(proposals))
-    branch = branch_for(proposals[0].finding.workload, fix_id)
-    files = _files(root, proposals)
+    branch = f"{branch_prefix(proposals[0].finding.workload)}-{fix_id}"  # the branch names the fix
+    files = {
+        str(Path(file).resolve().relative_to(root.resolve())): after
+        for p in proposals
+        for file, (_, after) in p.files.items()
+    }
 
     def skipped(detail: str, number: int | None = None) -> PullOutcome:
         return PullOutcome(identity, branch, "skipped", detail, number)
@@ -448,8 +415,7 @@ def _one(
     title, body = _body(proposals, fix_id, root)
     git.run(["checkout", "--quiet", "--force", "-B", branch, base_commit], root, env)
     for rel, text in files.items():
-        with (root / rel).open("w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        (root / rel).write_text(text, encoding="utf-8", newline="")
     git.run(["add", "--", *files], root, env)
     # The commit's dates come from the injected clock, like every other time here.
     when = store.clock().isoformat()

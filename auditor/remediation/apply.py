@@ -158,11 +158,9 @@ def kustomize_patch(
         raise FixError("the pod template sits in a list: use kustomize_json6902")
     fragment = _fragment(patch, strategy, zone_key)
     template: dict[str, Any] = {}
-    meta: dict[str, Any] = {}
-    if patch.labels:
-        meta["labels"] = dict(patch.labels)
-    if fragment.get("annotations"):
-        meta["annotations"] = fragment["annotations"]
+    meta = {
+        k: v for k, v in (("labels", dict(patch.labels)), ("annotations", fragment.get("annotations"))) if v
+    }
     if meta:
         template["metadata"] = meta
     spec: dict[str, Any] = {}
@@ -304,11 +302,6 @@ def _reference(kustomization: str, patch_file: str, target: Mapping[str, str] | 
     return yamledit.insert_keys(kustomization, root, [], "patches:\n" + entry)
 
 
-def _document_text(text: str, line: int) -> str:
-    root = yamledit.locate(text, line)
-    return text[root.start_mark.index : root.end_mark.index]
-
-
 def apply(
     plan: FixPlan, read: Callable[[str], str], raw_of: Mapping[Role, Any], zone_key: str
 ) -> dict[str, str]:
@@ -345,7 +338,9 @@ def apply(
                 overlay = Path(w.source.via).parent
                 name = re.sub(r"[^a-z0-9.-]+", "-", f"placement-auditor-{w.kind}-{w.name}".lower())
                 patch_file = str(overlay / f"{name}.yaml")
-                base_doc = yaml.safe_load(_document_text(text_of(w.source.file), w.source.line)) or {}
+                text = text_of(w.source.file)
+                root = yamledit.locate(text, w.source.line)  # the document of the object, alone
+                base_doc = yaml.safe_load(text[root.start_mark.index : root.end_mark.index]) or {}
                 header = "# Written by placement-auditor fix: keep the group in one zone.\n"
                 if w in in_lists:
                     # The template sits in a list: JSON patch operations, applied to the object

@@ -1,19 +1,8 @@
 """Fix plans: which pod templates to change, and how, to keep a training group in one zone whose
 path is open. Pure: reads the audit model, returns candidates (best first) or the reason none exists.
-
-For a `cross-zone-blocked` or `cross-zone-traffic` finding, the group is the workload's roles plus
-the peer role of the finding's edge. A zone is a candidate when every role of the group can land
-there — with tolerations added for the taints of that zone's nodes (never control-plane or node-
-condition taints), and nothing else relaxed. Per role the plan then adds what the strategy needs:
-
-- `pin-zone`: required nodeAffinity on the zone key (unless the role already lands only there);
-- `follow-coordinator`: required podAffinity on the zone key to the coordinator's labels for the
-  other roles, and the coordinator pinned to the zone;
-- `kueue-topology`: `kueue.x-k8s.io/podset-required-topology` on each role (Kueue in use);
-
-plus tolerations, and zone-designating labels (keys ending in `zone`, written in the manifest) set to
-the zone. Candidates are re-audited by the caller; the first that verifies is proposed.
-A `zone-label-mismatch` finding is fixed by setting the label to the only zone the role can land in.
+The group, the candidate zones and what each strategy (`pin-zone`, `follow-coordinator`,
+`kueue-topology`) adds per role: docs/remediation.md, step 1. Candidates are re-audited by the
+caller; the first that verifies is proposed.
 """
 
 from __future__ import annotations
@@ -184,20 +173,13 @@ def plan(
             if isinstance(found, str):
                 blocked = found
                 break
-            confined = model.placements[role].zones == (zone,)
+            pin = None if model.placements[role].zones == (zone,) else zone  # not when confined there
             labels = _zone_labels(zone, set(zones), dict(role.template.labels))
-            if strategy == "follow-coordinator" and peer is not None:
-                if role == peer:
-                    patch = RolePatch(role, None if confined else zone, found, labels)
-                else:
-                    coordinator = tuple(
-                        (k, v) for k, v in peer.template.labels if not k.lower().endswith("zone")
-                    )
-                    patch = RolePatch(role, None, found, labels, coordinator_labels=coordinator)
-            elif strategy == "kueue-topology":
-                patch = RolePatch(role, None if confined else zone, found, labels, kueue=True)
+            if strategy == "follow-coordinator" and peer is not None and role != peer:
+                coordinator = tuple((k, v) for k, v in peer.template.labels if not k.lower().endswith("zone"))
+                patch = RolePatch(role, None, found, labels, coordinator_labels=coordinator)
             else:
-                patch = RolePatch(role, None if confined else zone, found, labels)
+                patch = RolePatch(role, pin, found, labels, kueue=strategy == "kueue-topology")
             if not patch.empty:
                 patches.append(patch)
         if blocked:

@@ -2,14 +2,9 @@
 
 Edits are splices at positions PyYAML's composer reports for the nodes of the document, so
 everything not edited — comments, key order, quoting, indentation, blank lines, line endings —
-stays byte for byte. Three operations: replace a scalar, insert keys at the top of a block
-mapping, append items to a block sequence. New text is given as block YAML (rendered from a
-template and parsed again by the caller) and is indented to fit.
-
-Refused with an `EditError` (and a reason a person can act on): a path through an alias or an
-anchored node (the edit would change other places too), a flow-style collection where keys or
-items must be added, tabs in the indentation being edited, a path that does not exist.
-After every edit the document is parsed again and compared with the intended result.
+stays byte for byte: a scalar replaced, keys inserted at the top of a block mapping, items
+appended to a block sequence. What is refused (`EditError`, with a reason a person can act on):
+docs/remediation.md, step 3.
 """
 
 from __future__ import annotations
@@ -37,18 +32,10 @@ def newline_of(text: str) -> str:
 
 
 def _documents(text: str) -> list[Node]:
-    loader = yaml.SafeLoader(text)
     try:
-        nodes = []
-        while loader.check_node():
-            node = loader.get_node()
-            if node is not None:
-                nodes.append(node)
-        return nodes
+        return list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise EditError(f"the file is not valid YAML: {exc}") from None
-    finally:
-        loader.dispose()
 
 
 def locate(text: str, line: int) -> Node:
@@ -62,8 +49,7 @@ def locate(text: str, line: int) -> Node:
 def _anchored(text: str, node: Node) -> bool:
     """A node written with an anchor (&name) is shared with its aliases."""
     start = node.start_mark.index
-    line_start = text.rfind("\n", 0, start) + 1
-    before = text[line_start:start]
+    before = text[_line_start(text, start) : start]
     return bool(re.search(r"&[^\s]+\s*$", before)) or text[start : start + 1] == "&"
 
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the protocol names the type; rendering never needs the pack
     from auditor.rules.packs import PolicyPack
 
 ACTIVE = ("new", "open", "reopened")
+BLOCKED_RULES = ("cross-zone-blocked", "traffic-blocked")  # the edge is shut, not only slowed
 # The columns a store row keeps of a finding, which win over its stored detail.
 _ROW_COLUMNS = (
     "rule",

@@ -1,19 +1,8 @@
-"""The cluster map: one picture per target of where training pods can land (zones × namespaces) and
+"""The cluster map: one SVG per target of where training pods can land (zones × namespaces) and
 which zone-to-zone doors the policies leave open for training traffic, with the groups that
-straddle them.
-
-The input is the connectivity engine's `ConnectivityMap` (auditor/audit/connectivity.py: for each ordered
-pair of (namespace, zone) cells, how many policy classes may talk on the probe, both directions) and
-the groups of a scan (rules/groups.py) that can be split across zones. Drawn as one SVG:
-
-- left, a grid: a row per namespace, a column per zone, each cell with the pods that can land there;
-- right of each row, the namespace's own zone × zone matrix (training traffic stays in a namespace
-  far more often than not): a square per (from zone, to zone), green open, amber partial, red closed;
-- above, the target's doors: per pair of zones, in how many namespaces that traffic is open;
-- at the end of the row, how many groups of that namespace straddle zones and how many of those
-  straddle a closed or partial door.
-
-Pure; text escaped; no script."""
+straddle them (docs/reports.md, "The cluster map"). The input is the connectivity engine's
+`ConnectivityMap` (auditor/audit/connectivity.py) and the groups of a scan (rules/groups.py) that
+can be split across zones. Pure; text escaped; no script."""
 
 from __future__ import annotations
 
@@ -48,8 +37,7 @@ def straddlers(groups: Groups) -> list[Straddler]:
         for e in g.edges:
             if e.split is None:
                 continue
-            crossing = [(a, b) for a, b in (*e.allowed, *e.denied) if a != b]
-            pairs.update(crossing)
+            pairs.update((a, b) for a, b in (*e.allowed, *e.denied) if a != b)
             denied = denied or any(a != b for a, b in e.denied)
         if pairs:
             w = g.workload
@@ -99,11 +87,11 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
     ]
     # The target's zone × zone doors: per pair of zones, in how many namespaces training traffic
     # within the namespace is open (every class pair allowed), partly open or closed.
-    ox, oy, row_h = grid_x, 56, 26
+    oy, row_h = 56, 26
     out.append(f'<text class="m" x="8" y="{oy - 10}">from zone ↓ · to zone →</text>')
     for j, zb in enumerate(zones):
         out.append(
-            f'<text class="z" x="{ox + j * CELL_W + 6}" y="{oy - 10}">'
+            f'<text class="z" x="{grid_x + j * CELL_W + 6}" y="{oy - 10}">'
             f"{escape(fit_text(zb, CELL_W - 8))}</text>"
         )
     for i, za in enumerate(zones):
@@ -124,15 +112,14 @@ def svg(cmap: ConnectivityMap, groups: Sequence[Straddler], title: str = "") -> 
             )
             label = f"open in {states['open']}/{total}" if total else "no pods"
             out.append(
-                f'<rect class="sq {st}" data-from="{_attr(za)}" data-to="{_attr(zb)}" x="{ox + j * CELL_W}" '
-                f'y="{y}" width="{CELL_W - 4}" height="{row_h - 4}" rx="3">'
+                f'<rect class="sq {st}" data-from="{_attr(za)}" data-to="{_attr(zb)}" '
+                f'x="{grid_x + j * CELL_W}" y="{y}" width="{CELL_W - 4}" height="{row_h - 4}" rx="3">'
                 f"<title>{escape(za)} → {escape(zb)}: "
                 f"open in {states['open']}, partly open in {states['partial']}, closed in {states['closed']} "
                 f"of {total} namespaces</title></rect>"
-                f'<text class="sqt" x="{ox + j * CELL_W + 6}" y="{y + 15}">{label}</text>'
+                f'<text class="sqt" x="{grid_x + j * CELL_W + 6}" y="{y + 15}">{label}</text>'
             )
-    # Column headers of the grid.
-    gy = head
+    gy = head  # the grid's column headers, then a row per namespace
     for j, z in enumerate(zones):
         out.append(
             f'<text class="z" x="{grid_x + j * CELL_W + 6}" y="{gy - 8}">'

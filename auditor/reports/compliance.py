@@ -1,7 +1,5 @@
-"""Compliance reports from the store: status per target and rule, each rule mapped to the control
-ids of a configurable framework, waivers with reason and expiry, evidence (run ids, commit SHAs,
-times), in csv, json, html, pdf, sarif, junit or wgpolicyk8s.io PolicyReport objects, with a sha256
-manifest of the export."""
+"""Compliance reports from the store: status per target and rule mapped to a framework's control
+ids, waivers and evidence, in the formats docs/reports.md lists, with a sha256 manifest of the export."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -18,7 +16,9 @@ from typing import Any
 from markupsafe import Markup
 
 from auditor import TOOL_NAME, __version__, templating
-from auditor.reports import StoredResult, junit, policyreport, sarif, zonemap
+from auditor.model.findings import SEVERITIES, SEVERITY_RANK
+from auditor.reports import ACTIVE, StoredResult, junit, policyreport, sarif, zonemap
+from auditor.reports.csv_report import _safe
 from auditor.rules import RULES
 from auditor.settings.service import ReportSettings
 
@@ -48,7 +48,7 @@ def build(
         evidence = t.get("last_successful_run") or {}
         for rule in [*rules, *extra]:
             mine = [f for f in export["findings"] if f["target"] == t["name"] and f["rule"] == rule]
-            active = [f for f in mine if f["status"] in ("new", "open", "reopened")]
+            active = [f for f in mine if f["status"] in ACTIVE]
             waived = [f for f in mine if f["status"] == "waived"]
             if not evidence:
                 status = "not-audited"
@@ -116,11 +116,7 @@ def to_csv(report: Report) -> str:
     writer = csv.DictWriter(out, fields, lineterminator="\n")
     writer.writeheader()
     for row in report.rows:
-        cells = {**row, "controls": " ".join(row["controls"])}
-        # A cell starting with = + - @ would be a formula in a spreadsheet.
-        writer.writerow(
-            {k: ("'" + v if isinstance(v, str) and v[:1] in "=+-@\t\r" else v) for k, v in cells.items()}
-        )
+        writer.writerow({k: _safe(v) for k, v in {**row, "controls": " ".join(row["controls"])}.items()})
     return out.getvalue()
 
 
@@ -149,8 +145,8 @@ def content_hash(report: Report) -> str:
 
 
 def _summary(report: Report) -> dict[str, Any]:
-    active = [f for f in report.findings if f["status"] in ("new", "open", "reopened")]
-    by_sev = {s: sum(f["severity"] == s for f in active) for s in ("critical", "high", "medium", "low")}
+    active = [f for f in report.findings if f["status"] in ACTIVE]
+    by_sev = {s: sum(f["severity"] == s for f in active) for s in SEVERITIES}
     status = {
         s: sum(r["status"] == s for r in report.rows) for s in ("fail", "waived", "pass", "not-audited")
     }
@@ -167,12 +163,11 @@ def _summary(report: Report) -> dict[str, Any]:
     for c in controls.values():
         c["description"] = CONTROL_DESCRIPTIONS.get(c["id"], "")
     cost = round(sum(float(f.get("estimated_monthly_cost_usd") or 0) for f in active), 2)
-    rank = {"critical": 0, "high": 1, "medium": 2, "low": 3}
     ordered = sorted(
         report.findings,
         key=lambda f: (
-            f["status"] not in ("new", "open", "reopened"),
-            rank.get(f["severity"], 9),
+            f["status"] not in ACTIVE,
+            SEVERITY_RANK.get(f["severity"], 9),
             -float(f.get("estimated_monthly_cost_usd") or 0),
             f["id"],
         ),
@@ -254,6 +249,3 @@ def write(report: Report, fmt: str, output: Path) -> Path:
     manifest = output.with_name(output.name + ".sha256")
     manifest.write_text(f"{hashlib.sha256(data).hexdigest()}  {output.name}\n")
     return manifest
-
-
-__all__: Sequence[str] = ("FORMATS", "Report", "build", "render", "write")

@@ -1,13 +1,7 @@
-"""The daily digest per team. A summary comes first (active findings by severity, blocked groups,
-the estimated monthly inter-AZ cost and what changed since the last digest — or that this is the
-first one), then the top groups (blocked first, then by cost) with "and N more" linking to the web
-pages, the changes (new, reopened, resolved), waivers expiring soon and audit coverage (targets whose
-last run failed or is stale). Routed per team by target, namespace and workload label.
-
-Every list is capped (LIST_LIMIT) so the HTML of the largest team stays far below the ~100 KB at
-which Gmail clips a message. Maps are never inlined as SVG (neither Gmail nor Outlook renders it):
-each group links to its web page, which has the map. Pure: the caller passes the store's data and
-the time."""
+"""The daily digest per team: a summary first, then the top groups, the changes, waivers expiring
+soon and audit coverage, each list capped (LIST_LIMIT) so the HTML stays far below the ~100 KB at
+which Gmail clips a message; maps are links, never inline SVG (docs/reports.md, "Daily digest").
+Pure: the caller passes the store's data and the time."""
 
 from __future__ import annotations
 
@@ -19,10 +13,9 @@ from typing import Any
 
 from auditor import templating
 from auditor.model.findings import SEVERITY_RANK
-from auditor.reports import ACTIVE, overview
+from auditor.reports import ACTIVE, BLOCKED_RULES, overview
 from auditor.settings.service import DigestSettings, Team
 
-BLOCKED = ("cross-zone-blocked", "traffic-blocked")
 LIST_LIMIT = 10  # groups, blocked groups and each kind of change listed; the rest is "and N more"
 
 
@@ -49,7 +42,7 @@ def routed(team: Team, finding: Mapping[str, Any]) -> bool:
 
 def _blocked_first(findings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return sorted(
-        findings, key=lambda f: (f["rule"] not in BLOCKED, SEVERITY_RANK.get(f["severity"], 9), f["id"])
+        findings, key=lambda f: (f["rule"] not in BLOCKED_RULES, SEVERITY_RANK.get(f["severity"], 9), f["id"])
     )
 
 
@@ -104,7 +97,7 @@ def build(
         else:
             continue
         coverage.append({"target": t["name"], "problem": problem})
-    blocked = _blocked_first([f for f in active if f["rule"] in BLOCKED])
+    blocked = _blocked_first([f for f in active if f["rule"] in BLOCKED_RULES])
     items = [overview.Item.from_json(f) for f in active]
     summary = overview.overview(items, {}, LIST_LIMIT)
     # Blocked groups first, then the rest by severity and cost.

@@ -15,11 +15,10 @@ JSON = dict[str, Any]
 SCHEMA_ID = "https://placement-auditor.dev/schemas/findings-v1.schema.json"
 
 
-def _obj(
-    doc: str, props: dict[str, JSON], required: tuple[str, ...] | None = None, closed: bool = True
-) -> JSON:
+def _obj(doc: str, props: dict[str, JSON], optional: tuple[str, ...] = (), closed: bool = True) -> JSON:
+    """An object schema: every property is required but the `optional` ones."""
     out: JSON = {"type": "object", "description": doc, "properties": props}
-    out["required"] = list(props if required is None else required)
+    out["required"] = [k for k in props if k not in optional]
     if closed:
         out["additionalProperties"] = False
     return out
@@ -101,19 +100,7 @@ FINDING = _obj(
             "merge base).",
         },
     },
-    required=(
-        "rule",
-        "severity",
-        "certainty",
-        "symptoms",
-        "workload",
-        "edge",
-        "policies",
-        "estimated_monthly_cost_usd",
-        "estimated_slowdown_pct",
-        "message",
-        "fingerprint",
-    ),
+    optional=("assumptions", "evidence", "target", "change", "side"),
 )
 
 ERROR = _obj(
@@ -126,10 +113,10 @@ ERROR = _obj(
         "field": _t("string", "The field path inside the object."),
         "side": {"enum": ["base"], "description": "`scan --diff-base`: an error of the merge base's tree."},
     },
-    required=("file", "line", "message"),
+    optional=("object", "field", "side"),
 )
 
-WAIVER = _obj("A waiver (document or annotation).", {}, required=(), closed=False)
+WAIVER = _obj("A waiver (document or annotation).", {}, closed=False)
 
 
 def document_schema() -> JSON:
@@ -159,7 +146,7 @@ def document_schema() -> JSON:
                         "errors": _t("integer", "Number of error entries."),
                         "complete": _t("boolean", "False: part of the input was not audited (exit 3)."),
                     },
-                    required=("findings", "by_severity", "estimated_monthly_cost_usd", "errors"),
+                    optional=("complete",),
                     closed=False,
                 ),
                 "findings": _arr(FINDING, "The findings, most severe first."),
@@ -178,7 +165,7 @@ def document_schema() -> JSON:
                 "notes": _arr(_t("string", "A note."), "What the audit assumed or could not do."),
                 "network": _t("string", "The CNI settings in force and where they came from."),
                 "groups": _arr(
-                    _obj("A training group the scan recognised.", {}, required=(), closed=False),
+                    _obj("A training group the scan recognised.", {}, closed=False),
                     "What the scan understood (present for scans, absent for stored results).",
                 ),
                 "diff": _obj(
@@ -195,7 +182,7 @@ def document_schema() -> JSON:
                     },
                 ),
             },
-            required=("schema", "tool", "summary", "findings", "errors"),
+            optional=("waived", "expired_waivers", "notes", "network", "groups", "diff"),
         ),
     }
 

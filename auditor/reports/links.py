@@ -1,11 +1,6 @@
-"""Links from a finding to its file and line in the repository, at the audited revision.
-
-The URL pattern follows the Git host of the target's remote: GitHub (github.com and GitHub
-Enterprise hosts named `github.*`) `https://HOST/OWNER/REPO/blob/REV/PATH#L12`; GitLab (gitlab.com
-and hosts named `gitlab.*`, with subgroups) `https://HOST/GROUP/…/REPO/-/blob/REV/PATH#L12`.
-Remotes may be `https://…`, `ssh://git@HOST[:port]/…` or scp-like `git@HOST:OWNER/REPO.git`; any
-user name or token in the URL is dropped. Other hosts, local paths and files outside the checkout
-have no link (the page shows the path as text). Pure."""
+"""Links from a finding to its file and line in the repository, at the audited revision: GitHub and
+GitLab remotes (https, ssh or scp-like; user names and tokens dropped), as docs/reports.md, "Web
+pages", describes; other hosts, local paths and files outside the checkout have no link. Pure."""
 
 from __future__ import annotations
 
@@ -30,9 +25,7 @@ def repository_web_url(remote: str) -> tuple[str, str] | None:
             return None
         host, path = m["host"], "/" + m["path"]
     host = host.lower()
-    path = path.rstrip("/")
-    if path.endswith(".git"):
-        path = path[:-4]
+    path = path.rstrip("/").removesuffix(".git")
     segments = [s for s in path.split("/") if s]
     if not host or len(segments) < 2 or any(s in (".", "..") for s in segments):
         return None

@@ -23,25 +23,17 @@ def _row(f: Mapping[str, Any]) -> str:
     w = f["workload"]
     where = f"{w.get('file') or ''}:{w.get('line') or 0}" if w.get("file") else ""
     cost = f.get("estimated_monthly_cost_usd")
-    return (
-        "| "
-        + " | ".join(
-            [
-                f"{_ICON.get(f['severity'], '')} {f['severity']}",
-                f"`{escape(f['rule'])}`",
-                escape(
-                    f"{w['kind']} {w['namespace']}/{w['name']}"
-                    if w.get("namespace")
-                    else f"{w['kind']} {w['name']}"
-                ),
-                escape(f["certainty"]),
-                escape(where),
-                f"${cost:,.2f}" if isinstance(cost, (int, float)) else "",
-                escape(f["message"]),
-            ]
-        )
-        + " |"
-    )
+    name = f"{w['kind']} {w['namespace']}/{w['name']}" if w.get("namespace") else f"{w['kind']} {w['name']}"
+    cells = [
+        f"{_ICON.get(f['severity'], '')} {f['severity']}",
+        f"`{escape(f['rule'])}`",
+        escape(name),
+        escape(f["certainty"]),
+        escape(where),
+        f"${cost:,.2f}" if isinstance(cost, (int, float)) else "",
+        escape(f["message"]),
+    ]
+    return "| " + " | ".join(cells) + " |"
 
 
 _HEAD = (

@@ -1,17 +1,9 @@
-"""PolicyReport objects: what Kyverno's Policy Reporter, kubectl and dashboards read.
-
-Two APIs, the same content:
-
-- ``wgpolicyk8s.io/v1alpha2`` PolicyReport / ClusterPolicyReport (kubernetes-sigs/wg-policy-prototypes);
-- ``openreports.io/v1alpha1`` Report / ClusterReport (openreports/reports-api), which Kyverno and
-  Policy Reporter ship now.
-
-One report per namespace (named ``placement-auditor``), cluster-scoped findings in the cluster report.
-Results: ``fail`` for an active finding, ``skip`` for a waived one, ``pass`` for a resolved one
-(``--since``: it was fixed) and one ``pass`` per checked training group and rule that did not fire on
-it, ``error`` for a target with no successful run. Each result names its rule (``policy`` and ``rule``),
-severity, the workload as ``resources[0]``, and string ``properties`` (fingerprint, certainty, target,
-controls). `build_*` are pure; `publish` writes them with the official client by server-side apply.
+"""PolicyReport objects: what Kyverno's Policy Reporter, kubectl and dashboards read, in two APIs
+with the same content: ``wgpolicyk8s.io/v1alpha2`` PolicyReport / ClusterPolicyReport
+(kubernetes-sigs/wg-policy-prototypes) and ``openreports.io/v1alpha1`` Report / ClusterReport
+(openreports/reports-api), which Kyverno and Policy Reporter ship now. One report per namespace;
+which results it holds: docs/cli.md (`auditor cluster --publish-reports`, `auditor report`).
+`entries_*` and `build` are pure; `publish` writes them with the official client by server-side apply.
 """
 
 from __future__ import annotations
@@ -273,7 +265,6 @@ def render(docs: Sequence[Mapping[str, Any]]) -> str:
     return yaml.safe_dump_all(list(docs), sort_keys=False) if docs else ""
 
 
-# --------------------------------------------------------------------------------------------
 # Publishing (the I/O edge): server-side apply with the official client.
 
 

@@ -1,26 +1,13 @@
-"""SARIF 2.1.0 for GitHub code scanning (and any SARIF viewer).
-
-- Locations are repository-relative URIs with ``uriBaseId: %SRCROOT%``, declared in the run's
-  ``originalUriBaseIds`` (SARIF §3.4.4, validator rule SARIF1004): GitHub places a result on a
-  file only through a path relative to the repository root. Files outside the root get an
-  absolute ``file:`` URI without a base; objects that are not files (``<stdin>``, a cluster)
-  get a logical location only.
-- ``tool.driver.rules`` lists every rule that can fire: the built-in ones, the custom CEL rules
-  of the policy packs in force, and any other rule id a result carries (a stored finding of a
-  custom rule whose pack is gone), each with help text and a ``helpUri`` into the docs.
-- ``security-severity`` (GitHub's 0–10 score) and the default level follow the *effective*
-  severity: a pack's override, else the rule's own.
-- ``invocations[0].executionSuccessful`` is true only for a complete audit (nothing was left
-  unread, and something was read): a partial audit is never a clean bill of health.
-- ``partialFingerprints`` carry the finding fingerprint, so code scanning tracks an alert
-  across commits and line moves.
-"""
+"""SARIF 2.1.0 for GitHub code scanning (and any SARIF viewer): root-relative locations, every rule
+that can fire, the effective severity, partial-audit flag and fingerprints as docs/ci.md, "SARIF for
+code scanning", describes. GitHub places a result on a file only through a path relative to the
+repository root under ``%SRCROOT%`` (SARIF §3.4.4, validator rule SARIF1004)."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -126,19 +113,18 @@ def rule_descriptors(pack: PolicyPack | None, extra_ids: Iterable[str] = ()) -> 
                 "custom",
             )
         )
-    known = {d.id for d in out}
-    for rid in sorted(set(extra_ids) - known):
-        out.append(
-            RuleDescriptor(
-                rid,
-                f"Custom rule {rid}",
-                f"`{rid}` is not a built-in rule: a custom rule of a policy pack that is not loaded here.",
-                f"{DOCS_URL}policies/README.md#a-pack",
-                "medium",
-                (),
-                "unknown",
-            )
+    out.extend(
+        RuleDescriptor(
+            rid,
+            f"Custom rule {rid}",
+            f"`{rid}` is not a built-in rule: a custom rule of a policy pack that is not loaded here.",
+            f"{DOCS_URL}policies/README.md#a-pack",
+            "medium",
+            (),
+            "unknown",
         )
+        for rid in sorted(set(extra_ids) - {d.id for d in out})
+    )
     return out
 
 
@@ -177,7 +163,7 @@ class SourceRoot:
         if found is None:
             return None
         path, relative = found
-        return (_quote(path), SRCROOT) if relative else (Path(path).as_uri(), None)
+        return (quote(path, safe="/-._~"), SRCROOT) if relative else (Path(path).as_uri(), None)
 
     def base_ids(self) -> dict[str, Any]:
         description = {"text": "The root of the audited repository: result paths are relative to it."}
@@ -202,10 +188,6 @@ def _normalise(path: Path) -> str:
         return "."
     head, *rest = parts
     return str(Path(head, *rest))
-
-
-def _quote(relative: str) -> str:
-    return quote(relative.removeprefix("./"), safe="/-._~")
 
 
 def _location(root: SourceRoot, file: str, line: int, message: str | None = None) -> dict[str, Any] | None:
@@ -303,6 +285,3 @@ def to_document(result: Audited, root: SourceRoot | None = None) -> dict[str, An
 
 def render(result: Audited, root: SourceRoot | None = None) -> str:
     return json.dumps(to_document(result, root), indent=2) + "\n"
-
-
-__all__: Sequence[str] = ("SourceRoot", "render", "rule_descriptors", "to_document")

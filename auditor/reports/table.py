@@ -52,12 +52,10 @@ def render(result: ScanResult, colour: bool = False) -> str:
                 break_on_hyphens=False,
             )
         )
-        for p in f.policies:
-            lines.append(
-                clean(
-                    f"    - {p.kind} {p.namespace + '/' if p.namespace else ''}{p.name} ({p.file}:{p.line})"
-                )
-            )
+        lines.extend(
+            clean(f"    - {p.kind} {p.namespace + '/' if p.namespace else ''}{p.name} ({p.file}:{p.line})")
+            for p in f.policies
+        )
         if f.estimated_monthly_cost_usd is not None:
             lines.append(
                 f"    estimated ${f.estimated_monthly_cost_usd:,.2f}/month, "
@@ -79,10 +77,8 @@ def render(result: ScanResult, colour: bool = False) -> str:
     )
     if result.groups is not None:
         lines.append(clean(understood(result.groups)))
-    for e in result.errors:
-        lines.append(clean(f"error: {e}"))
-    for n in result.notes:
-        lines.append(clean(f"note: {n}"))
+    lines.extend(clean(f"error: {e}") for e in result.errors)
+    lines.extend(clean(f"note: {n}") for n in result.notes)
     return "\n".join(lines) + "\n"
 
 

@@ -1,15 +1,8 @@
-"""The map of a training group: where its pods can land and which doors are shut.
-
-Zones are columns (any number; 2–8 stay readable), each role is a box in every zone it can land in
-(dashed outline: can land; filled: pods run there now), with its replica count. Every edge of the
-group is drawn once per role pair and port — allowed in green, denied in red dashes, a wider amber
-underlay when it crosses zones, a loop when a role talks to itself in one zone — and carries a
-numbered badge keyed to a line under the map that says the port, the verdict and the deciding policy
-(also the edge's hover title). A legend explains the styles.
+"""The map of a training group: where its pods can land and which doors are shut (what it draws:
+docs/reports.md, "The group map").
 
 Layout is by construction free of overlaps: boxes sit on a grid; edges run only in the gutters
-between columns and between rows (each edge in its own track), start on the right border of the
-source box and end on the left border of the destination box. Server-rendered SVG, no script, no
+between columns and between rows (each edge in its own track). Server-rendered SVG, no script, no
 external asset, every text escaped. Pure: the input is a small typed `GroupMap`, built from a fresh
 scan's groups (`from_group`) or from stored findings (`from_findings`)."""
 
@@ -22,10 +15,10 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from auditor.model.findings import Finding
+from auditor.reports import BLOCKED_RULES
 from auditor.rules.groups import Group, Groups
 
 UNKNOWN_ZONE = "(zone unknown)"
-BLOCKED_RULES = ("cross-zone-blocked", "traffic-blocked")
 
 # Geometry, in SVG user units (px at 100 %).
 BOX_W, BOX_H = 168, 46
@@ -108,8 +101,7 @@ def from_findings(title: str, details: Iterable[Mapping[str, Any]]) -> GroupMap:
         ports = str(edge.get("port") or "ephemeral")
         proto = str(edge.get("protocol") or "TCP")
         pairs = tuple((a, b) for a in src.get("zones") or () for b in dst.get("zones") or () if a != b)
-        rule = str(d.get("rule", ""))
-        blocked = rule in BLOCKED_RULES
+        blocked = str(d.get("rule", "")) in BLOCKED_RULES
         if not pairs and blocked:
             pairs = tuple((a, b) for a in src.get("zones") or () for b in dst.get("zones") or ())
         key = (s, t, ports, proto)
@@ -208,15 +200,14 @@ def _representative(edge: MapEdge, feasible: Mapping[str, tuple[str, ...]]) -> t
             for a, b in all_pairs
             if a in feasible.get(edge.source, ()) and b in feasible.get(edge.destination, ())
         ]
-        crossing = [p for p in pairs if p[0] != p[1]]
-        if crossing or pairs:
-            a, b = sorted(crossing or pairs)[0]
+        if pairs:
+            a, b = min([p for p in pairs if p[0] != p[1]] or pairs)
             return a, b, denied
     src = feasible.get(edge.source) or (UNKNOWN_ZONE,)
     dst = feasible.get(edge.destination) or (UNKNOWN_ZONE,)
-    shared = sorted(set(src) & set(dst))
-    if shared:
-        return shared[0], shared[0], False
+    shared = min(set(src) & set(dst), default=None)
+    if shared is not None:
+        return shared, shared, False
     return src[0], dst[0], False
 
 
@@ -226,12 +217,10 @@ def svg(group: GroupMap) -> str:
     roles = list(group.roles)
     unknown = zones == (UNKNOWN_ZONE,)
     feasible = {r.name: (UNKNOWN_ZONE,) if unknown else r.feasible for r in roles}
-    names = {r.name for r in roles}
     for e in group.edges:  # an edge to a role the input does not describe still gets a box
         for name in (e.source, e.destination):
-            if name not in names:
+            if name not in feasible:
                 roles.append(MapRole(name, None, ()))
-                names.add(name)
                 feasible[name] = ()
     n_edges = len(group.edges)
     gutter = 2 * COL_PAD + TRACK * (n_edges + 1)
@@ -246,9 +235,8 @@ def svg(group: GroupMap) -> str:
     boxes: dict[tuple[str, str], Box] = {}
     placed: dict[str, list[str]] = {}
     for r in roles:
-        zs = [z for z in zones if z in feasible[r.name] or z in r.actual]
-        if not zs:  # no zone known or unschedulable: one box in the first column, marked
-            zs = [zones[0]]
+        # No zone known or unschedulable: one box in the first column, marked.
+        zs = [z for z in zones if z in feasible[r.name] or z in r.actual] or [zones[0]]
         placed[r.name] = zs
         for z in zs:
             boxes[(r.name, z)] = Box(r.name, z, col_x[z] + COL_PAD, row_y[r.name])

@@ -213,9 +213,10 @@ def _prices(raw: Any) -> tuple[tuple[str, Price], ...]:
         raise Invalid("must be a mapping of provider → price")
     known = {"usd_per_unit": (int, float), "unit": str, "charged": str, "as_of": str, "source": str}
     for provider, entry in raw.items():
-        line = yamlio.key_line(raw, str(provider))
+        name = str(provider)
+        line = yamlio.key_line(raw, name)
         if not isinstance(entry, Mapping):
-            raise Invalid("must be a mapping", str(provider), line)
+            raise Invalid("must be a mapping", name, line)
         for key, value in entry.items():
             if key not in known:
                 raise Invalid(f"unknown key (known: {', '.join(sorted(known))})", f"{provider}.{key}", line)
@@ -226,21 +227,14 @@ def _prices(raw: Any) -> tuple[tuple[str, Price], ...]:
             raise Invalid(
                 f"missing {', '.join(sorted(missing))}: "
                 "every price needs its amount, unit, date (as_of) and source",
-                str(provider),
+                name,
                 line,
             )
         charged = entry.get("charged", "sender")
         if entry["unit"] not in ("GB", "GiB") or charged not in ("sender", "both directions"):
-            raise Invalid(
-                "unit must be GB or GiB; charged must be 'sender' or 'both directions'", str(provider), line
-            )
-        prices[str(provider)] = Price(
-            str(provider),
-            float(entry["usd_per_unit"]),
-            entry["unit"],
-            charged,
-            entry["as_of"],
-            entry["source"],
+            raise Invalid("unit must be GB or GiB; charged must be 'sender' or 'both directions'", name, line)
+        prices[name] = Price(
+            name, float(entry["usd_per_unit"]), entry["unit"], charged, entry["as_of"], entry["source"]
         )
     return tuple(prices.items())
 

@@ -8,8 +8,8 @@ lines), and the core must not import a validation library to read its own settin
 
 Types the reader understands: str, int, float (an int is accepted), bool (YAML true is never a
 number), `X | None`, `tuple[X, ...]` (from a YAML list), nested dataclasses (from a mapping), and any
-shape a field's `parse` hook reads. A dataclass may define `validated(self, raw, where) -> Self` for
-checks across its fields (it may also return an adjusted copy, e.g. paths resolved).
+shape a field's `parse` hook reads. A dataclass may define `validated(self, raw, where, path, line)`
+for checks across its fields (returning itself, or an adjusted copy, e.g. paths resolved).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, Union, cast
@@ -83,12 +83,11 @@ def setting(
     *,
     doc: str,
     factory: Callable[[], Any] | None = None,
-    repr: bool = True,
     **meta: Any,
 ) -> Any:
     """A dataclass field with its documentation and constraints (see Meta)."""
     info = Meta(doc=doc, **meta)
-    shown = repr and not info.secret
+    shown = not info.secret
     if factory is not None:
         return field(default_factory=factory, repr=shown, metadata={"schema": info})
     return field(default=default, repr=shown, metadata={"schema": info})
@@ -132,6 +131,7 @@ def kind_of(value: object) -> str:
 
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
 def _item_line(raw: Any, index: int, default: int) -> int:
@@ -141,6 +141,14 @@ def _item_line(raw: Any, index: int, default: int) -> int:
     return yamlio.line_of(raw[index], default) if isinstance(raw, list) else default
 
 
+def _declared(cls: type) -> Iterator[tuple[str, dataclasses.Field[Any], Meta, Any]]:
+    """(YAML key, field, its Meta, its type) of each setting of `cls` read from the file."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cast(Any, cls)):
+        if not is_internal(f):
+            yield meta_of(f).key or f.name, f, meta_of(f), hints[f.name]
+
+
 def read(cls: type[T], raw: Any, path: str, where: Where, line: int = 0) -> T:
     """An instance of the settings dataclass `cls` from the YAML mapping `raw` (None: defaults)."""
     line = yamlio.line_of(raw, line)
@@ -148,17 +156,16 @@ def read(cls: type[T], raw: Any, path: str, where: Where, line: int = 0) -> T:
         raw = {}
     if not isinstance(raw, Mapping):
         raise where.error(path or "(top)", line or 1, f"must be a mapping, not {kind_of(raw)}")
-    fields = {meta_of(f).key or f.name: f for f in dataclasses.fields(cast(Any, cls)) if not is_internal(f)}
-    hints = typing.get_type_hints(cls)
+    fields = {key: (f, meta, tp) for key, f, meta, tp in _declared(cls)}
     values: dict[str, Any] = {}
     prefix = f"{path}." if path else ""
     for key, value in raw.items():
         key_line = yamlio.key_line(raw, str(key), line)
-        f = fields.get(str(key))
-        if f is None:
+        if str(key) not in fields:
             raise where.error(f"{prefix}{key}", key_line, f"unknown key (known: {', '.join(sorted(fields))})")
-        values[f.name] = _value(hints[f.name], meta_of(f), value, f"{prefix}{key}", where, key_line)
-    for key, f in fields.items():
+        f, meta, tp = fields[str(key)]
+        values[f.name] = _value(tp, meta, value, f"{prefix}{key}", where, key_line)
+    for key, (f, _, _) in fields.items():
         if f.name not in values and _required(f):
             raise where.error(f"{prefix}{key}", line, "is required")
     obj = cls(**values)
@@ -231,10 +238,8 @@ def _checked(meta: Meta, value: Any, path: str, where: Where, line: int) -> Any:
             raise where.error(path, line, f"must be at most {_num(meta.maximum)}{_unit(meta)}")
         if meta.exclusive_minimum is not None and value <= meta.exclusive_minimum:
             raise where.error(path, line, f"must be greater than {_num(meta.exclusive_minimum)}{_unit(meta)}")
-    if meta.check is not None:
-        problem = meta.check(value)
-        if problem:
-            raise where.error(path, line, problem)
+    if meta.check is not None and (problem := meta.check(value)):
+        raise where.error(path, line, problem)
     return value
 
 
@@ -263,15 +268,10 @@ def json_schema(cls: type, title: str, schema_id: str) -> JSON:
 
 
 def _object_schema(cls: type, defs: dict[str, JSON]) -> JSON:
-    hints = typing.get_type_hints(cls)
     props: dict[str, JSON] = {}
     required: list[str] = []
-    for f in dataclasses.fields(cast(Any, cls)):
-        if is_internal(f):
-            continue
-        meta = meta_of(f)
-        key = meta.key or f.name
-        props[key] = _field_schema(hints[f.name], meta, f, defs)
+    for key, f, meta, tp in _declared(cls):
+        props[key] = _field_schema(tp, meta, f, defs)
         if _required(f):
             required.append(key)
     out: JSON = {"type": "object", "properties": props, "additionalProperties": False}
@@ -328,13 +328,7 @@ def _type_schema(tp: Any, meta: Meta, defs: dict[str, JSON]) -> JSON:
     if typing.get_origin(tp) is tuple:
         (item_tp, *_rest) = typing.get_args(tp)
         return {"type": "array", "items": _type_schema(item_tp, _item_meta(meta), defs)}
-    base: JSON = {
-        str: {"type": "string"},
-        int: {"type": "integer"},
-        float: {"type": "number"},
-        bool: {"type": "boolean"},
-    }.get(tp, {})
-    out = dict(base)
+    out: JSON = {"type": _JSON_TYPES[tp]} if tp in _JSON_TYPES else {}
     if meta.choices:
         out["enum"] = list(meta.choices)
     if meta.pattern:
@@ -351,13 +345,9 @@ def _type_schema(tp: Any, meta: Meta, defs: dict[str, JSON]) -> JSON:
 def field_docs(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """(key path, default as YAML/JSON, description) of every setting, nested sections flattened."""
     rows: list[tuple[str, str, str]] = []
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cast(Any, cls)):
-        if is_internal(f):
-            continue
-        meta = meta_of(f)
-        key = f"{prefix}{meta.key or f.name}"
-        tp = _optional(hints[f.name]) or hints[f.name]
+    for name, f, meta, hint in _declared(cls):
+        key = f"{prefix}{name}"
+        tp = _optional(hint) or hint
         if typing.get_origin(tp) is tuple and dataclasses.is_dataclass(typing.get_args(tp)[0]):
             rows.append((f"{key}[]", "", _describe(meta)))
             rows.extend(field_docs(cast(type, typing.get_args(tp)[0]), f"{key}[]."))

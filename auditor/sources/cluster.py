@@ -1,21 +1,10 @@
 """Live clusters and snapshots of them: what the reader saw, as documents for the inventory.
 
 `auditor cluster` audits the objects read from the API server; `auditor snapshot` writes the
-same objects to one YAML file (a `ClusterSnapshot` header, then a `List`), and `auditor scan FILE`
-audits that file offline with the same findings. A snapshot never holds a Secret, nor a ConfigMap
-other than `cilium-config`.
-
-A snapshot carries only what the audit reads (`reduce_for_snapshot`), because it leaves the
-cluster (attached to tickets, committed to repositories):
-- annotations: only the keys the audit reads (`placement-auditor.io/*`, Kueue, JobSet, LWS,
-  Volcano and the Job index), plus `cluster.snapshot_annotations`; never
-  `kubectl.kubernetes.io/last-applied-configuration`, which repeats the whole manifest;
-- containers: name, ports, resources and restartPolicy; env values only where the audit reads
-  the variable itself (`MASTER_PORT`, `PET_MASTER_PORT`, Open MPI's TCP port MCA settings, all
-  numbers); every other env value, command and argument is reduced to the words edges are
-  derived from: host[:port] tokens naming a Service of the snapshot, pod names of a workload of
-  the snapshot, and `--mca btl_tcp_port_*` settings. `valueFrom` is dropped (never resolved);
-- volumes: name and persistentVolumeClaim (the volume zone filter); no other volume source.
+same objects to one YAML file (a `ClusterSnapshot` header, then a `List`) that `auditor scan FILE`
+audits offline with the same findings. A snapshot leaves the cluster, so it carries only what the
+audit reads (`reduce_for_snapshot`; which annotations, env values, words and volume fields:
+docs/cluster.md, "What a snapshot keeps"), never a Secret nor a ConfigMap but `cilium-config`.
 """
 
 from __future__ import annotations
@@ -98,18 +87,12 @@ class _Referents:
             else:
                 self.owners.add(f"{name}-")
 
-    def _pod_name(self, run: str) -> bool:
-        return any(run.startswith(prefix) for prefix in self.owners)
-
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Where the text names something an edge is derived from (character spans)."""
-        found: list[tuple[int, int]] = []
         hosts = [(m.start(), m.end(), m.group(1).lower()) for m in _HOST.finditer(text)]
-        for start, end, host in hosts:
-            if host in self.hosts:
-                found.append((start, end))
+        found = [(start, end) for start, end, host in hosts if host in self.hosts]
         for m in _POD_RUN.finditer(text):
-            if not self._pod_name(m.group(0)):
+            if not m.group(0).startswith(tuple(self.owners)):
                 continue
             # The whole host the pod name is part of, so Service lookups see the same token.
             around = next(((a, b) for a, b, _ in hosts if a <= m.start() and m.end() <= b), None)
@@ -248,10 +231,6 @@ def problem_errors(read: ClusterRead) -> list[LoadError]:
     return out
 
 
-def problem_notes(read: ClusterRead) -> list[str]:
-    return [f"{p.what}: {p.message}" for p in read.absent]
-
-
 def read_cluster(
     context: str | None, kubeconfig: str | None, in_cluster: bool, options: ReadOptions | None = None
 ) -> ClusterRead:
@@ -272,7 +251,7 @@ def inventory_from_read(read: ClusterRead, settings: Settings) -> Inventory:
     inv.notes[:0] = [
         f"live cluster {read.context} ({read.server_version or 'version unknown'}): "
         f"{len(read.objects)} objects, {len(inv.live_pods)} pods",
-        *problem_notes(read),
+        *(f"{p.what}: {p.message}" for p in read.absent),
     ]
     return inv
 

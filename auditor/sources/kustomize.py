@@ -1,14 +1,11 @@
 """What a kustomization refers to, and whether it may be built: the check made before
-`kubectl kustomize` runs.
+`kubectl kustomize` runs (what is refused: docs/config.md, "Sources").
 
-Building a repository's kustomization must never reach the network or read outside the
-repository. `kubectl kustomize` with the root-only load restrictor already refuses *files* outside
-a kustomization's own directory, but not other directories (bases, components), symlinks that
-lead out, or remote URLs, which it fetches. So every path a kustomization names (resources,
-bases, components, patches, generator files, …), and those of the kustomizations it includes,
-must resolve (symlinks followed) inside the root; a remote reference (a URL, `git@…`,
-`github.com/…`) or a name that is neither a file nor a directory (kustomize would try to fetch
-it) is refused unless remote resources are allowed (`sources.kustomize_remote`).
+`kubectl kustomize` with the root-only load restrictor already refuses *files* outside a
+kustomization's own directory, but not other directories (bases, components), symlinks that lead
+out, or remote URLs, which it fetches; and it tries a name that is neither a file nor a directory
+as a remote one. So every path a kustomization (or one it includes) names must resolve inside the
+root, and a remote reference is refused unless `sources.kustomize_remote` allows it.
 """
 
 from __future__ import annotations
@@ -74,12 +71,10 @@ def references(data: dict[str, object]) -> Iterator[tuple[str, str, bool]]:
                 yield f"{key}.envs", entry, False
             if isinstance(item.get("env"), str):
                 yield f"{key}.env", str(item["env"]), False
-    openapi = data.get("openapi")
-    if isinstance(openapi, dict) and isinstance(openapi.get("path"), str):
-        yield "openapi.path", openapi["path"], False
-    helm = data.get("helmGlobals")
-    if isinstance(helm, dict) and isinstance(helm.get("chartHome"), str):
-        yield "helmGlobals.chartHome", helm["chartHome"], False
+    for key, field in (("openapi", "path"), ("helmGlobals", "chartHome")):
+        value = data.get(key)
+        if isinstance(value, dict) and isinstance(value.get(field), str):
+            yield f"{key}.{field}", value[field], False
 
 
 def _list(value: object) -> list[object]:

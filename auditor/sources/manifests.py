@@ -1,19 +1,13 @@
 """Read manifests from the file system: raw YAML through the one loader, Kustomize directories
 rendered with `kubectl kustomize`, Helm charts with `helm template` (each when the tool is
-installed).
+installed), as docs/cli.md (`auditor scan`) and docs/config.md ("Sources") describe.
 
 Files inside a kustomization or chart directory are not read raw: the rendered output is what
-reaches a cluster. Only kustomizations that no other scanned kustomization includes are rendered,
-so a base is audited through its overlays, once each. Rendered objects keep the file and line of
-the source document they came from when it can be found.
-
-Rendering never reaches the network or leaves the repository root (sources/kustomize.py checks
-a kustomization first; sources/sandbox.py runs the renderer). What could not be seen — a
-directory skipped because its renderer is missing, a refused or failed build, an unreadable
-file — is an error entry *and* a `NotAudited` entry: the audit is partial.
-
-The repository root of a path is the git work tree holding it, else the path itself (its
-directory, for a file); the service passes its target's root.
+reaches a cluster; only kustomizations no other scanned one includes are rendered, so a base is
+audited through its overlays. Rendered objects keep the file and line of the source document they
+came from when it can be found. What could not be seen is an error entry *and* a `NotAudited`
+entry: the audit is partial. The repository root of a path is the git work tree holding it, else
+the path itself (its directory, for a file); the service passes its target's root.
 """
 
 from __future__ import annotations
@@ -52,7 +46,6 @@ class Tools:
 class Collected:
     documents: list[yamlio.Document] = field(default_factory=list)
     errors: list[LoadError] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
     not_audited: list[NotAudited] = field(default_factory=list)
 
     def skip(self, path: str, reason: str, line: int = 0) -> None:
@@ -62,8 +55,6 @@ class Collected:
 
 
 def _under(path: Path, roots: set[Path]) -> Path | None:
-    if not roots:
-        return None
     for parent in (path, *path.parents):
         if parent in roots:
             return parent
@@ -107,9 +98,7 @@ def _origin(index: dict[tuple[str, str], SourceRef], data: object, fallback: Sou
     if isinstance(data, dict):
         meta = data.get("metadata")
         name = meta.get("name") if isinstance(meta, dict) else None
-        found = index.get((str(data.get("kind")), str(name)))
-        if found is not None:
-            return found
+        return index.get((str(data.get("kind")), str(name)), fallback)
     return fallback
 
 
@@ -167,25 +156,22 @@ def collect(
     files, errors = yamlio.discover_files(list(paths))
     for e in errors:  # a path that could not be listed or read: not audited
         out.skip(e.file, e.message, e.line)
-    resolved = [(p, p, display) for p, display in files]  # discover_files resolves them
-    displays = {real: display for real, _, display in resolved}
-    kroots = {p.parent for p, _, _ in resolved if p.name in KUSTOMIZATION_FILES}
-    charts = {p.parent for p, _, _ in resolved if p.name == "Chart.yaml"}
-    included: set[Path] = set()
-    for directory in kroots:
-        included |= kustomize.included(directory)
+    displays = dict(files)  # discover_files resolves the paths
+    kroots = {p.parent for p, _ in files if p.name in KUSTOMIZATION_FILES}
+    charts = {p.parent for p, _ in files if p.name == "Chart.yaml"}
+    included: set[Path] = set().union(*map(kustomize.included, kroots))
     raw_by_root: dict[Path, list[yamlio.Document]] = {r: [] for r in kroots | charts}
     owners: dict[Path, tuple[Path | None, Path | None]] = {}  # directory -> (chart, kustomization)
     to_read: list[tuple[Path, str]] = []
     read_for: list[Path | None] = []  # the kustomization each file belongs to, if any
-    for real, path, display in resolved:
+    for real, display in files:
         owner = owners.get(real.parent)
         if owner is None:
             owner = owners[real.parent] = (_under(real.parent, charts), _under(real.parent, kroots))
         chart, kroot = owner
         if chart is not None:
             continue  # chart templates are Go templates, not YAML
-        to_read.append((path, display))
+        to_read.append((real, display))
         read_for.append(kroot)
     loaded = yamlio.load_files(to_read, jobs=jobs, cache=cache)
     for n, (kroot, (_, display), (docs, errs)) in enumerate(zip(read_for, to_read, loaded, strict=True), 1):
@@ -256,6 +242,5 @@ def load_inventory(
         if errs:
             collected.not_audited.append(NotAudited(name, errs[0].message))
     inv = build_inventory(collected.documents, settings, collected.errors)
-    inv.notes[:0] = collected.notes
     inv.not_audited = sorted(set(collected.not_audited))
     return inv

@@ -1,15 +1,10 @@
-"""Measured signals for live audits, from the Prometheus HTTP query API (`/api/v1/query`).
-
-For each training group whose pods run now (observed findings):
-- bytes each pod sends: `rate(container_network_transmit_bytes_total[window])` (cAdvisor); for a
-  group split across zones the inter-AZ share is what each pod sends times the share of its peers
-  in other zones (peers exchange evenly, as in ring and tree all-reduce), priced with the
-  configured price: the cost *from measurement* replaces the model's;
-- GPU utilisation of the pods of a blocked group: `DCGM_FI_DEV_GPU_UTIL` (dcgm-exporter), which
-  shows idle GPUs behind a closed door;
-- policy drops towards the group: `hubble_drop_total{reason="POLICY_DENIED"}` (Hubble metrics with
-  pod context).
-Without a Prometheus URL (or when it does not answer) the model is kept and the finding says so.
+"""Measured signals for live audits, from the Prometheus HTTP query API (`/api/v1/query`): for each
+training group whose pods run now (observed findings), the bytes its pods send (priced: the cost
+*from measurement* replaces the model's), GPU utilisation and policy drops of a blocked group
+(queries and metrics: docs/cluster.md, "Measured signals"). For a group split across zones the
+inter-AZ share is what each pod sends times the share of its peers in other zones (peers exchange
+evenly, as in ring and tree all-reduce). Without a Prometheus URL (or when it does not answer) the
+model is kept and the finding says so.
 """
 
 from __future__ import annotations
@@ -35,6 +30,7 @@ from auditor.settings.config import PrometheusSettings, Settings
 log = logging.getLogger("auditor.prometheus")
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9._-]+$")  # namespace and pod names: safe inside a regex
+_BLOCKED = ("cross-zone-blocked", "traffic-blocked")
 
 
 class PrometheusError(RuntimeError):
@@ -82,10 +78,6 @@ class PrometheusClient:
         return out
 
 
-def _pod_regex(pods: Sequence[LivePod]) -> str:
-    return "|".join(p.name for p in pods if _LABEL_VALUE.match(p.name))
-
-
 def _by_pod(samples: Iterable[Sample]) -> dict[str, float]:
     out: dict[str, float] = {}
     for s in samples:
@@ -105,7 +97,7 @@ class GroupSignals:
 def _group_signals(
     client: PrometheusClient, namespace: str, pods: Sequence[LivePod], window: str
 ) -> GroupSignals:
-    names = _pod_regex(pods)
+    names = "|".join(p.name for p in pods if _LABEL_VALUE.match(p.name))
     if not names or not _LABEL_VALUE.match(namespace):
         return GroupSignals({}, {}, None)
     sel = f'namespace="{namespace}", pod=~"{names}"'
@@ -147,40 +139,29 @@ def enrich(
     def group_of(f: Finding) -> list[tuple[LivePod, str]]:
         """The pods on both ends of the finding's edge (its workload's roles and the peer role)."""
         peer = f.edge.to_role if f.edge is not None else None
+        w = f.workload
         out: list[tuple[LivePod, str]] = []
         for role, seen in observation.roles.items():
             ref = role.workload
-            own = (ref.kind, ref.namespace, ref.name) == (
-                f.workload.kind,
-                f.workload.namespace,
-                f.workload.name,
-            )
-            if own or (ref.namespace == f.workload.namespace and role.name == peer):
+            own = (ref.kind, ref.namespace, ref.name) == (w.kind, w.namespace, w.name)
+            if own or (ref.namespace == w.namespace and role.name == peer):
                 out.extend(seen.pods)
         return out
 
     price = settings.cost.price()
     out: list[Finding] = []
-    cache: dict[str, GroupSignals | str] = {}
     for f in findings:
-        if f.certainty != "observed" or f.rule not in (
-            "cross-zone-traffic",
-            "cross-zone-blocked",
-            "traffic-blocked",
-        ):
+        if f.certainty != "observed" or f.rule not in ("cross-zone-traffic", *_BLOCKED):
             out.append(f)
             continue
-        key = f.fingerprint
         group = group_of(f)
-        if key not in cache:
-            try:
-                cache[key] = _group_signals(client, f.workload.namespace, [p for p, _ in group], prom.window)
-            except PrometheusError as exc:
-                log.warning("Prometheus: %s", exc)
-                cache[key] = f"Prometheus did not answer ({exc}): cost from the model, no measured evidence"
-        signals = cache[key]
-        if isinstance(signals, str):
-            out.append(_note(f, signals))
+        try:
+            signals = _group_signals(client, f.workload.namespace, [p for p, _ in group], prom.window)
+        except PrometheusError as exc:
+            log.warning("Prometheus: %s", exc)
+            out.append(
+                _note(f, f"Prometheus did not answer ({exc}): cost from the model, no measured evidence")
+            )
             continue
         out.append(_measured(f, group, signals, price.per_moved_byte_usd, prom.window, price.provider))
     return out
@@ -218,13 +199,13 @@ def _measured(
             f"cost from measurement: crossing bytes × {SECONDS_PER_MONTH:,} s/month × the {provider} price; "
             "peers exchange evenly (ring or tree all-reduce)",
         )
-    if signals.gpu_util and f.rule in ("cross-zone-blocked", "traffic-blocked"):
+    if signals.gpu_util and f.rule in _BLOCKED:
         mean = sum(signals.gpu_util.values()) / len(signals.gpu_util)
         evidence.append(
             f"GPU utilisation of the group's pods: {mean:.0f}% on average (DCGM_FI_DEV_GPU_UTIL, "
             f"{len(signals.gpu_util)} pod(s)) — {'idle behind the closed door' if mean < 5 else 'busy'}"
         )
-    if signals.drops_per_second is not None and f.rule in ("cross-zone-blocked", "traffic-blocked"):
+    if signals.drops_per_second is not None and f.rule in _BLOCKED:
         evidence.append(
             f"policy drops towards the group: {signals.drops_per_second:.2f}/s "
             f"(hubble_drop_total, reason POLICY_DENIED, rate over {window})"

@@ -1,10 +1,8 @@
 """Running the external renderers (`kubectl kustomize`, `helm template`) on a scanned tree.
 
-A repository is input, not code we trust: the renderers get a scrubbed environment (a fresh,
-empty HOME and tool homes in a temporary directory; no KUBECONFIG, cloud or git credentials, no
-proxy settings, no GIT_* variables), stdin closed, their own process group, a time limit and a
-limit on the bytes they may print. What they printed past the limit is not read, and the process
-group is killed.
+A repository is input, not code we trust: the renderers run in a scrubbed environment, with stdin
+closed, in their own process group, under a time limit and a limit on the bytes they may print
+(what passes and what is withheld: docs/config.md, "Sources"); past a limit the group is killed.
 """
 
 from __future__ import annotations
@@ -63,11 +61,10 @@ def run(
     timeout_s: float,
     max_output_bytes: int,
     allow_network: bool = False,
-    environ: dict[str, str] | None = None,
 ) -> ToolRun:
     """Run `cmd` in `cwd` under the limits above."""
     with tempfile.TemporaryDirectory(prefix="auditor-render-") as home:
-        env = environment(Path(home), dict(os.environ) if environ is None else environ, allow_network)
+        env = environment(Path(home), dict(os.environ), allow_network)
         try:
             proc = subprocess.Popen(
                 cmd,

@@ -212,3 +212,14 @@ def test_pdf_pages_fit_with_cover_contents_numbers_and_landscape_findings(
     shots.mkdir(exist_ok=True)
     for p in sorted(tmp_path.glob("page*.png")):
         shutil.copy(p, shots / f"report-fit-{p.name}")
+
+
+def test_csv_cells_are_safe_and_empty_cells_stay_empty(tmp_path: Path, engine: Engine) -> None:
+    """The CSV escapes as the scan's CSV does (reports/csv_report): a formula is quoted, an
+    empty cell (a rule mapped to no control) stays empty rather than a lone quote."""
+    rows = {
+        (r["target"], r["rule"]): r
+        for r in csv.DictReader(io.StringIO(compliance.render(_report(tmp_path, engine), "csv").decode()))
+    }
+    assert rows["lab", "data-ports-partly-denied"]["controls"] == ""
+    assert rows["lab", "cross-zone-blocked"]["controls"] == "CC7.1 A1.2"
