@@ -335,14 +335,13 @@ def cmd_connectivity(args: argparse.Namespace) -> int:
     return EXIT_FAILED if not inv.workloads and inv.errors else EXIT_OK
 
 
-def _read_cluster(args: argparse.Namespace) -> ClusterRead | None:
+def _read_cluster(args: argparse.Namespace, settings: Settings) -> ClusterRead | None:
     from auditor.sources import cluster
     from auditor.sources.kubeapi import ReadOptions
 
     if args.in_cluster and args.context:
         raise ConfigError("(arguments)", 0, "--in-cluster", "give --context or --in-cluster, not both")
     try:
-        settings = _settings(args)
         read = cluster.read_cluster(
             args.context, args.kubeconfig, args.in_cluster, ReadOptions.from_settings(settings)
         )
@@ -366,7 +365,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     settings = _settings(args)
     pack = load_packs([Path(p) for p in args.policy or []])
     with gcpause.paused(resume=not args.one_shot):
-        read = _read_cluster(args)
+        read = _read_cluster(args, settings)
         if read is None:
             return EXIT_FAILED
         inv = cluster.inventory_from_read(read, settings)
@@ -416,10 +415,10 @@ def _publish_reports(args: argparse.Namespace, result: ScanResult, incomplete: S
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from auditor.sources import cluster
 
-    read = _read_cluster(args)
+    settings = _settings(args)
+    read = _read_cluster(args, settings)
     if read is None:
         return EXIT_FAILED
-    settings = _settings(args)
     cluster.write_snapshot(read, Path(args.output), system_clock(), settings.cluster.snapshot_annotations)
     kept = sum(1 for o in read.objects if cluster.allowed(o))
     print(f"wrote {kept} objects of cluster {read.context} to {args.output}", file=sys.stderr)
