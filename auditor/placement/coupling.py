@@ -459,17 +459,11 @@ class _FitCap:
     says cannot fit, cannot."""
 
     reason: str
-    per_zone: Mapping[str | None, int | None]  # None: a node whose capacity is unknown
+    per_zone: Mapping[str | None, int]  # pods the zone's feasible nodes hold (None: no zone label)
 
     def within(self, ok: Sequence[Node], zones: set[str] | None, zone_key: str) -> int | None:
         del ok, zone_key  # counted from the same feasible nodes when the cap was made
-        total = 0
-        for zone, count in self.per_zone.items():
-            if zones is None or zone in zones:
-                if count is None:
-                    return None
-                total += count
-        return total
+        return sum(count for zone, count in self.per_zone.items() if zones is None or zone in zones)
 
 
 def _fit_cap(role: Role, pools: _Pools) -> _FitCap | None:
@@ -485,11 +479,11 @@ def _fit_cap(role: Role, pools: _Pools) -> _FitCap | None:
                 if fit is None:
                     return None  # a node of unknown capacity: its zone might hold them all
                 fits[allocatable] = fit
-    per_zone: dict[str | None, int | None] = {
+    per_zone = {
         zone: sum(fits[a][0] * count for a, count in by_alloc.items())
         for zone, by_alloc in pools.by_zone.items()
     }
-    if not per_zone or min(c for c in per_zone.values() if c is not None) >= role.replicas:
+    if not per_zone or min(per_zone.values()) >= role.replicas:
         return None
     limits: dict[str, set[int]] = {}
     for count, resource in fits.values():
