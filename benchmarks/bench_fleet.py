@@ -323,6 +323,11 @@ def main() -> int:
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     parser.add_argument(
+        "--no-growth",
+        action="store_true",
+        help="skip the stored audits of a quarter and half of the repositories",
+    )
+    parser.add_argument(
         "--seconds-between-writes",
         type=float,
         default=1.0,
@@ -363,6 +368,16 @@ def main() -> int:
                     f"rows {r['rows']}" + (f"; ERRORS {r['errors'][:5]}" if r["errors"] else "")
                 )
             push = run_pushes(max(counts), repos, gh, broker, root, key)
+            # Growth of stored audits over the input: a quarter and half of the repositories, each
+            # in a schema of its own (the full run above is the 4× point).
+            grown = (
+                []
+                if args.no_growth
+                else [
+                    run_pushes(max(counts), repos[: max(1, len(repos) * f // 4)], gh, broker, root, key)
+                    for f in growth.FACTORS[:-1]
+                ]
+            )
         base = results[0]
         print("\nratios to 1 worker (same run):")
         for r in results:
@@ -389,8 +404,16 @@ def main() -> int:
                 if push["rows"].get(t)
             )
         )
+        if grown:
+            sizes = [max(1, args.repos * f // 4) for f in growth.FACTORS]
+            times = [r["elapsed"] for r in [*grown, push]]
+            print(
+                "  growth stored audits: "
+                + ", ".join(f"{n} repositories {t:.1f} s" for n, t in zip(sizes, times, strict=True))
+                + f" → exponent {growth.exponent(sizes, times):.2f}"
+            )
         print(f"\npacing: {PACE['writes']} s between writes; cpus: {os.cpu_count()}, load {os.getloadavg()}")
-        bad = [e for r in [*results, push] for e in r["errors"]]
+        bad = [e for r in [*results, push, *grown] for e in r["errors"]]
         if bad:
             print(f"WRONG ANSWERS: {bad[:10]}")
             return 1
