@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -239,20 +239,24 @@ def insufficient_resources(
     out: list[Insufficient] = []
     if PODS in allocatable and count + 1 > allocatable[PODS]:
         out.append(Insufficient(PODS, 1, count, allocatable[PODS]))
-    for name in _FIXED:
-        requested = want.get(name, 0)
-        if requested <= 0 or name not in allocatable:
-            continue
-        if requested > allocatable[name] - used.get(name, 0):
-            out.append(Insufficient(name, requested, used.get(name, 0), allocatable[name]))
-    for name in sorted(want):
-        requested = want[name]
-        if name in _FIXED or requested <= 0 or not is_scalar_resource(name):
-            continue
-        capacity = allocatable.get(name, 0)  # an extended resource the node lacks is 0
+    for name, requested, capacity in _checked(want, allocatable):
         if requested > capacity - used.get(name, 0):
             out.append(Insufficient(name, requested, used.get(name, 0), capacity))
     return out
+
+
+def _checked(want: Mapping[str, int], allocatable: Mapping[str, int]) -> Iterator[tuple[str, int, int]]:
+    """(resource, requested, allocatable) of every resource the filter checks, in its order:
+    cpu, memory and ephemeral-storage when the node reports them, then scalar resources by name
+    (an extended resource the node lacks is 0)."""
+    for name in _FIXED:
+        requested = want.get(name, 0)
+        if requested > 0 and name in allocatable:
+            yield name, requested, allocatable[name]
+    for name in sorted(want):
+        requested = want[name]
+        if name not in _FIXED and requested > 0 and is_scalar_resource(name):
+            yield name, requested, allocatable.get(name, 0)
 
 
 def pods_per_node(template: PodTemplate, allocatable: tuple[tuple[str, str], ...]) -> tuple[int, str] | None:
@@ -266,18 +270,11 @@ def pods_per_node(template: PodTemplate, allocatable: tuple[tuple[str, str], ...
     have = _allocatable_map(allocatable)
     if have is None:
         return None
-    want = _units_of(template)
-    bounds: list[tuple[int, str]] = []
+    bounds = [
+        (capacity // requested, name) for name, requested, capacity in _checked(_units_of(template), have)
+    ]
     if PODS in have:
         bounds.append((have[PODS], PODS))
-    for name, requested in sorted(want.items()):
-        if requested <= 0:
-            continue
-        if name in _FIXED:
-            if name in have:
-                bounds.append((have[name] // requested, name))
-        elif is_scalar_resource(name):
-            bounds.append((have.get(name, 0) // requested, name))  # missing: 0, as the filter says
     return min(bounds) if bounds else None
 
 
