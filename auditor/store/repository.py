@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, date, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Engine, Select, func, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, Select, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -167,7 +167,7 @@ def record(cls: type[R], row: object, **given: Any) -> R:
     return cls(**values)
 
 
-def target_id_of(session: Session, name: str) -> int:
+def target_id_of(session: Session | Connection, name: str) -> int:
     found = session.scalar(select(Target.id).where(Target.name == name))
     if found is None:
         raise UnknownTarget(name)
@@ -406,11 +406,10 @@ class Store:
         """A page of findings, newest first (keyset pagination on the id)."""
         before = decode_cursor(cursor) if cursor is not None else None
         with self._reads.connect() as connection:
-            target_id = None
-            if flt.target is not None:
-                target_id = connection.scalar(select(Target.id).where(Target.name == flt.target))
-                if target_id is None:
-                    return Page([], None)
+            try:
+                target_id = target_id_of(connection, flt.target) if flt.target is not None else None
+            except UnknownTarget:
+                return Page([], None)
             query = self._finding_query(flt, target_id)
             if before is not None:
                 query = query.where(FindingRow.id < before)
