@@ -306,6 +306,7 @@ def run_pushes(
     )
     return {
         "workers": workers,
+        "audits": len(repos),
         "errors": errors,
         "elapsed": elapsed,
         "throughput": len(repos) / elapsed,
@@ -405,7 +406,7 @@ def main() -> int:
             )
         )
         if grown:
-            sizes = [max(1, args.repos * f // 4) for f in growth.FACTORS]
+            sizes = [r["audits"] for r in [*grown, push]]
             times = [r["elapsed"] for r in [*grown, push]]
             print(
                 "  growth stored audits: "
