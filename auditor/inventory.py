@@ -29,11 +29,16 @@ class Inventory:
     policies: list[CompiledPolicy] = field(default_factory=list)
     calico_tiers: dict[str, tuple[float, str]] = field(default_factory=dict)
     errors: list[LoadError] = field(default_factory=list)
+    # Notes about the inventory as a whole; `file_notes`: (file, note) for notes one object caused.
     notes: list[str] = field(default_factory=list)
+    file_notes: list[tuple[str, str]] = field(default_factory=list)
     # Files and directories whose content was not seen (the audit is partial; sources/manifests.py).
     not_audited: list[NotAudited] = field(default_factory=list)
-    # Kinds present but not audited (ConfigMap, Ingress, ...): counted, not errors.
-    skipped_kinds: dict[str, int] = field(default_factory=dict)
+    # Kinds present but not audited (ConfigMap, Ingress, ...): counted by (file, kind), not errors.
+    skipped: dict[tuple[str, str], int] = field(default_factory=dict)
+    # The files read, in the order reports list what concerns them: files with documents as read,
+    # then files without any (unreadable, or holding only errors).
+    file_order: dict[str, int] = field(default_factory=dict)
     # (Cluster)TrainingRuntimes by (kind, namespace or "", name): TrainJobs are built from them.
     runtimes: dict[tuple[str, str, str], Mapping[str, Any]] = field(default_factory=dict)
     # Zones a PersistentVolumeClaim confines its pods to, by (namespace, claim): from its bound
@@ -47,6 +52,13 @@ class Inventory:
     manifests: dict[WorkloadRef, Mapping[str, Any]] = field(default_factory=dict)
     _by_name: dict[tuple[str, str], list[Workload]] = field(default_factory=dict, repr=False)
     _by_name_for: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def skipped_kinds(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for (_, kind), n in self.skipped.items():
+            counts[kind] = counts.get(kind, 0) + n
+        return counts
 
     def namespace_labels(self, namespace: str) -> tuple[tuple[str, str], ...]:
         labels = dict(self.namespaces.get(namespace, ()))

@@ -13,13 +13,14 @@ from auditor.model.source import LoadError, NotAudited
 from auditor.placement.observed import Observation, observe
 from auditor.progress import Progress, silent
 from auditor.rules import live, run_rules
-from auditor.rules.groups import Groups, groups
-from auditor.rules.model import AuditModel, build_model, object_ref, workload_object
+from auditor.rules.groups import GroupEntry, Groups, group_entries, summarise
+from auditor.rules.model import AuditModel, build_model, object_ref
 from auditor.rules.packs import (
     ExpiredWaiver,
+    PackSubjects,
     PolicyPack,
     WaivedFinding,
-    apply_pack,
+    apply_pack_to,
     evaluate_custom_rules,
     load_packs,
 )
@@ -87,14 +88,35 @@ class ScanResult:
         }
 
 
-def scan(
-    inv: Inventory, pack: PolicyPack | None = None, today: date | None = None, progress: Progress = silent
-) -> ScanResult:
-    """Findings for an inventory under a policy pack (the default pack when none is given).
+@dataclass
+class Audited:
+    """An audit before its policy pack is applied and its report put in order: what `finish`
+    turns into a ScanResult. What concerns one file says which, so an incremental audit can put
+    one together from the parts of several (auditor/audit/fragments.py)."""
 
-    `today` decides which waivers are in force; the caller supplies it (the core reads no clock).
-    Without it no waiver is in force: nothing is hidden on an unknown date.
-    """
+    # Built-in and custom findings, before the pack's scopes, severities and waivers.
+    candidates: list[Finding]
+    # What the pack reads of the workloads (labels, annotation waivers).
+    subjects: PackSubjects
+    errors: list[LoadError]
+    # Notes on the whole inventory (first), per file (then, by file), and on the model (last).
+    notes: list[str]
+    file_notes: list[tuple[str, str]]
+    model_notes: list[str]
+    # Audited objects (workloads, policies, nodes, Services) per file; skipped kinds per file.
+    audited: dict[str, int]
+    skipped: dict[tuple[str, str], int]
+    group_entries: list[GroupEntry]
+    network: str
+    not_audited: list[NotAudited]
+    # How reports order what concerns files: see Inventory.file_order.
+    file_order: dict[str, int]
+    observation: Observation | None = None
+    model: AuditModel | None = field(default=None, repr=False, compare=False)
+
+
+def audit(inv: Inventory, pack: PolicyPack | None = None, progress: Progress = silent) -> Audited:
+    """Every finding the rules and the pack's custom rules make on an inventory (pure)."""
     model = build_model(inv, progress)
     pack = pack if pack is not None else load_packs([])
     raw = run_rules(model, pack.rule_options())
@@ -115,33 +137,73 @@ def scan(
                 f"(e.g. {observation.unmatched[0].namespace}/{observation.unmatched[0].name})"
             )
     custom, custom_errors = evaluate_custom_rules(pack, model)
-    applied = apply_pack([*raw, *custom], model, pack, today or date.max)
-    findings = sorted(applied.findings)
-    audited = len(inv.workloads) + len(inv.policies) + len(inv.nodes) + len(inv.services)
-    with_findings = {f.workload.identity for f in findings} | {
-        w.finding.workload.identity for w in applied.waived
-    }
-    labels = {}
-    for w in inv.workloads:
-        identity = workload_object(w.ref).identity
-        if identity in with_findings and w.labels:
-            labels[identity] = dict(w.labels)
+    audited: Counter[str] = Counter()
+    audited.update(w.ref.source.file for w in inv.workloads)
+    audited.update(p.ref.source.file for p in inv.policies)
+    for sourced in (inv.nodes, inv.services):
+        audited.update(o.source.file for o in sourced)
+    return Audited(
+        [*raw, *custom],
+        PackSubjects.of(inv.workloads, pack),
+        [*inv.errors, *custom_errors],
+        list(inv.notes),
+        list(inv.file_notes),
+        [*model.notes, *notes],
+        dict(audited),
+        dict(inv.skipped),
+        group_entries(model),
+        inv.network.describe(),
+        list(inv.not_audited),
+        dict(inv.file_order),
+        observation,
+        model,
+    )
+
+
+def finish(audited: Audited, pack: PolicyPack | None = None, today: date | None = None) -> ScanResult:
+    """The result of an audit under its pack: filtered, re-rated and waived as the pack says on
+    `today` (none in force on an unknown date: nothing is hidden then), errors and notes in file
+    order (Inventory.file_order; within a file as found)."""
+    pack = pack if pack is not None else load_packs([])
+    applied = apply_pack_to(audited.candidates, audited.subjects, pack, today or date.max)
+    findings = list(applied.findings)
+    rank = audited.file_order
+    last = len(rank)
+    errors = sorted([*audited.errors, *applied.errors], key=lambda e: rank.get(e.file, last))
+    file_notes = sorted(audited.file_notes, key=lambda n: rank.get(n[0], last))
+    with_findings = {f.workload.identity for f in findings} | {w.finding.workload.identity for w in applied.waived}
+    labels = {i: dict(audited.subjects.labels[i]) for i in sorted(with_findings) if audited.subjects.labels.get(i)}
+    skipped: Counter[str] = Counter()
+    for (_, kind), n in audited.skipped.items():
+        skipped[kind] += n
     return ScanResult(
         findings,
-        [*inv.errors, *custom_errors, *applied.errors],
-        [*inv.notes, *model.notes, *notes, *applied.notes],
-        audited,
-        inv.network.describe(),
-        dict(inv.skipped_kinds),
+        errors,
+        [*audited.notes, *(n for _, n in file_notes), *audited.model_notes, *applied.notes],
+        sum(audited.audited.values()),
+        audited.network,
+        dict(skipped),
         list(applied.waived),
         list(applied.expired),
-        observation,
+        audited.observation,
         labels,
-        groups(model),
-        list(inv.not_audited),
-        model,
+        summarise(audited.group_entries),
+        sorted(set(audited.not_audited)),
+        audited.model,
         pack,
     )
+
+
+def scan(
+    inv: Inventory, pack: PolicyPack | None = None, today: date | None = None, progress: Progress = silent
+) -> ScanResult:
+    """Findings for an inventory under a policy pack (the default pack when none is given).
+
+    `today` decides which waivers are in force; the caller supplies it (the core reads no clock).
+    Without it no waiver is in force: nothing is hidden on an unknown date.
+    """
+    pack = pack if pack is not None else load_packs([])
+    return finish(audit(inv, pack, progress), pack, today)
 
 
 def apply_baseline(result: ScanResult, known: set[str]) -> ScanResult:

@@ -8,6 +8,7 @@ listed and which only counted) and the table prints a one-line summary, so a use
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from auditor.model.findings import ObjectRef
@@ -104,7 +105,19 @@ def _role(role: Role, model: AuditModel) -> GroupRole:
     return GroupRole(role.name, role.replicas, zones, placement is None or placement.unschedulable)
 
 
-def groups(model: AuditModel) -> Groups:
+@dataclass(frozen=True, slots=True)
+class GroupEntry:
+    """What the scan understood of one workload with roles: its group when listed, else how it
+    is counted (`unlisted`: the kind of a generic workload without edges, not listed)."""
+
+    workload: WorkloadRef
+    group: Group | None
+    without_edges: bool
+    unlisted: str | None
+
+
+def group_entries(model: AuditModel) -> list[GroupEntry]:
+    """One entry per workload with roles, in the model's workload order."""
     analyses = {a.edge: a for a in model.edges}
     outgoing: dict[WorkloadRef, list[CommEdge]] = {}
     reached: dict[WorkloadRef, set[WorkloadRef]] = {}
@@ -112,9 +125,7 @@ def groups(model: AuditModel) -> Groups:
         outgoing.setdefault(e.source.workload, []).append(e)
         if e.destination.workload != e.source.workload:
             reached.setdefault(e.destination.workload, set()).add(e.source.workload)
-    listed: list[Group] = []
-    without_edges = 0
-    unlisted: Counter[str] = Counter()
+    entries: list[GroupEntry] = []
     for w in model.workloads():
         if not w.roles:
             continue
@@ -122,18 +133,34 @@ def groups(model: AuditModel) -> Groups:
         edges = outgoing.get(w.ref, [])
         into = reached.get(w.ref, set())
         if not edges and not into:
-            without_edges += 1
             if kind is None:
-                unlisted[w.ref.kind] += 1
+                entries.append(GroupEntry(w.ref, None, True, w.ref.kind))
                 continue
-        listed.append(
-            Group(
-                workload_object(w.ref),
-                kind or GENERIC,
-                tuple(_role(r, model) for r in w.roles),
-                tuple(_edge(e, analyses.get(e), w) for e in edges),
-                tuple(sorted((workload_object(r) for r in into), key=lambda r: r.identity)),
-            )
+        group = Group(
+            workload_object(w.ref),
+            kind or GENERIC,
+            tuple(_role(r, model) for r in w.roles),
+            tuple(_edge(e, analyses.get(e), w) for e in edges),
+            tuple(sorted((workload_object(r) for r in into), key=lambda r: r.identity)),
         )
+        entries.append(GroupEntry(w.ref, group, not edges and not into, None))
+    return entries
+
+
+def summarise(entries: Iterable[GroupEntry]) -> Groups:
+    """The groups of these entries: listed ones sorted by file, line and identity."""
+    listed: list[Group] = []
+    without_edges = 0
+    unlisted: Counter[str] = Counter()
+    for entry in entries:
+        without_edges += entry.without_edges
+        if entry.unlisted is not None:
+            unlisted[entry.unlisted] += 1
+        if entry.group is not None:
+            listed.append(entry.group)
     listed.sort(key=lambda g: (g.workload.file, g.workload.line, g.workload.identity))
     return Groups(tuple(listed), without_edges, tuple(sorted(unlisted.items())))
+
+
+def groups(model: AuditModel) -> Groups:
+    return summarise(group_entries(model))

@@ -942,29 +942,52 @@ def annotation_waivers(
     return waivers, errors
 
 
+@dataclass(frozen=True, slots=True)
+class PackSubjects:
+    """What applying a pack reads of the audited workloads: the labels of each (by identity, for
+    rule scopes) and the waivers their annotations declare (in workload order), with the error
+    entries of malformed ones."""
+
+    labels: Mapping[str, Mapping[str, str]]
+    waivers: tuple[Waiver, ...] = ()
+    errors: tuple[LoadError, ...] = ()
+
+    @staticmethod
+    def of(workloads: Iterable[Workload], pack: PolicyPack) -> PackSubjects:
+        labels: dict[str, Mapping[str, str]] = {}
+        waivers: list[Waiver] = []
+        errors: list[LoadError] = []
+        for workload in workloads:
+            labels[workload_object(workload.ref).identity] = dict(workload.labels)
+            found, problems = annotation_waivers(workload, pack.rules)
+            waivers.extend(found)
+            errors.extend(problems)
+        return PackSubjects(labels, tuple(waivers), tuple(errors))
+
+
 def apply_pack(findings: Sequence[Finding], model: AuditModel, pack: PolicyPack, today: date) -> PackResult:
+    """:func:`apply_pack_to` the workloads of `model`."""
+    return apply_pack_to(findings, PackSubjects.of(model.workloads(), pack), pack, today)
+
+
+def apply_pack_to(findings: Sequence[Finding], subjects: PackSubjects, pack: PolicyPack, today: date) -> PackResult:
     """Filter, re-rate and waive findings (built-in and custom) as the pack says.
 
     ``today`` decides which waivers are in force (pass it in: the rules core reads no clock).
     A finding matched by several waivers is waived by the first active one (documents in load
-    order, then annotations); every waiver it matched counts as used.
+    order, then annotations); every waiver it matched counts as used. Findings are taken in
+    their sorted order, whatever order they come in, so waived and expired lists are too.
     """
-    workloads = {workload_object(w.ref).identity: w for w in model.workloads()}
-    waivers: list[Waiver] = list(pack.waivers)
-    errors: list[LoadError] = []
-    for workload in model.workloads():
-        found, problems = annotation_waivers(workload, pack.rules)
-        waivers.extend(found)
-        errors.extend(problems)
+    waivers: list[Waiver] = [*pack.waivers, *subjects.waivers]
+    errors: list[LoadError] = list(subjects.errors)
     kept: list[Finding] = []
     waived: list[WaivedFinding] = []
     expired: list[ExpiredWaiver] = []
     used: set[int] = set()
     filtered = 0
-    for finding in findings:
+    for finding in sorted(findings):
         settings = pack.settings(finding.rule)
-        subject = workloads.get(finding.workload.identity)
-        labels = dict(subject.labels) if subject is not None else {}
+        labels = subjects.labels.get(finding.workload.identity, {})
         if not settings.enabled or not settings.scope.matches(
             finding.workload.namespace, finding.workload.kind, labels
         ):

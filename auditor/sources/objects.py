@@ -17,6 +17,7 @@ from auditor.inventory import Inventory
 from auditor.model.labels import SelectorError
 from auditor.model.objects import (
     LivePod,
+    ReplicaTest,
     Node,
     Service,
     ServicePort,
@@ -172,8 +173,34 @@ def _error(raw: RawObject, exc: SelectorError, namespace: str | None) -> LoadErr
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Elsewhere:
+    """What the documents of a tree that are *not* given to build_inventory contribute to the
+    inventory as a whole (an incremental audit builds the inventory of part of a tree): whether
+    they hold the policy kinds that decide the CNI, and the per-replica label keys their
+    workloads carry and the comparisons their selectors make on such keys."""
+
+    cilium_kinds: bool = False
+    calico_policies: bool = False
+    replica_keys: frozenset[str] = frozenset()
+    replica_tests: frozenset[ReplicaTest] = frozenset()
+
+
+NOWHERE = Elsewhere()
+
+
+def cni_kinds(objects: Iterable[RawObject]) -> tuple[bool, bool]:
+    """Whether the objects hold Cilium policies, and Calico (Global)NetworkPolicies: the kinds
+    that decide the CNI when nothing configures it."""
+    cilium = calico = False
+    for r in objects:
+        cilium = cilium or r.kind in CILIUM_KINDS
+        calico = calico or (r.is_calico() and r.kind in ("NetworkPolicy", "GlobalNetworkPolicy"))
+    return cilium, calico
+
+
 def detect_cni(
-    objects: Sequence[RawObject], settings: AuditSettings
+    objects: Sequence[RawObject], settings: AuditSettings, elsewhere: Elsewhere = NOWHERE
 ) -> tuple[cni.NetworkSettings, list[LoadError]]:
     """The CNI settings in force: a cilium-config ConfigMap wins, then the config file, then what
     the policy kinds present imply."""
@@ -198,23 +225,30 @@ def detect_cni(
             return net, errors
     if configured != "auto":
         return settings.network.to_settings(configured, f"config file {settings.source}"), errors
-    if any(r.kind in CILIUM_KINDS for r in objects):
+    cilium, calico = cni_kinds(objects)
+    if cilium or elsewhere.cilium_kinds:
         return settings.network.to_settings(
             "cilium", "inferred: Cilium policies present, no cilium-config"
         ), errors
-    if any(r.is_calico() and r.kind in ("NetworkPolicy", "GlobalNetworkPolicy") for r in objects):
+    if calico or elsewhere.calico_policies:
         return settings.network.to_settings("calico", "inferred: Calico policies present"), errors
     return settings.network.to_settings("generic", "inferred: only Kubernetes policy kinds present"), errors
 
 
 def build_inventory(
-    documents: Iterable[yamlio.Document], settings: AuditView, load_errors: Iterable[LoadError] = ()
+    documents: Iterable[yamlio.Document],
+    settings: AuditView,
+    load_errors: Iterable[LoadError] = (),
+    elsewhere: Elsewhere = NOWHERE,
 ) -> Inventory:
+    """`elsewhere`: what the rest of the tree contributes, when `documents` are part of it."""
     settings = AuditSettings.of(settings)  # the core keeps only what it reads
     documents = list(documents)
+    load_errors = list(load_errors)
     objects = list(iter_objects(documents))
-    network, cni_errors = detect_cni(objects, settings)
+    network, cni_errors = detect_cni(objects, settings, elsewhere)
     inv = Inventory(settings, network, errors=[*load_errors, *document_problems(documents), *cni_errors])
+    inv.file_order = file_order(documents, load_errors)
     default_ns = settings.kubernetes.default_namespace
     for raw in objects:
         if raw.kind == "Namespace" and not raw.is_calico():
@@ -254,26 +288,40 @@ def build_inventory(
                 "Node",
             )
             inv.errors.append(_error(raw, exc, None if cluster_scoped else raw.namespace(default_ns)))
-    _split_per_replica(objects, inv)
+    _split_per_replica(objects, inv, elsewhere)
     return inv
+
+
+def file_order(documents: Iterable[yamlio.Document], errors: Iterable[LoadError]) -> dict[str, int]:
+    """Rank of each file in what reports list per file: files with documents in the order read,
+    then files without (a file that could not be read, or held only errors)."""
+    order = dict.fromkeys(d.source.file for d in documents)
+    order.update(dict.fromkeys(e.file for e in errors if e.file not in order))
+    return {f: i for i, f in enumerate(order)}
 
 
 POLICY_KINDS = ("NetworkPolicy", "GlobalNetworkPolicy", *CILIUM_KINDS, *ADMIN_KINDS)
 
 
-def _split_per_replica(objects: Sequence[RawObject], inv: Inventory) -> None:
+def replica_facts(objects: Iterable[RawObject], inv: Inventory, keys: frozenset[str]) -> frozenset[ReplicaTest]:
+    """The comparisons on per-replica `keys` the inventory's Services, workloads and the policy
+    manifests among `objects` make."""
+    policies = (raw.obj for raw in objects if raw.kind in POLICY_KINDS)
+    return replicas.mentioned_tests(inv.workloads, inv.services, policies, keys)
+
+
+def _split_per_replica(objects: Sequence[RawObject], inv: Inventory, elsewhere: Elsewhere) -> None:
     """Roles whose per-replica labels some selector reads become one role per class of replicas
     (workloads/replicas.py); elsewhere nothing changes."""
-    if not replicas.replica_keys(inv.workloads):
+    keys = replicas.replica_keys(inv.workloads) | elsewhere.replica_keys
+    if not keys:
         return
-    tests = replicas.mentioned_tests(
-        inv.workloads, inv.services, (raw.obj for raw in objects if raw.kind in POLICY_KINDS)
-    )
+    tests = replica_facts(objects, inv, keys) | elsewhere.replica_tests
     if tests:
         inv.workloads, notes = replicas.split_workloads(
             inv.workloads, tests, inv.settings.kubernetes.version_tuple()
         )
-        inv.notes.extend(notes)
+        inv.file_notes.extend(notes)
         inv._by_name_for = []  # workloads replaced: index again on next use
 
 
@@ -483,16 +531,16 @@ def _snapshot_header(raw: RawObject, inv: Inventory) -> None:
     """The header `auditor snapshot` writes: which cluster, when, and what could not be read."""
     spec_raw = raw.obj.get("spec")
     spec: Mapping[str, Any] = spec_raw if isinstance(spec_raw, Mapping) else {}
-    inv.notes.append(
-        f"snapshot of cluster {spec.get('context', '?')} ({spec.get('serverVersion') or 'version unknown'}) "
-        f"read at {spec.get('readAt', '?')}"
+    inv.file_notes.append(
+        (raw.source.file, f"snapshot of cluster {spec.get('context', '?')} ({spec.get('serverVersion') or 'version unknown'}) "
+        f"read at {spec.get('readAt', '?')}")
     )
     for p in spec.get("problems") or []:
         if not isinstance(p, Mapping):
             continue
         text = f"{p.get('what')}: {p.get('message')}"
         if p.get("problem") == "absent":
-            inv.notes.append(text)
+            inv.file_notes.append((raw.source.file, text))
         else:
             grant = f"; grant it with: {p.get('rbac')}" if p.get("rbac") else ""
             inv.errors.append(
@@ -509,7 +557,8 @@ def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) 
     supported = SUPPORTED_VERSIONS.get(kind)
     if supported is None:
         if kind not in ("Tier", "ConfigMap") or (kind == "ConfigMap" and raw.name != "cilium-config"):
-            inv.skipped_kinds[kind] = inv.skipped_kinds.get(kind, 0) + 1
+            at = (raw.source.file, kind)
+            inv.skipped[at] = inv.skipped.get(at, 0) + 1
         return
     if raw.api_version not in supported:
         raise specs.PolicyError(
@@ -524,13 +573,19 @@ def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) 
     if raw.is_calico():
         if kind in ("NetworkPolicy", "GlobalNetworkPolicy", "StagedNetworkPolicy"):
             if inv.network.cni != "calico":
-                inv.notes.append(f"Calico {kind} {raw.name}: not enforced, the CNI is {inv.network.cni}")
-                return
-            inv.policies.append(
-                calico.compile_calico_policy(
-                    raw.obj, raw.source, ns if kind == "NetworkPolicy" else None, inv.notes
+                inv.file_notes.append(
+                    (raw.source.file, f"Calico {kind} {raw.name}: not enforced, the CNI is {inv.network.cni}")
                 )
-            )
+                return
+            notes: list[str] = []
+            try:
+                inv.policies.append(
+                    calico.compile_calico_policy(
+                        raw.obj, raw.source, ns if kind == "NetworkPolicy" else None, notes
+                    )
+                )
+            finally:
+                inv.file_notes.extend((raw.source.file, n) for n in notes)
         return
     if kind == "NetworkPolicy":
         specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "status"))
@@ -538,14 +593,14 @@ def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) 
     elif kind in CILIUM_KINDS:
         specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "specs", "status"))
         if inv.network.cni != "cilium":
-            inv.notes.append(f"{kind} {raw.name}: not enforced, the CNI is {inv.network.cni}")
+            inv.file_notes.append((raw.source.file, f"{kind} {raw.name}: not enforced, the CNI is {inv.network.cni}"))
             return
         policies, errors, notes = cilium.compile_cilium_policy(
             raw.obj, raw.source, ns if kind == "CiliumNetworkPolicy" else None, NAMESPACE_TIER
         )
         inv.policies.extend(policies)
         inv.errors.extend(errors)
-        inv.notes.extend(notes)
+        inv.file_notes.extend((raw.source.file, n) for n in notes)
         inv._by_name_for = []  # workloads replaced: index again on next use
     elif kind in ADMIN_KINDS:
         specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "status"))

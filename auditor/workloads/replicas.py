@@ -101,11 +101,15 @@ def replica_keys(workloads: Iterable[Workload]) -> frozenset[str]:
 
 
 def mentioned_tests(
-    workloads: Sequence[Workload], services: Sequence[Service], policies: Iterable[Any]
+    workloads: Sequence[Workload],
+    services: Sequence[Service],
+    policies: Iterable[Any],
+    keys: frozenset[str] | None = None,
 ) -> frozenset[ReplicaTest]:
-    """Every comparison on a per-replica key made by a Service selector, a policy manifest
-    (`policies`: their raw objects) or a pod affinity / topology spread term of a workload."""
-    keys = replica_keys(workloads)
+    """Every comparison on a per-replica key (`keys`; default: those of `workloads`) made by a
+    Service selector, a policy manifest (`policies`: their raw objects) or a pod affinity /
+    topology spread term of a workload."""
+    keys = replica_keys(workloads) if keys is None else keys
     if not keys:
         return frozenset()
     found: set[ReplicaTest] = set()
@@ -165,15 +169,16 @@ def split_role(role: Role, tests: Sequence[ReplicaTest], version: tuple[int, int
 
 def split_workloads(
     workloads: Sequence[Workload], tests: Iterable[ReplicaTest], version: tuple[int, int]
-) -> tuple[list[Workload], list[str]]:
-    """Workloads with every role some test reads split; untouched workloads are returned as they are."""
+) -> tuple[list[Workload], list[tuple[str, str]]]:
+    """Workloads with every role some test reads split; untouched workloads are returned as they
+    are. Notes come as (file of the workload, note)."""
     by_key: dict[str, list[ReplicaTest]] = {}
     for t in tests:
         by_key.setdefault(t.key, []).append(t)
     if not by_key:
         return list(workloads), []
     out: list[Workload] = []
-    notes: list[str] = []
+    notes: list[tuple[str, str]] = []
     for w in workloads:
         roles: list[Role] = []
         changed = False
@@ -184,8 +189,11 @@ def split_workloads(
                 continue
             if r.replicas > MAX_SPLIT_REPLICAS:
                 notes.append(
-                    f"{r}: selectors read per-replica labels, but its {r.replicas} replicas are "
-                    f"more than {MAX_SPLIT_REPLICAS}: audited as one role"
+                    (
+                        r.workload.source.file,
+                        f"{r}: selectors read per-replica labels, but its {r.replicas} replicas are "
+                        f"more than {MAX_SPLIT_REPLICAS}: audited as one role",
+                    )
                 )
             parts = split_role(r, wanted, version)
             changed = changed or parts != [r]
