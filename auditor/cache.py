@@ -34,13 +34,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import importlib
 import io
 import os
 import pickle
 import secrets
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,14 +76,21 @@ def user_cache_dir(environ: dict[str, str] | None = None) -> Path:
     return Path(platformdirs.user_cache_dir("placement-auditor", appauthor=False)) / "documents"
 
 
+LOADED: Mapping[str, frozenset[str]] = {"auditor.yamlio": frozenset({"YamlMap", "YamlSeq"})}
+"""The classes a loaded file's entry may hold: the located containers."""
+
+
 class _Unpickler(pickle.Unpickler):
-    """Only the located containers: every other global is refused (defence in depth behind the MAC)."""
+    """Only the classes an entry of its kind may hold (`allowed`: module → class names): every
+    other global is refused (defence in depth behind the MAC)."""
+
+    def __init__(self, data: io.BytesIO, allowed: Mapping[str, frozenset[str]] = LOADED) -> None:
+        super().__init__(data)
+        self.allowed = allowed
 
     def find_class(self, module: str, name: str) -> Any:
-        if module == "auditor.yamlio" and name in ("YamlMap", "YamlSeq"):
-            from auditor import yamlio
-
-            return getattr(yamlio, name)
+        if name in self.allowed.get(module, ()):
+            return getattr(importlib.import_module(module), name)
         raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a cache entry")
 
 
@@ -186,7 +194,36 @@ class DocumentCache:
             os.utime(path)  # recently used: evicted last
         return entries
 
-    def _decode(self, secret: bytes, key: str, blob: bytes) -> list[Entry] | None:
+    def get_value(self, key: str, allowed: Mapping[str, frozenset[str]]) -> object | None:
+        """A value `put_value` stored under `key`, or None (absent, or ignored as `get` ignores an
+        entry); its pickle may name only the `allowed` classes (module → names)."""
+        secret = self._load_secret()
+        if secret is None:
+            return None
+        path = self._path(key)
+        try:
+            blob = path.read_bytes()
+        except OSError:
+            return None
+        value = self._verified(secret, key, blob, allowed)
+        if not (isinstance(value, tuple) and len(value) == 2 and value[0] == key):
+            self.stats.rejected += 1
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)
+        found: object = value[1]
+        return found
+
+    def put_value(self, key: str, value: object) -> bool:
+        """Store `value` under `key` (written whole or not at all); False when it was not."""
+        return self._write(key, value)
+
+    def _verified(
+        self, secret: bytes, key: str, blob: bytes, allowed: Mapping[str, frozenset[str]] = LOADED
+    ) -> object | None:
+        """The unpickled payload of an entry whose MAC verifies, else None."""
         head = len(MAGIC) + _MAC_BYTES
         if len(blob) < head or not blob.startswith(MAGIC):
             return None
@@ -194,9 +231,13 @@ class DocumentCache:
         if not hmac.compare_digest(mac, self._mac(secret, key, payload)):
             return None
         try:
-            value = _Unpickler(io.BytesIO(payload)).load()
+            value: object = _Unpickler(io.BytesIO(payload), allowed).load()
         except Exception:
             return None
+        return value
+
+    def _decode(self, secret: bytes, key: str, blob: bytes) -> list[Entry] | None:
+        value = self._verified(secret, key, blob)
         if not (
             isinstance(value, tuple) and len(value) == 2 and value[0] == key and isinstance(value[1], list)
         ):
@@ -214,14 +255,17 @@ class DocumentCache:
         return entries
 
     def put(self, key: str, entries: list[Entry]) -> None:
+        self._write(key, entries)
+
+    def _write(self, key: str, value: object) -> bool:
         secret = self._load_secret()
         if secret is None:
-            return
+            return False
         path = self._path(key)
         try:
-            payload = pickle.dumps((key, entries), protocol=pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps((key, value), protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, ValueError, RecursionError):
-            return  # an unusual value: these files are simply not cached
+            return False  # an unusual value: simply not cached
         blob = MAGIC + self._mac(secret, key, payload) + payload
         try:
             path.parent.mkdir(exist_ok=True, mode=0o700)
@@ -234,8 +278,9 @@ class DocumentCache:
                 Path(tmp).unlink()
                 raise
         except OSError:
-            return
+            return False
         self.stats.writes += 1
+        return True
 
     def _entries(self) -> Iterator[tuple[float, int, Path]]:
         try:

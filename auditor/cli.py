@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
-from auditor import TOOL_NAME, __version__, gcpause, progress
+from auditor import TOOL_NAME, __version__, gcpause, progress, yamlio
 from auditor.audit.explain import ExplainError, explain, to_json, to_text
 from auditor.audit.scan import ScanResult, apply_baseline, scan
 from auditor.cache import DEFAULT_MAX_BYTES, DocumentCache, user_cache_dir
@@ -41,6 +41,7 @@ from auditor.resources import examples_dir
 from auditor.rules.packs import load_packs
 from auditor.settings.config import CONFIG_ENV, CONFIG_FILE_NAME, Settings, discover_config
 from auditor.settings.config import load_settings as _load_settings
+from auditor.sources import incremental
 from auditor.sources.manifests import Tools, load_inventory, repository_root
 
 if TYPE_CHECKING:  # the cluster reader (and msgspec) load only for the commands that read one
@@ -194,18 +195,30 @@ def cmd_scan(args: argparse.Namespace) -> int:
     stream = _read_stdin() if STDIN in args.paths else None
     bar = progress.for_stderr()
     try:
-        pack = load_packs([Path(p) for p in args.policy or []])
+        pack_files = [Path(p) for p in args.policy or []]
+        pack = load_packs(pack_files)
+        today = utc_date(system_clock)
+        cache = _document_cache(args)
         with gcpause.paused(resume=not args.one_shot):
-            inv = load_inventory(
-                paths,
-                settings,
-                progress=bar or progress.silent,
-                jobs=args.jobs,
-                stream=stream,
-                cache=_document_cache(args),
-            )
-            result = scan(inv, pack, utc_date(system_clock), bar or progress.silent)
-            _keep(args, inv, result)
+            files, problems = yamlio.discover(paths) if cache is not None and stream is None else ([], [])
+            if cache is not None and stream is None and not problems and incremental.eligible(files):
+                # Through the snapshot of these paths: only what changed since is audited again.
+                tree = incremental.TreeAuditor(
+                    cache, settings, pack, pack_files, args.jobs, bar or progress.silent
+                )
+                result = tree.scan(paths, files, today)
+                _keep(args, result)
+            else:
+                inv = load_inventory(
+                    paths,
+                    settings,
+                    progress=bar or progress.silent,
+                    jobs=args.jobs,
+                    stream=stream,
+                    cache=cache,
+                )
+                result = scan(inv, pack, today, bar or progress.silent)
+                _keep(args, inv, result)
             if args.baseline:
                 result = apply_baseline(result, _baseline_fingerprints(Path(args.baseline)))
             _emit(args, result)

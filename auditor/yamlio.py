@@ -1170,6 +1170,14 @@ def _readlink(path: Path) -> str:
 def discover_files(
     paths: Sequence[Path], suffixes: tuple[str, ...] = (".yaml", ".yml", ".json")
 ) -> tuple[list[tuple[Path, str]], list[LoadError]]:
+    """:func:`discover`, real paths as Path objects."""
+    found, errors = discover(paths, suffixes)
+    return [(Path(real), display) for real, display in found], errors
+
+
+def discover(
+    paths: Sequence[Path], suffixes: tuple[str, ...] = (".yaml", ".yml", ".json")
+) -> tuple[list[tuple[str, str]], list[LoadError]]:
     """The files to read for the given paths: (real path to read, display name) pairs, plus
     error entries for paths that are missing, broken, or lead outside the scanned tree.
 
@@ -1180,7 +1188,7 @@ def discover_files(
     resolved root. Output is in argument order, then sorted by relative path; a file reached
     twice is listed once (under its non-symlink name when it has one).
     """
-    results: list[tuple[Path, str]] = []
+    results: list[tuple[str, str]] = []
     errors: list[LoadError] = []
     seen: set[str] = set()
     for given in paths:
@@ -1206,11 +1214,11 @@ def discover_files(
                 for real, (_, rel) in sorted(best.items(), key=lambda item: item[1][1]):
                     if real not in seen:
                         seen.add(real)
-                        results.append((Path(real), _display(name, rel)))
+                        results.append((real, _display(name, rel)))
             elif given.is_file():
-                key = given.resolve()
-                if str(key) not in seen:
-                    seen.add(str(key))
+                key = str(given.resolve())
+                if key not in seen:
+                    seen.add(key)
                     results.append((key, name))
             else:
                 errors.append(LoadError(name, 0, "not a regular file or directory, skipped"))

@@ -171,8 +171,12 @@ def finish(audited: Audited, pack: PolicyPack | None = None, today: date | None 
     last = len(rank)
     errors = sorted([*audited.errors, *applied.errors], key=lambda e: rank.get(e.file, last))
     file_notes = sorted(audited.file_notes, key=lambda n: rank.get(n[0], last))
-    with_findings = {f.workload.identity for f in findings} | {w.finding.workload.identity for w in applied.waived}
-    labels = {i: dict(audited.subjects.labels[i]) for i in sorted(with_findings) if audited.subjects.labels.get(i)}
+    with_findings = {f.workload.identity for f in findings} | {
+        w.finding.workload.identity for w in applied.waived
+    }
+    labels = {
+        i: dict(audited.subjects.labels[i]) for i in sorted(with_findings) if audited.subjects.labels.get(i)
+    }
     skipped: Counter[str] = Counter()
     for (_, kind), n in audited.skipped.items():
         skipped[kind] += n

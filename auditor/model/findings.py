@@ -7,10 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from auditor.model.pickling import by_fields
+
 SEVERITIES = ("critical", "high", "medium", "low")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 
+@by_fields
 @dataclass(frozen=True, slots=True, order=True)
 class ObjectRef:
     api_version: str
@@ -47,6 +50,7 @@ class ObjectRef:
         return f"{group}/{self.kind}/{self.namespace}/{self.name}"
 
 
+@by_fields
 @dataclass(frozen=True, slots=True, order=True)
 class EdgeRef:
     from_role: str
@@ -76,6 +80,7 @@ class EdgeRef:
         )
 
 
+@by_fields
 @dataclass(frozen=True, slots=True, order=True)
 class PolicyMention:
     kind: str
@@ -100,6 +105,7 @@ class PolicyMention:
         )
 
 
+@by_fields
 @dataclass(frozen=True, slots=True, order=True)
 class Finding:
     sort_key: tuple[int, str, str] = field(init=False, repr=False)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from auditor.model.pickling import by_fields
 from auditor.model.scheduling import NO_SCHEDULING, Scheduling
 from auditor.model.source import SourceRef
 
@@ -133,6 +134,7 @@ class PodTemplate:
         object.__setattr__(self, "label_map", dict(self.labels))
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class WorkloadRef:
     api_version: str
@@ -169,6 +171,7 @@ class ReplicaLabel:
         return f"{self.prefix}{n + self.offset}"
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class ReplicaTest:
     """A comparison some selector makes on a per-replica label: `==` (matchLabels, In, NotIn,

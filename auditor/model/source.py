@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from auditor.model.pickling import by_fields
 
+
+@by_fields
 @dataclass(frozen=True, slots=True, order=True)
 class SourceRef:
     """A location in a scanned file (1-based line, 0-based document index) or a cluster object.
@@ -24,6 +27,7 @@ class SourceRef:
         return f"{self.file}:{self.line}" if self.line else self.file
 
 
+@by_fields
 @dataclass(frozen=True, slots=True, order=True)
 class LoadError:
     """One thing we could not read or understand. The rest of the scan goes on without it.

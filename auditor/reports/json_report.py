@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections import Counter
@@ -121,12 +122,37 @@ def _small_float(raw: bytes) -> bool:
     return any(raw[m.start() - 1 : m.start()] in (b" ", b"-") for m in _ZEROS.finditer(raw))
 
 
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
+def _escape_code(code: int) -> str:
     if code > 0xFFFF:
         code -= 0x10000
         return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
     return f"\\u{code:04x}"
+
+
+def _escape(match: re.Match[str]) -> str:
+    return _escape_code(ord(match.group()))
+
+
+_ASCII_ESCAPES = "placement-auditor-json-ascii"
+
+
+def _escape_utf8(error: UnicodeError) -> tuple[str, int]:
+    """Decoding error handler: the UTF-8 character at the error, as json's `\\uXXXX` escape(s)."""
+    assert isinstance(error, UnicodeDecodeError)
+    data, start = error.object, error.start
+    size = 2 if data[start] < 0xE0 else 3 if data[start] < 0xF0 else 4
+    return _escape_code(ord(data[start : start + size].decode("utf-8"))), start + size
+
+
+def _ascii_text(raw: bytes) -> str:
+    """orjson's UTF-8 output with everything past ASCII escaped as json's ensure_ascii does:
+    decoded as ASCII, each character beyond handed to an error handler (several times faster
+    than searching the decoded text for them)."""
+    try:
+        codecs.lookup_error(_ASCII_ESCAPES)
+    except LookupError:
+        codecs.register_error(_ASCII_ESCAPES, _escape_utf8)
+    return raw.decode("ascii", _ASCII_ESCAPES)
 
 
 def dumps(doc: Any, *, without_floats: Collection[str] = ()) -> str:
@@ -149,5 +175,6 @@ def dumps(doc: Any, *, without_floats: Collection[str] = ()) -> str:
         return json.dumps(doc, indent=2)
     if _small_float(raw):
         return json.dumps(doc, indent=2)
-    text = raw.decode("utf-8")
-    return text if text.isascii() and "\x7f" not in text else _NOT_ASCII.sub(_escape, text)
+    if b"\x7f" in raw:
+        return _NOT_ASCII.sub(_escape, raw.decode("utf-8"))
+    return raw.decode("ascii") if raw.isascii() else _ascii_text(raw)

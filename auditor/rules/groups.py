@@ -8,17 +8,19 @@ listed and which only counted) and the table prints a one-line summary, so a use
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from auditor.model.findings import ObjectRef
 from auditor.model.objects import Role, Workload, WorkloadRef
+from auditor.model.pickling import by_fields
 from auditor.rules.model import AuditModel, EdgeAnalysis, workload_object
 from auditor.workloads.edges import CommEdge, training_kind
 
 GENERIC = "generic"
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class GroupRole:
     name: str
@@ -27,6 +29,7 @@ class GroupRole:
     unschedulable: bool
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class GroupEdge:
     """One communication edge from a role of the group, with what the audit concluded about it."""
@@ -105,59 +108,71 @@ def _role(role: Role, model: AuditModel) -> GroupRole:
     return GroupRole(role.name, role.replicas, zones, placement is None or placement.unschedulable)
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class GroupEntry:
-    """What the scan understood of one workload with roles: its group when listed, else how it
-    is counted (`unlisted`: the kind of a generic workload without edges, not listed)."""
+    """What the scan understood of one workload with roles, from its own side: its roles, its
+    edges, and the other workloads they lead to (`reaches`). Whether it is listed, and who
+    reaches it, takes every entry: see `summarise`."""
 
     workload: WorkloadRef
-    group: Group | None
-    without_edges: bool
-    unlisted: str | None
+    kind: str | None  # the training kind, None for a generic workload
+    roles: tuple[GroupRole, ...]
+    edges: tuple[GroupEdge, ...]
+    reaches: tuple[WorkloadRef, ...]
 
 
 def group_entries(model: AuditModel) -> list[GroupEntry]:
     """One entry per workload with roles, in the model's workload order."""
     analyses = {a.edge: a for a in model.edges}
     outgoing: dict[WorkloadRef, list[CommEdge]] = {}
-    reached: dict[WorkloadRef, set[WorkloadRef]] = {}
     for e in model.comm_edges:
         outgoing.setdefault(e.source.workload, []).append(e)
-        if e.destination.workload != e.source.workload:
-            reached.setdefault(e.destination.workload, set()).add(e.source.workload)
     entries: list[GroupEntry] = []
     for w in model.workloads():
         if not w.roles:
             continue
-        kind = training_kind(w.ref)
         edges = outgoing.get(w.ref, [])
-        into = reached.get(w.ref, set())
-        if not edges and not into:
-            if kind is None:
-                entries.append(GroupEntry(w.ref, None, True, w.ref.kind))
-                continue
-        group = Group(
-            workload_object(w.ref),
-            kind or GENERIC,
-            tuple(_role(r, model) for r in w.roles),
-            tuple(_edge(e, analyses.get(e), w) for e in edges),
-            tuple(sorted((workload_object(r) for r in into), key=lambda r: r.identity)),
+        entries.append(
+            GroupEntry(
+                w.ref,
+                training_kind(w.ref),
+                tuple(_role(r, model) for r in w.roles),
+                tuple(_edge(e, analyses.get(e), w) for e in edges),
+                tuple(
+                    dict.fromkeys(e.destination.workload for e in edges if e.destination.workload != w.ref)
+                ),
+            )
         )
-        entries.append(GroupEntry(w.ref, group, not edges and not into, None))
     return entries
 
 
-def summarise(entries: Iterable[GroupEntry]) -> Groups:
-    """The groups of these entries: listed ones sorted by file, line and identity."""
+def summarise(entries: Sequence[GroupEntry]) -> Groups:
+    """The groups of these entries: a workload is listed when it is a training kind or has an
+    edge in or out; listed ones sorted by file, line and identity."""
+    reached: dict[WorkloadRef, set[WorkloadRef]] = {}
+    for entry in entries:
+        for other in entry.reaches:
+            reached.setdefault(other, set()).add(entry.workload)
     listed: list[Group] = []
     without_edges = 0
     unlisted: Counter[str] = Counter()
     for entry in entries:
-        without_edges += entry.without_edges
-        if entry.unlisted is not None:
-            unlisted[entry.unlisted] += 1
-        if entry.group is not None:
-            listed.append(entry.group)
+        into = reached.get(entry.workload, set())
+        if not entry.edges and not into:
+            without_edges += 1
+            if entry.kind is None:
+                unlisted[entry.workload.kind] += 1
+                continue
+        listed.append(
+            Group(
+                workload_object(entry.workload),
+                entry.kind or GENERIC,
+                entry.roles,
+                entry.edges,
+                tuple(sorted((workload_object(r) for r in into), key=lambda r: r.identity)),
+            )
+        )
     listed.sort(key=lambda g: (g.workload.file, g.workload.line, g.workload.identity))
     return Groups(tuple(listed), without_edges, tuple(sorted(unlisted.items())))
 

@@ -951,18 +951,23 @@ class PackSubjects:
     labels: Mapping[str, Mapping[str, str]]
     waivers: tuple[Waiver, ...] = ()
     errors: tuple[LoadError, ...] = ()
+    # The files each workload identity is declared in (more than one: declared twice).
+    files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @staticmethod
     def of(workloads: Iterable[Workload], pack: PolicyPack) -> PackSubjects:
         labels: dict[str, Mapping[str, str]] = {}
+        files: dict[str, tuple[str, ...]] = {}
         waivers: list[Waiver] = []
         errors: list[LoadError] = []
         for workload in workloads:
-            labels[workload_object(workload.ref).identity] = dict(workload.labels)
+            identity = workload_object(workload.ref).identity
+            labels[identity] = dict(workload.labels)
+            files[identity] = (*files.get(identity, ()), workload.ref.source.file)
             found, problems = annotation_waivers(workload, pack.rules)
             waivers.extend(found)
             errors.extend(problems)
-        return PackSubjects(labels, tuple(waivers), tuple(errors))
+        return PackSubjects(labels, tuple(waivers), tuple(errors), files)
 
 
 def apply_pack(findings: Sequence[Finding], model: AuditModel, pack: PolicyPack, today: date) -> PackResult:
@@ -970,7 +975,9 @@ def apply_pack(findings: Sequence[Finding], model: AuditModel, pack: PolicyPack,
     return apply_pack_to(findings, PackSubjects.of(model.workloads(), pack), pack, today)
 
 
-def apply_pack_to(findings: Sequence[Finding], subjects: PackSubjects, pack: PolicyPack, today: date) -> PackResult:
+def apply_pack_to(
+    findings: Sequence[Finding], subjects: PackSubjects, pack: PolicyPack, today: date
+) -> PackResult:
     """Filter, re-rate and waive findings (built-in and custom) as the pack says.
 
     ``today`` decides which waivers are in force (pass it in: the rules core reads no clock).

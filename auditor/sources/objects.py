@@ -17,8 +17,8 @@ from auditor.inventory import Inventory
 from auditor.model.labels import SelectorError
 from auditor.model.objects import (
     LivePod,
-    ReplicaTest,
     Node,
+    ReplicaTest,
     Service,
     ServicePort,
     Taint,
@@ -303,7 +303,9 @@ def file_order(documents: Iterable[yamlio.Document], errors: Iterable[LoadError]
 POLICY_KINDS = ("NetworkPolicy", "GlobalNetworkPolicy", *CILIUM_KINDS, *ADMIN_KINDS)
 
 
-def replica_facts(objects: Iterable[RawObject], inv: Inventory, keys: frozenset[str]) -> frozenset[ReplicaTest]:
+def replica_facts(
+    objects: Iterable[RawObject], inv: Inventory, keys: frozenset[str]
+) -> frozenset[ReplicaTest]:
     """The comparisons on per-replica `keys` the inventory's Services, workloads and the policy
     manifests among `objects` make."""
     policies = (raw.obj for raw in objects if raw.kind in POLICY_KINDS)
@@ -532,8 +534,11 @@ def _snapshot_header(raw: RawObject, inv: Inventory) -> None:
     spec_raw = raw.obj.get("spec")
     spec: Mapping[str, Any] = spec_raw if isinstance(spec_raw, Mapping) else {}
     inv.file_notes.append(
-        (raw.source.file, f"snapshot of cluster {spec.get('context', '?')} ({spec.get('serverVersion') or 'version unknown'}) "
-        f"read at {spec.get('readAt', '?')}")
+        (
+            raw.source.file,
+            f"snapshot of cluster {spec.get('context', '?')} "
+            f"({spec.get('serverVersion') or 'version unknown'}) read at {spec.get('readAt', '?')}",
+        )
     )
     for p in spec.get("problems") or []:
         if not isinstance(p, Mapping):
@@ -593,7 +598,9 @@ def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) 
     elif kind in CILIUM_KINDS:
         specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "specs", "status"))
         if inv.network.cni != "cilium":
-            inv.file_notes.append((raw.source.file, f"{kind} {raw.name}: not enforced, the CNI is {inv.network.cni}"))
+            inv.file_notes.append(
+                (raw.source.file, f"{kind} {raw.name}: not enforced, the CNI is {inv.network.cni}")
+            )
             return
         policies, errors, notes = cilium.compile_cilium_policy(
             raw.obj, raw.source, ns if kind == "CiliumNetworkPolicy" else None, NAMESPACE_TIER

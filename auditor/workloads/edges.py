@@ -338,6 +338,25 @@ _HOST = re.compile(
 )
 
 
+def named_namespaces(role: Role) -> set[str]:
+    """Every namespace whose Services a role's env, command, args or `talks-to` annotation could
+    name (what service_edges may resolve there), besides its own: the second label of each
+    dotted host name, the namespace of each `ns/name` item. An over-approximation: a host that
+    names no Service still counts."""
+    found: set[str] = set()
+    for text in _texts(role):
+        for m in _HOST.finditer(text):
+            labels = m.group(1).lower().split(".")
+            if len(labels) > 1:
+                found.add(labels[1])
+    talks = dict(role.template.annotations).get(TALKS_TO, "")
+    for item in talks.split(","):
+        namespace = item.strip().partition(":")[0].rpartition("/")[0]
+        if namespace:
+            found.add(namespace)
+    return found
+
+
 def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterator[CommEdge]:
     # Index every name a Service answers to, so each text is tokenised once instead of being
     # matched against every Service (a repository has thousands of both).
