@@ -233,7 +233,7 @@ def test_concurrent_scans_share_one_cache(repo: Path, tmp_path: Path) -> None:
     tree = TreeAuditor(store, Settings(), load_packs([]))
     files, _ = yamlio.discover([repo])
     assert report_of(tree.scan([repo], files, None)) == cold
-    assert tree.stats.mode == "unchanged" and store.stats.rejected == 0
+    assert tree.stats.mode == "unchanged" and store.stats.rejected == 0, (tree.stats, store.stats)
 
 
 def test_size_stays_under_the_cap_and_recent_entries_stay(

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from auditor import cli
+from auditor.audit import scan as scanning
 from auditor.errors import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -88,7 +89,7 @@ def _explode(*_args: object, **_kwargs: object) -> None:
 def test_an_unexpected_error_exits_3_with_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cli, "scan", _explode)
+    monkeypatch.setattr(scanning, "finish", _explode)  # every scan, cached or not, ends there
     assert cli.main(["scan", "--example", "seed-lab/before"]) == EXIT_FAILED
     err = capsys.readouterr().err
     assert (
@@ -106,7 +107,7 @@ def test_an_unexpected_error_exits_3_with_one_line(
 def test_debug_prints_the_traceback(
     argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cli, "scan", _explode)
+    monkeypatch.setattr(scanning, "finish", _explode)
     assert cli.main(argv) == EXIT_FAILED
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last):")
@@ -119,8 +120,8 @@ def test_an_unexpected_error_in_a_real_process(tmp_path: Path) -> None:
     # real process: a config the parser never expected (a sitecustomize injects the bug).
     (tmp_path / "sitecustomize.py").write_text(
         "import auditor.audit.scan\n"
-        "def scan(*a, **k):\n    raise KeyError('injected')\n"
-        "auditor.audit.scan.scan = scan\nimport auditor.cli\nauditor.cli.scan = scan\n",
+        "def finish(*a, **k):\n    raise KeyError('injected')\n"
+        "auditor.audit.scan.finish = finish\n",
         encoding="utf-8",
     )
     env = _env()

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from auditor import gcpause
+from auditor import gcpause, yamlio
 from auditor.audit.scan import ScanResult, scan
 from auditor.cache import DocumentCache
 from auditor.gitops import git
@@ -31,6 +31,7 @@ from auditor.inventory import Inventory
 from auditor.rules.packs import PolicyPack, load_packs
 from auditor.settings.config import Settings
 from auditor.settings.service import TargetSettings
+from auditor.sources import incremental
 from auditor.sources.kubeapi import ReadOptions
 from auditor.sources.manifests import Tools, load_inventory
 from auditor.store.repository import RunOutcome, RunSummary, SlotTaken, Store, WaiverSeen
@@ -105,6 +106,7 @@ class AuditRunner:
         self.owner = owner or process_owner()
         self.environ = environ if environ is not None else dict(os.environ)
         self.read_options: ReadOptions | None = None  # cluster reads; None = the defaults
+        self.last_scan: incremental.ScanStats | None = None  # what the last scan through the cache did
         self._busy: set[str] = set()
         self._lock = threading.Lock()
         # Failures that could not be written (the database was away), written by `recover`.
@@ -152,7 +154,7 @@ class AuditRunner:
                     with self._holding(target):
                         root, revision = self._materialise(target)
                         with gcpause.paused():
-                            result = self._analyse(target, root).result
+                            result = self._audit_files(target, root)
             except git.GitError as exc:
                 return self._fail(run_id, f"fetching {target.location}: {exc}", revision)
             except Exception as exc:
@@ -276,6 +278,21 @@ class AuditRunner:
         nodes = [self._inside(root, n, "node file") for n in target.nodes]
         pack = load_packs([self._inside(root, p, "policy pack") for p in target.policies])
         return [*paths, *nodes], pack
+
+    def _audit_files(self, target: TargetSettings, root: Path) -> ScanResult:
+        """A stored run's scan of a Git or directory target: through the snapshot of its paths in
+        the cache (only what changed since the last run is audited again) when the tree has no
+        Kustomize directory or Helm chart and every path could be listed; else as `analyse`."""
+        if self.cache is not None:
+            paths, pack = self._inputs(target, root)
+            files, problems = yamlio.discover(paths)
+            if not problems and incremental.eligible(files):
+                pack_files = [self._inside(root, p, "policy pack") for p in target.policies]
+                tree = incremental.TreeAuditor(self.cache, self.settings, pack, pack_files)
+                result = tree.scan(paths, files, self.store.clock().date())
+                self.last_scan = tree.stats
+                return result
+        return self._analyse(target, root).result
 
     def _analyse(self, target: TargetSettings, root: Path) -> Analysis:
         paths, pack = self._inputs(target, root)

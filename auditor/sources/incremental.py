@@ -31,13 +31,15 @@ import hashlib
 import os
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import NamedTuple
 
 from auditor import parallel, yamlio
+from auditor.audit import scan as scanning
 from auditor.audit.fragments import Fragment, Unattributable, Whole, assemble, partition
-from auditor.audit.scan import ScanResult, audit, finish
+from auditor.audit.scan import ScanResult
 from auditor.cache import DocumentCache
 from auditor.inventory import Inventory
 from auditor.model.pickling import by_fields
@@ -60,9 +62,10 @@ Stat = tuple[int, int, int, int, int]  # size, mtime_ns, ctime_ns, inode, device
 Loaded = tuple[list[yamlio.Document], list[LoadError]]
 
 
-@by_fields
-@dataclass(frozen=True, slots=True)
-class FileRecord:
+class FileRecord(NamedTuple):
+    """One file as the snapshot saw it (a plain tuple: a snapshot holds one per file of a tree,
+    and is read and written on every scan)."""
+
     display: str
     real: str
     stat: Stat
@@ -83,10 +86,20 @@ class UnitRecord:
 @by_fields
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    files: tuple[FileRecord, ...]  # in the order read
+    rows: tuple[tuple[object, ...], ...]  # the files' records as plain tuples, in the order read
     units: Mapping[str, UnitRecord]
     whole: Whole
     recorded_ns: int  # the file system's time when the files were stat'ed
+
+    @staticmethod
+    def of(
+        files: Sequence[FileRecord], units: Mapping[str, UnitRecord], whole: Whole, recorded_ns: int
+    ) -> Snapshot:
+        return Snapshot(tuple(map(tuple, files)), units, whole, recorded_ns)
+
+    @property
+    def files(self) -> list[FileRecord]:
+        return [FileRecord._make(row) for row in self.rows]
 
 
 _ALLOWED: Mapping[str, frozenset[str]] = {
@@ -98,7 +111,7 @@ _ALLOWED: Mapping[str, frozenset[str]] = {
     "auditor.rules.packs": frozenset({"Waiver", "WorkloadDoc"}),
     "auditor.audit.fragments": frozenset({"Fragment", "Whole"}),
     "auditor.sources.units": frozenset({"Reads", "UnitFacts"}),
-    "auditor.sources.incremental": frozenset({"FileRecord", "UnitRecord", "Snapshot"}),
+    "auditor.sources.incremental": frozenset({"UnitRecord", "Snapshot"}),
     "datetime": frozenset({"date"}),
 }
 """The classes a snapshot, a unit's documents or a fragment may hold (the cache's unpickler
@@ -192,18 +205,19 @@ class TreeAuditor:
         now = self._disk_time() if ready else 0
         found = self._get(key) if ready else None
         snapshot = found if isinstance(found, Snapshot) else None
-        current = self._current(files, snapshot)
+        recorded = snapshot.files if snapshot is not None else []
+        old = {r.display: r for r in recorded}
+        current = self._current(files, old, snapshot.recorded_ns if snapshot is not None else 0)
         if current is None or not ready:
             self.stats.mode, self.stats.why_full = "full", "a file could not be read, or no cache"
             return self._cold(files, today)
         records, contents = current
         if snapshot is None:
             return self._full(key, records, contents, None, today, now, "no snapshot of these paths")
-        old = {r.display: r for r in snapshot.files}
         present = {r.display for r in records}
         removed = [r for d, r in old.items() if d not in present]
         if not contents and not removed:
-            return self._unchanged(key, snapshot, records, today, now)
+            return self._unchanged(key, snapshot, recorded, records, today, now)
         parsed = self._parse(records, contents)
         if any(errors for _, errors in parsed.values()):
             return self._full(
@@ -219,7 +233,7 @@ class TreeAuditor:
                 key, records, contents, snapshot, today, now, "the cluster part changed", parsed
             )
         records = [
-            replace(r, unit=unit_of[r.display], documents=len(parsed[r.display][0]))
+            r._replace(unit=unit_of[r.display], documents=len(parsed[r.display][0]))
             if r.display in parsed
             else r
             for r in records
@@ -237,12 +251,12 @@ class TreeAuditor:
             return 0
 
     def _current(
-        self, files: Sequence[tuple[str, str]], snapshot: Snapshot | None
+        self, files: Sequence[tuple[str, str]], known: Mapping[str, FileRecord], recorded_ns: int
     ) -> tuple[list[FileRecord], dict[str, bytes]] | None:
         """Each file's record now (unit "?" for a changed one), and the bytes of the changed ones;
-        None when a file cannot be read."""
-        known = {r.display: r for r in snapshot.files} if snapshot is not None else {}
-        trusted = snapshot.recorded_ns - RACY_NS if snapshot is not None else 0
+        None when a file cannot be read. `known`: the records of the snapshot, made at
+        `recorded_ns` (0: none)."""
+        trusted = recorded_ns - RACY_NS if recorded_ns else 0
         records: list[FileRecord] = []
         contents: dict[str, bytes] = {}
         # Plain strings and os calls: a Path per file was a tenth of a re-scan of 17,000 files.
@@ -265,7 +279,7 @@ class TreeAuditor:
             self.stats.files_read += 1
             digest = hashlib.sha256(raw).hexdigest()
             if old is not None and same_file and old.digest == digest:
-                records.append(replace(old, stat=stat))
+                records.append(old._replace(stat=stat))
             else:
                 records.append(FileRecord(display, where, stat, digest, "?", 0))
                 contents[display] = raw
@@ -333,7 +347,8 @@ class TreeAuditor:
         """Everything parsed and audited, nothing recorded (a file vanished, no usable cache)."""
         loaded = list(yamlio.load_files([(Path(r), d) for r, d in files], self.limits, self.jobs))
         self.stats.files_parsed = len(loaded)
-        return finish(audit(self._inventory(files, loaded), self.pack, self.progress), self.pack, today)
+        audited = scanning.audit(self._inventory(files, loaded), self.pack, self.progress)
+        return scanning.finish(audited, self.pack, today)
 
     def _inventory(
         self,
@@ -381,8 +396,8 @@ class TreeAuditor:
             loaded.update(self._parse(missing, contents))
         ordered = [loaded[r.display] for r in records]
         inv = self._inventory([r.display for r in records], ordered)
-        audited = audit(inv, self.pack, self.progress)
-        result = finish(audited, self.pack, today)
+        audited = scanning.audit(inv, self.pack, self.progress)
+        result = scanning.finish(audited, self.pack, today)
         documents = [d for docs, _ in ordered for d in docs]
         unit_of = units.file_units(documents, [r.display for r in records], self.default_namespace)
         try:
@@ -394,7 +409,7 @@ class TreeAuditor:
         recorded: list[FileRecord] = []
         members: dict[str, list[tuple[FileRecord, Loaded]]] = {}
         for r, result_of in zip(records, ordered, strict=True):
-            rec = replace(r, unit=unit_of[r.display], documents=len(result_of[0]))
+            rec = r._replace(unit=unit_of[r.display], documents=len(result_of[0]))
             recorded.append(rec)
             members.setdefault(rec.unit, []).append((rec, result_of))
         unit_records = {
@@ -407,23 +422,29 @@ class TreeAuditor:
             for unit, files in members.items()
         }
         self.stats.units = self.stats.units_audited = len(unit_records)
-        self._save(key, Snapshot(tuple(recorded), unit_records, whole, now))
+        self._save(key, Snapshot.of(recorded, unit_records, whole, now))
         return result
 
     def _unchanged(
-        self, key: str, snapshot: Snapshot, records: list[FileRecord], today: date | None, now: int
+        self,
+        key: str,
+        snapshot: Snapshot,
+        recorded: list[FileRecord],
+        records: list[FileRecord],
+        today: date | None,
+        now: int,
     ) -> ScanResult:
         """No file changed: the report from the recorded fragments."""
         fragments = [self._fragment(r) for r in snapshot.units.values()]
         if any(f is None for f in fragments):
             return self._full(key, records, {}, snapshot, today, now, "a recorded fragment was evicted")
         self.stats.mode, self.stats.units = "unchanged", len(fragments)
-        order = _file_order(snapshot.files)
-        result = finish(
+        order = _file_order(recorded)
+        result = scanning.finish(
             assemble([f for f in fragments if f is not None], snapshot.whole, order), self.pack, today
         )
-        if self.stats.files_read or tuple(records) != snapshot.files:  # stats changed, or read again
-            self._save(key, replace(snapshot, files=tuple(records), recorded_ns=now))
+        if self.stats.files_read or records != recorded:  # stats changed, or read again
+            self._save(key, Snapshot.of(records, snapshot.units, snapshot.whole, now))
         return result
 
     # --- the incremental audit -----------------------------------------------------------------
@@ -474,24 +495,19 @@ class TreeAuditor:
             unit_of = {r.display: r.unit for r in members}
             found_reads = units.unit_reads(inv, unit_of)
             reads.update({u: found_reads.get(u, units.Reads()) for u in included})
-        # What the tree as a whole contributes must be what the other units were audited with.
+        # The other units were audited with the per-replica keys and comparisons of the whole tree
+        # then: they must be the same now (the CNI the policy kinds imply is compared below, with
+        # what else concerns the whole tree).
         documents = [d for r in members for d in loaded[r.display][0]]
         keys = frozenset().union(*(rec.facts.replica_keys for rec in snapshot.units.values()))
         facts = units.unit_facts(documents, inv, unit_of, keys)
         recorded_facts = {u: rec.facts for u, rec in snapshot.units.items()}
         now_facts = {**{u: f for u, f in recorded_facts.items() if u not in included}, **facts}
-        if units.elsewhere(now_facts.values()) != units.elsewhere(recorded_facts.values()):
-            return self._full(
-                key,
-                records,
-                contents,
-                snapshot,
-                today,
-                now,
-                "the CNI kinds or per-replica comparisons changed",
-                parsed,
-            )
-        audited = audit(inv, self.pack, self.progress)
+        before, after = units.elsewhere(recorded_facts.values()), units.elsewhere(now_facts.values())
+        if (before.replica_keys, before.replica_tests) != (after.replica_keys, after.replica_tests):
+            why = "the per-replica comparisons changed"
+            return self._full(key, records, contents, snapshot, today, now, why, parsed)
+        audited = scanning.audit(inv, self.pack, self.progress)
         try:
             parts, whole = partition(audited, unit_of)
         except Unattributable as exc:
@@ -534,8 +550,8 @@ class TreeAuditor:
                 unit_records[unit] = snapshot.units[unit]
             fragments.append(fragment)
         self.stats.units = len(unit_records)
-        result = finish(assemble(fragments, whole, _file_order(records)), self.pack, today)
-        self._save(key, Snapshot(tuple(records), unit_records, whole, now))
+        result = scanning.finish(assemble(fragments, whole, _file_order(records)), self.pack, today)
+        self._save(key, Snapshot.of(records, unit_records, whole, now))
         return result
 
 

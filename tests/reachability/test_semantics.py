@@ -306,7 +306,7 @@ def test_anp_unknown_peer_fails_closed() -> None:
 
 def test_cilium_policies_are_not_enforced_under_another_cni() -> None:
     inv = inventory(text=PODS + cnp(SERVER_FROM_CLIENTS), cni="calico")
-    assert inv.policies == [] and any("not enforced" in n for n in inv.notes)
+    assert inv.policies == [] and any("not enforced" in n for _, n in inv.file_notes)
     assert allowed(inv, "b/other", "a/server")
 
 

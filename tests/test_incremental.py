@@ -1,0 +1,375 @@
+"""Incremental scans (auditor/sources/incremental.py): after any change to a tree, a scan through
+the snapshot reports byte for byte what a cold scan reports, and audits again only what the change
+reaches (a workload or policy edit: its namespace's unit and those that read it; the cluster part:
+everything)."""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from auditor import yamlio
+from auditor.audit.scan import scan
+from auditor.cache import DocumentCache
+from auditor.cli import main
+from auditor.reports import json_report
+from auditor.resources import examples_dir
+from auditor.rules.packs import PolicyPack, load_packs
+from auditor.settings.config import Settings, load_settings
+from auditor.sources import units
+from auditor.sources.incremental import ScanStats, TreeAuditor
+from auditor.sources.manifests import load_inventory
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+TODAY = date(2026, 6, 1)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import gen_repo
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    root = tmp_path_factory.mktemp("generated") / "repo"
+    gen_repo.generate_repo(root, jobs=40, policies=100, nodes=20, seed=3)
+    return root
+
+
+@pytest.fixture
+def repo(generated: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "repo"
+    shutil.copytree(generated, copy)
+    return copy
+
+
+class Tree:
+    """A tree scanned cold and through one cache, the two reports compared each time."""
+
+    def __init__(
+        self, root: Path, cache: Path, settings: Settings | None = None, packs: tuple[Path, ...] = ()
+    ) -> None:
+        self.root, self.cache = root, cache
+        self.settings = settings or Settings()
+        self.packs = packs
+        self.pack: PolicyPack = load_packs(list(packs))
+
+    def cold(self) -> str:
+        inv = load_inventory([self.root], self.settings)
+        return json_report.render(scan(inv, self.pack, TODAY))
+
+    def check(self, what: str = "") -> ScanStats:
+        files, problems = yamlio.discover([self.root])
+        assert not problems
+        tree = TreeAuditor(DocumentCache(self.cache), self.settings, self.pack, self.packs)
+        got = json_report.render(tree.scan([self.root], files, TODAY))
+        expected = self.cold()
+        assert got == expected, f"{what}: the scan through the snapshot differs from a cold scan"
+        return tree.stats
+
+    def files(self, pattern: str) -> list[Path]:
+        return sorted(p for p in self.root.rglob("*.yaml") if re.search(pattern, p.read_text()))
+
+
+def edit(path: Path, change: Callable[[str], str]) -> None:
+    text = path.read_text()
+    new = change(text)
+    assert new != text, f"{path}: the edit changed nothing"
+    path.write_text(new)
+
+
+def first_sub(pattern: str, replacement: str | Callable[[re.Match[str]], str]) -> Callable[[str], str]:
+    return lambda text: re.sub(pattern, replacement, text, count=1)
+
+
+def fewer_replicas(match: re.Match[str]) -> str:
+    n = int(match.group(1))
+    return f"replicas: {n - 1 if n > 1 else 2}"
+
+
+def test_each_kind_of_change_gives_the_cold_report(repo: Path, tmp_path: Path) -> None:
+    tree = Tree(repo, tmp_path / "cache")
+    first = tree.check("first scan")
+    assert first.mode == "full" and first.units > 10
+    assert tree.check("nothing changed").mode == "unchanged"
+    total = first.units
+
+    job = tree.files(r"kind: PyTorchJob")[0]
+    edit(job, first_sub(r"replicas: (\d+)", fewer_replicas))
+    stats = tree.check("a workload's replicas")
+    assert stats.mode == "incremental" and 0 < stats.units_audited < total / 2
+
+    service = tree.files(r"kind: Service\n")[0]
+    edit(service, first_sub(r"(selector:\n\s+app: )(\S+)", r"\1nobody"))
+    assert tree.check("a Service selects nothing").mode == "incremental"
+
+    policy = tree.files(r"kind: NetworkPolicy")[-1]
+    namespace = re.search(r"namespace: (\S+)", policy.read_text())
+    assert namespace is not None
+    deny = policy.parent / "deny-everything.yaml"
+    deny.write_text(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n"
+        f"metadata: {{name: deny-everything, namespace: {namespace.group(1)}}}\n"
+        "spec: {podSelector: {}, policyTypes: [Ingress, Egress]}\n"
+    )
+    assert tree.check("a policy denying a namespace is added").mode == "incremental"
+    deny.rename(deny.with_name("renamed.yaml"))
+    assert tree.check("a file is renamed").mode == "incremental"
+    deny.with_name("renamed.yaml").unlink()
+    assert tree.check("a file is removed").mode == "incremental"
+
+    deployment = tree.files(r"kind: Deployment")[3]
+    edit(deployment, first_sub(r"(\n\s+labels:\n\s+app: )(\S+)", r"\1relabelled"))
+    assert tree.check("a workload's pod labels").mode == "incremental"
+
+    copy = job.with_name("copy-" + job.name)
+    copy.write_text(re.sub(r"(\nmetadata:\n\s+name: )(\S+)", r"\1copied-job", job.read_text(), count=1))
+    assert tree.check("a workload is added").mode == "incremental"
+
+    other = repo / "clusters" / "new-team" / "new-ns" / "app.yaml"
+    other.parent.mkdir(parents=True)
+    other.write_text(re.sub(r"namespace: \S+", "namespace: brand-new", job.read_text()))
+    assert tree.check("a new namespace's first file").mode == "incremental"
+
+    node = tree.files(r"kind: Node\n")[0]
+    edit(node, first_sub(r"topology.kubernetes.io/zone: (\S+)", "topology.kubernetes.io/zone: us-east-1z"))
+    assert tree.check("a node moves zone").mode == "full"
+
+    namespaces = repo / "clusters" / "platform" / "namespaces.yaml"
+    edit(namespaces, lambda t: t + "\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: extra}\n")
+    assert tree.check("a namespace is added (the cluster part)").mode == "full"
+    assert tree.check("nothing changed since").mode == "unchanged"
+
+
+def test_references_across_namespaces(repo: Path, tmp_path: Path) -> None:
+    """A workload naming another namespace's Service gets an edge there: editing that namespace's
+    policies re-audits the workload's namespace too, and the target lists who reaches it."""
+    tree = Tree(repo, tmp_path / "cache")
+    tree.check("first scan")
+    services = tree.files(r"kind: Service\n")
+    target = services[0]
+    text = target.read_text()
+    name = re.search(r"\nmetadata:\n\s+name: (\S+)", text)
+    namespace = re.search(r"namespace: (\S+)", text)
+    assert name and namespace
+    client = next(
+        p
+        for p in tree.files(r"kind: Deployment")
+        if f"namespace: {namespace.group(1)}" not in p.read_text() and "env:" in p.read_text()
+    )
+    host = f"http://{name.group(1)}.{namespace.group(1)}.svc.cluster.local:8080"
+    edit(client, first_sub(r"(\n(\s+)env:\n)", rf"\1\2- name: TARGET_URL\n\2  value: {host}\n"))
+    stats = tree.check("a workload names another namespace's Service")
+    assert stats.mode == "incremental"
+    deny = target.parent / "deny-ingress.yaml"
+    deny.write_text(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n"
+        f"metadata: {{name: deny-ingress, namespace: {namespace.group(1)}}}\n"
+        "spec: {podSelector: {}, policyTypes: [Ingress]}\n"
+    )
+    report = tree.cold()
+    assert "deny-ingress" in report  # the client's edge is denied now: its finding names the policy
+    assert tree.check("the target's namespace denies ingress").mode == "incremental"
+
+
+def test_what_the_whole_tree_contributes(repo: Path, tmp_path: Path) -> None:
+    """Per-replica comparisons and the CNI the policy kinds imply are facts of the whole tree:
+    when one changes, every unit is audited again."""
+    tree = Tree(repo, tmp_path / "cache")
+    tree.check("first scan")
+    statefulset = tree.files(r"kind: StatefulSet")[0]
+    name = re.search(r"\nmetadata:\n\s+name: (\S+)", statefulset.read_text())
+    namespace = re.search(r"namespace: (\S+)", statefulset.read_text())
+    assert name and namespace
+    (statefulset.parent / "first-replica.yaml").write_text(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n"
+        f"metadata: {{name: first-replica, namespace: {namespace.group(1)}}}\n"
+        "spec:\n  podSelector:\n    matchLabels:\n"
+        f"      statefulset.kubernetes.io/pod-name: {name.group(1)}-0\n"
+        "  policyTypes: [Ingress]\n"
+    )
+    stats = tree.check("a policy selects one replica")
+    assert stats.mode == "full" and "per-replica" in stats.why_full
+
+
+def test_cni_inferred_from_policy_kinds(tmp_path: Path) -> None:
+    """Without cilium-config, the first CiliumNetworkPolicy anywhere makes the CNI Cilium: the
+    Calico and Cilium policies of every unit change meaning."""
+    root = tmp_path / "tree"
+    shutil.copytree(examples_dir() / "seed-lab", root)
+    for path in root.rglob("*.yaml"):
+        if "CiliumNetworkPolicy" in path.read_text():
+            path.unlink()
+    (root / "calico.yaml").write_text(
+        "apiVersion: projectcalico.org/v3\nkind: NetworkPolicy\n"
+        "metadata: {name: calico-deny, namespace: ml-demo}\nspec: {selector: all(), types: [Ingress]}\n"
+    )
+    tree = Tree(root, tmp_path / "cache")
+    tree.check("first scan")
+    (root / "cilium.yaml").write_text(
+        "apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\n"
+        "metadata: {name: any, namespace: other-team}\nspec: {endpointSelector: {}}\n"
+    )
+    stats = tree.check("a first Cilium policy in another namespace")
+    assert stats.mode == "full"
+
+
+def test_errors_make_the_audit_partial_and_unrecorded(repo: Path, tmp_path: Path) -> None:
+    tree = Tree(repo, tmp_path / "cache")
+    tree.check("first scan")
+    job = tree.files(r"kind: PyTorchJob")[1]
+    good = job.read_text()
+    job.write_text(good + "\n  broken: [unclosed\n")
+    assert tree.check("a file that cannot be parsed").mode == "full"
+    assert tree.check("still broken").mode == "full"  # a partial audit is never recorded
+    job.write_text(good)
+    # The snapshot before the break was kept: the mended tree is the one it recorded.
+    assert tree.check("mended").mode == "unchanged"
+
+
+def test_notes_errors_and_waivers_of_units(repo: Path, tmp_path: Path) -> None:
+    """Notes and object errors belong to the file that caused them, annotation waivers to their
+    workload: they survive other units' re-audits, in file order."""
+    tree = Tree(repo, tmp_path / "cache")
+    tree.check("first scan")
+    deployment = tree.files(r"kind: Deployment")[0]
+    namespace = re.search(r"namespace: (\S+)", deployment.read_text())
+    assert namespace
+    # Calico policies are not enforced under Cilium (a note); a bad selector is an error entry.
+    (deployment.parent / "calico.yaml").write_text(
+        "apiVersion: projectcalico.org/v3\nkind: NetworkPolicy\n"
+        f"metadata: {{name: calico-one, namespace: {namespace.group(1)}}}\nspec: {{selector: all()}}\n"
+        "---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n"
+        f"metadata: {{name: bad-selector, namespace: {namespace.group(1)}}}\n"
+        "spec: {podSelector: {matchExpressions: [{key: app, operator: Nope}]}}\n"
+    )
+    assert tree.check("a note and an error").mode == "incremental"
+    report = tree.cold()
+    assert "not enforced" in report and "Nope" in report
+    job = tree.files(r"kind: PyTorchJob")[2]
+    waiver = (
+        "    placement-auditor.io/waive: cross-zone-traffic,role-unschedulable\n"
+        "    placement-auditor.io/waive-reason: accepted\n"
+        "    placement-auditor.io/waive-expires: '2026-12-31'\n"
+    )
+    if "\n  annotations:\n" in job.read_text():
+        edit(job, lambda t: t.replace("\n  annotations:\n", "\n  annotations:\n" + waiver, 1))
+    else:
+        edit(job, lambda t: t.replace("\nmetadata:\n", "\nmetadata:\n  annotations:\n" + waiver, 1))
+    assert tree.check("an annotation waiver").mode == "incremental"
+    assert '"waiver": {' in tree.cold()
+    other = tree.files(r"kind: PyTorchJob")[0]
+    edit(other, first_sub(r"replicas: (\d+)", fewer_replicas))
+    assert tree.check("another unit changes").mode == "incremental"
+
+
+def test_custom_rules_see_edges_into_a_workload(repo: Path, tmp_path: Path) -> None:
+    """A custom rule's `role.split` covers paths into the role: with custom rules, a unit depends
+    on the units whose workloads reach it."""
+    pack = tmp_path / "pack.yaml"
+    pack.write_text(
+        "apiVersion: placement-auditor.io/v1\nkind: PolicyPack\nmetadata: {name: split-roles}\n"
+        "spec:\n  customRules:\n    - id: split-role\n      title: A role on a split path\n"
+        "      severity: low\n      symptoms: [slowdown]\n"
+        "      condition: role.split != ''\n      message: a path of this role crosses zones\n"
+    )
+    tree = Tree(repo, tmp_path / "cache", packs=(pack,))
+    tree.check("first scan")
+    client = tree.files(r"otel-collector\.monitoring")[0]
+    edit(client, lambda t: t.replace("otel-collector.monitoring", "otel-collector.elsewhere", 1))
+    assert tree.check("a workload stops reaching another namespace").mode == "incremental"
+
+
+def test_random_edits(repo: Path, tmp_path: Path) -> None:
+    """Edits picked at random over the tree's files (values, labels, replica counts, deletions,
+    copies): the report through the snapshot is the cold one after each."""
+    rng = random.Random(20261204)
+    tree = Tree(repo, tmp_path / "cache")
+    tree.check("first scan")
+    mutations: list[tuple[str, str, str]] = [
+        (r"replicas: (\d+)", "replicas: {n}", "replicas"),
+        (r"(\n\s+app: )(\S+)", r"\g<1>{word}", "a label"),
+        (r"(port: )(\d+)", r"\g<1>{port}", "a port"),
+        (r"(topology.kubernetes.io/zone: )(\S+)", r"\g<1>us-east-1{zone}", "a zone"),
+        (r"(value: )(\S+)", r"\g<1>{word}.{namespace}:8080", "an env value"),
+    ]
+    namespaces = sorted(
+        {m for p in repo.rglob("*.yaml") for m in re.findall(r"namespace: (\S+)", p.read_text())}
+    )
+    step = attempts = 0
+    while step < 24 and attempts < 500:
+        attempts += 1
+        files = sorted(repo.rglob("*.yaml"))
+        path = rng.choice(files)
+        choice = rng.random()
+        if choice < 0.1:
+            path.unlink()
+            what = f"removed {path.name}"
+        elif choice < 0.2:
+            (path.parent / f"copy-{step}-{path.name}").write_text(path.read_text())
+            what = f"copied {path.name}"
+        else:
+            pattern, template, name = rng.choice(mutations)
+            text = path.read_text()
+            spots = list(re.finditer(pattern, text))
+            if not spots:
+                continue
+            spot = rng.choice(spots)
+            value = template.format(
+                n=rng.randint(1, 9),
+                word=rng.choice(["api", "worker", "trainer", "x"]),
+                port=rng.choice([80, 8080, 9999]),
+                zone=rng.choice("abc"),
+                namespace=rng.choice(namespaces),
+            )
+            path.write_text(text[: spot.start()] + re.sub(pattern, value, spot.group(0)) + text[spot.end() :])
+            what = f"{name} in {path.name}"
+        tree.check(f"step {step}: {what}")
+        step += 1
+
+
+def test_the_cli_reports_alike_in_every_format(repo: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    main(["scan", str(repo), "--cache-dir", str(cache), "--format", "json", "--output", str(tmp_path / "a")])
+    job = Tree(repo, cache).files(r"kind: PyTorchJob")[0]
+    edit(job, first_sub(r"replicas: (\d+)", fewer_replicas))
+    for fmt in ("json", "table", "sarif", "junit", "csv", "markdown"):
+        outs = []
+        for flags in (["--cache-dir", str(cache)], ["--no-cache"]):
+            out = tmp_path / f"{fmt}-{flags[0]}"
+            code = main(
+                ["scan", str(repo), "--format", fmt, "--output", str(out), "--fail-on", "high", *flags]
+            )
+            outs.append((code, out.read_text()))
+        assert outs[0] == outs[1], fmt
+
+
+def test_settings_and_code_key_the_snapshot(repo: Path, tmp_path: Path) -> None:
+    tree = Tree(repo, tmp_path / "cache")
+    tree.check("first scan")
+    config = tmp_path / "config.yaml"
+    config.write_text("network:\n  ephemeral_ports: 40000-45000\n")
+    other = Tree(repo, tmp_path / "cache", load_settings(config))
+    assert other.check("other settings").mode == "full"
+    assert tree.check("the first settings again").mode == "unchanged"
+
+
+def test_units_of_files_and_what_they_read() -> None:
+    reads = {
+        "a": units.Reads(frozenset({"b"}), frozenset()),
+        "b": units.Reads(frozenset(), frozenset({"c"})),
+        "c": units.Reads(),
+        "d": units.Reads(frozenset(), frozenset({units.EVERY})),
+    }
+    everything = {"a", "b", "c", "d", units.CLUSTER}
+    assert units.dependencies("a", reads, everything, None) == {"a", "b", "c"}
+    assert units.dependencies("c", reads, everything, None) == {"c"}
+    assert units.dependencies("d", reads, everything, None) == everything
+    assert units.dependencies("b", reads, everything, units.readers_of(reads)) == {"a", "b", "c"}
