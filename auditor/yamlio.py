@@ -14,6 +14,7 @@ Everything that reads manifests goes through here so that every input gets the s
 from __future__ import annotations
 
 import math
+import operator
 import os
 import re
 import stat
@@ -1064,6 +1065,9 @@ def _load_cached(
 # Finding files
 
 
+_NAME = operator.attrgetter("name")
+
+
 def _has_suffix(name: str, suffixes: tuple[str, ...]) -> bool:
     return name.lower().endswith(suffixes)
 
@@ -1085,7 +1089,6 @@ def _walk(
     visited: set[str] = set()
     pending: list[tuple[str, tuple[str, ...], bool]] = [(str(root), (), False)]
     linked: list[tuple[str, tuple[str, ...]]] = []
-    join = os.path.join
 
     def error(rel: tuple[str, ...], message: str) -> None:
         errors.append(LoadError(str(given.joinpath(*rel)), 0, message))
@@ -1103,11 +1106,14 @@ def _walk(
             # scandir's entries carry the file type from the directory listing: no stat per entry
             # for the common case (plain files and directories).
             with os.scandir(directory) as listing:
-                children = sorted(listing, key=lambda e: e.name)
+                children = sorted(listing, key=_NAME)
         except OSError as exc:
             error(rel, f"cannot list directory: {exc.strerror or exc}")
             continue
         subdirs: list[tuple[str, tuple[str, ...], bool]] = []
+        # Resolved, absolute, without a trailing separator but for the root itself: joined by hand
+        # (os.path.join per entry was a third of listing a tree of 17,000 files).
+        prefix = directory if directory.endswith(os.sep) else directory + os.sep
         for entry in children:
             name = entry.name
             try:
@@ -1139,10 +1145,10 @@ def _walk(
                             error(child_rel, "not a regular file, skipped")
                 elif entry.is_dir(follow_symlinks=False):
                     if not name.startswith("."):
-                        subdirs.append((join(directory, name), child_rel, via_link))
+                        subdirs.append((prefix + name, child_rel, via_link))
                 elif _has_suffix(name, suffixes):
                     if entry.is_file(follow_symlinks=False):
-                        found.append((join(directory, name), child_rel, via_link))
+                        found.append((prefix + name, child_rel, via_link))
                     else:
                         error(child_rel, "not a regular file, skipped")
             except OSError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Collection
@@ -98,8 +99,15 @@ def _edge(e: GroupEdge) -> dict[str, Any]:
 
 
 def render(result: ScanResult) -> str:
-    # The group listing (most of a large report) is built above from ints, strings and booleans.
-    return dumps(to_document(result), without_floats=("groups",)) + "\n"
+    # The group listing (most of a large report) is built above from ints, strings and booleans;
+    # the findings' only floats are their estimates, checked here instead of in their JSON.
+    findings = (*result.findings, *(w.finding for w in result.waived))
+    estimates = (e for f in findings for e in (f.estimated_monthly_cost_usd, f.estimated_slowdown_pct))
+    finite = all(e is None or math.isfinite(e) for e in estimates)
+    return (
+        dumps(to_document(result), without_floats=("groups", "findings", "waived") if finite else ("groups",))
+        + "\n"
+    )
 
 
 # Characters json.dumps escapes by default (ensure_ascii) that orjson writes as they are: DEL and
@@ -136,12 +144,21 @@ def _escape(match: re.Match[str]) -> str:
 _ASCII_ESCAPES = "placement-auditor-json-ascii"
 
 
+_ESCAPED: dict[bytes, str] = {}
+
+
 def _escape_utf8(error: UnicodeError) -> tuple[str, int]:
     """Decoding error handler: the UTF-8 character at the error, as json's `\\uXXXX` escape(s)."""
     assert isinstance(error, UnicodeDecodeError)
     data, start = error.object, error.start
     size = 2 if data[start] < 0xE0 else 3 if data[start] < 0xF0 else 4
-    return _escape_code(ord(data[start : start + size].decode("utf-8"))), start + size
+    char = data[start : start + size]
+    escaped = _ESCAPED.get(char)
+    if escaped is None:
+        escaped = _escape_code(ord(char.decode("utf-8")))
+        if len(_ESCAPED) < 4096:
+            _ESCAPED[char] = escaped
+    return escaped, start + size
 
 
 def _ascii_text(raw: bytes) -> str:
