@@ -1,9 +1,11 @@
-"""A content-addressed cache of loaded YAML files, so a re-audit reads again only what changed.
+"""A content-addressed cache of loaded YAML files, and the signed store incremental scans keep
+their snapshots in (auditor/sources/incremental.py: `get_value`/`put_value`).
 
-What is cached is the loader's result for one file — its documents (the located mappings and
-sequences of auditor.yamlio, with their lines and document indexes) and its per-document errors —
-never findings: the whole model is still built and audited on every scan, so a cached file can
-change nothing but the time it takes.
+The loader's entries hold its result for runs of files — their documents (the located mappings and
+sequences of auditor.yamlio, with their lines and document indexes) and per-document errors — so
+that what reads a tree through `load_inventory` parses again only what changed. Snapshots, a
+unit's documents and a unit's fragment of an audit are entries of their own, under keys that name
+the auditor's code, settings and packs; the entry rules below hold for all of them.
 
 * Key: each file's key is the SHA-256 of its bytes together with everything else the result
   depends on (:data:`auditor.yamlio.LOADER_VERSION`, the auditor's version, PyYAML's and libyaml's
@@ -20,10 +22,11 @@ change nothing but the time it takes.
 * Corrupt, torn, foreign or hostile entries: each entry carries an HMAC-SHA256 of its key and
   payload under a random secret kept in the cache directory (mode 0600, created once). An entry
   whose MAC does not verify is ignored (and removed) *before* anything is unpickled, and the
-  unpickler accepts only the two container classes of auditor.yamlio. Pickle is used because it
-  rebuilds the located containers in C (a third of the time of re-parsing); the MAC is what makes
-  it safe: only a process that can read the secret — the user themself — can write an entry that
-  will be unpickled, and such a process could run code anyway.
+  unpickler accepts only the classes an entry of its kind may hold (the loader's: the two container
+  classes of auditor.yamlio; snapshots: the record classes sources/incremental.py lists). Pickle is
+  used because it rebuilds the located containers in C (a third of the time of re-parsing); the MAC
+  is what makes it safe: only a process that can read the secret — the user themself — can write
+  an entry that will be unpickled, and such a process could run code anyway.
 * A directory another user owns, or that others may write to, is not used at all.
 * Bounded size: after a scan that wrote entries, the oldest entries (by modification time, which
   a hit refreshes) are removed until the cache is under 90% of its cap.

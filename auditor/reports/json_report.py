@@ -103,11 +103,16 @@ def render(result: ScanResult) -> str:
     # the findings' only floats are their estimates, checked here instead of in their JSON.
     findings = (*result.findings, *(w.finding for w in result.waived))
     estimates = (e for f in findings for e in (f.estimated_monthly_cost_usd, f.estimated_slowdown_pct))
-    finite = all(e is None or math.isfinite(e) for e in estimates)
+    plain = all(e is None or plain_float(e) for e in estimates)
     return (
-        dumps(to_document(result), without_floats=("groups", "findings", "waived") if finite else ("groups",))
-        + "\n"
+        dumps(to_document(result), checked=("groups", "findings", "waived") if plain else ("groups",)) + "\n"
     )
+
+
+def plain_float(value: float) -> bool:
+    """A float orjson and json write alike: finite, and 0 or between 1e-4 and 1e16 in magnitude
+    (json's repr switches to exponents outside that range, where orjson does not)."""
+    return value == 0 or 1e-4 <= abs(value) < 1e16
 
 
 # Characters json.dumps escapes by default (ensure_ascii) that orjson writes as they are: DEL and
@@ -172,7 +177,7 @@ def _ascii_text(raw: bytes) -> str:
     return raw.decode("ascii", _ASCII_ESCAPES)
 
 
-def dumps(doc: Any, *, without_floats: Collection[str] = ()) -> str:
+def dumps(doc: Any, *, checked: Collection[str] = ()) -> str:
     """Exactly `json.dumps(doc, indent=2)`, about ten times faster.
 
     The standard library indents with its pure-Python encoder (a 15 MB report took a second);
@@ -181,16 +186,16 @@ def dumps(doc: Any, *, without_floats: Collection[str] = ()) -> str:
     lone surrogates (an exception); writes NaN and infinities as null (json's C encoder, compact
     and with allow_nan=False, finds them four times faster than reading orjson's text back);
     writes small floats in another form (found in the text); and leaves non-ASCII as UTF-8
-    (escaped here as json's ensure_ascii does). `without_floats`: top-level members the caller
-    built without floats, not searched for NaN.
+    (escaped here as json's ensure_ascii does). `checked`: top-level members the caller built
+    without floats, or whose floats it found plain (`plain_float`): not searched.
     """
     try:
         raw = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
-        searched = {k: v for k, v in doc.items() if k not in without_floats} if without_floats else doc
+        searched = {k: v for k, v in doc.items() if k not in checked} if checked else doc
         json.dumps(searched, allow_nan=False)
     except (orjson.JSONEncodeError, TypeError, ValueError, OverflowError):
         return json.dumps(doc, indent=2)
-    if _small_float(raw):
+    if _small_float(orjson.dumps(searched, option=orjson.OPT_INDENT_2) if checked else raw):
         return json.dumps(doc, indent=2)
     if b"\x7f" in raw:
         return _NOT_ASCII.sub(_escape, raw.decode("utf-8"))

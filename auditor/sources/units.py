@@ -10,16 +10,18 @@ which every unit's audit reads.
 What a unit's part of the audit (its findings, groups, errors, notes and counts) depends on:
 
 * the cluster part and the unit's own documents;
-* the units it *reads* (`unit_reads`): the namespaces its pods name (Service DNS names,
-  `talks-to`) and those its pod (anti-)affinity terms reach (a namespaceSelector: every unit) —
-  the edges, placements and verdicts it gets from them, transitively;
-* the units that read it (their edges into it are listed with its groups);
+* the units it *reads* (`unit_reads`): the namespaces its workloads name (Service DNS names,
+  `talks-to`: it gets edges into them, whose verdicts read their pods, placements and policies)
+  and those its pod (anti-)affinity terms reach (a namespaceSelector: every unit); and where the
+  pods of any unit whose placements it reads can land, transitively (`dependencies`);
+* with custom rules, whose `role.split` covers paths into a role, the units that name it;
 * and what the whole tree contributes to every inventory (`UnitFacts`, joined into
   sources.objects.Elsewhere): the policy kinds that decide the CNI, and the per-replica label
   keys and comparisons.
 
-A changed file costs the audit of the units that depend on its unit (`dependencies`), with the
-cluster part and what those read.
+Who reaches a workload is not part of its unit's fragment: rules/groups.summarise decides it from
+every unit's group entries. A changed file costs the audit of the units that depend on its unit,
+with the cluster part and what those read.
 """
 
 from __future__ import annotations

@@ -95,3 +95,24 @@ def test_the_group_listing_holds_no_floats() -> None:
     assert doc["groups"], "the seed repository has training groups"
     assert _floats(doc["groups"]) == []
     assert json_report.dumps({"groups": [float("nan")]}) == json.dumps({"groups": [float("nan")]}, indent=2)
+
+
+@pytest.mark.parametrize("estimate", [1e-05, 2.5e-07, 1e17, float("nan"), float("inf"), 0.0, 12.5, None])
+def test_findings_estimates_of_every_form_render_as_json_does(estimate: float | None) -> None:
+    """render() checks the findings' estimates itself instead of searching their JSON: a small,
+    huge or non-finite one still gives json.dumps' exact text."""
+    from auditor.audit.scan import ScanResult
+    from auditor.model.findings import Finding, ObjectRef
+
+    finding = Finding(
+        rule="cross-zone-traffic",
+        severity="medium",
+        certainty="likely",
+        symptoms=("cost",),
+        workload=ObjectRef("kubeflow.org/v1", "PyTorchJob", "ml", "job", "job.yaml", 1),
+        message="crosses zones → billed",
+        estimated_monthly_cost_usd=estimate,
+        estimated_slowdown_pct=estimate,
+    )
+    result = ScanResult([finding], [])
+    assert json_report.render(result) == json.dumps(json_report.to_document(result), indent=2) + "\n"
