@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import codecs
 import json
-import math
 import re
 from collections import Counter
 from collections.abc import Collection
