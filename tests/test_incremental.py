@@ -373,3 +373,37 @@ def test_units_of_files_and_what_they_read() -> None:
     assert units.dependencies("c", reads, everything, None) == {"c"}
     assert units.dependencies("d", reads, everything, None) == everything
     assert units.dependencies("b", reads, everything, units.readers_of(reads)) == {"a", "b", "c"}
+
+
+def test_damaged_evicted_and_hostile_entries_cost_a_fuller_audit_never_a_wrong_one(
+    repo: Path, tmp_path: Path
+) -> None:
+    import os
+    import pickle
+
+    cache = tmp_path / "cache"
+    tree = Tree(repo, cache)
+    tree.check("first scan")
+    entries = sorted(cache.glob("??/*"), key=lambda p: p.stat().st_size)
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, (f"touch {marker}",))
+
+    # The smallest entries are fragments: one removed (evicted), one torn.
+    entries[0].unlink()
+    entries[1].write_bytes(entries[1].read_bytes()[:50])
+    stats = tree.check("a fragment evicted, another torn")
+    assert stats.mode == "full" and "evicted" in stats.why_full
+    # A snapshot signed with the real secret whose pickle names a global outside the allow-list
+    # (only someone holding the secret could write it) is still refused, never run.
+    store = DocumentCache(cache)
+    assert store.ready()
+    biggest = max(cache.glob("??/*"), key=lambda p: p.stat().st_mtime)
+    key = biggest.parent.name + biggest.name
+    hostile = pickle.dumps((key, Exploit()))
+    secret = (cache / "secret").read_bytes()
+    biggest.write_bytes(b"PAUDC1\n" + store._mac(secret, key, hostile) + hostile)
+    tree.check("a hostile entry")
+    assert not marker.exists()
