@@ -133,6 +133,13 @@ def test_each_kind_of_change_gives_the_cold_report(repo: Path, tmp_path: Path) -
     copy.write_text(re.sub(r"(\nmetadata:\n\s+name: )(\S+)", r"\1copied-job", job.read_text(), count=1))
     assert tree.check("a workload is added").mode == "incremental"
 
+    moved = tree.files(r"kind: Deployment")[5]
+    here = re.search(r"namespace: (\S+)", moved.read_text())
+    there = re.search(r"namespace: (\S+)", tree.files(r"kind: PyTorchJob")[-1].read_text())
+    assert here and there and here.group(1) != there.group(1)
+    edit(moved, lambda t: t.replace(f"namespace: {here.group(1)}", f"namespace: {there.group(1)}"))
+    assert tree.check("a workload moves to another namespace").mode == "incremental"
+
     other = repo / "clusters" / "new-team" / "new-ns" / "app.yaml"
     other.parent.mkdir(parents=True)
     other.write_text(re.sub(r"namespace: \S+", "namespace: brand-new", job.read_text()))

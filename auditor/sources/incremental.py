@@ -200,7 +200,8 @@ class TreeAuditor:
         """The scan of `files` (discovered under `paths`; eligible ones), through the snapshot of
         those paths."""
         self.stats = ScanStats()
-        key = self._key("snapshot", *(str(p.resolve()) for p in paths))
+        # The paths as given (they make the file names reports show) and where they lead.
+        key = self._key("snapshot", *(f"{p}\0{p.resolve()}" for p in paths))
         ready = self.cache.ready()
         now = self._disk_time() if ready else 0
         found = self._get(key) if ready else None
