@@ -31,7 +31,7 @@ import hashlib
 import os
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 from typing import NamedTuple
@@ -297,8 +297,21 @@ class TreeAuditor:
             return {r.display: result for r, result in zip(todo, loaded, strict=True)}
         return {r.display: yamlio.load_bytes(contents[r.display], r.display, self.limits) for r in todo}
 
+    def _read_files(self, records: Sequence[FileRecord]) -> dict[str, Loaded]:
+        """Files whose documents were not recorded, read and parsed again (unchanged files: their
+        stat or digest said so; one that cannot be read now is an error entry, as in any scan)."""
+        self.stats.files_parsed += len(records)
+        if len(records) > 1 and parallel.workers_for(self.jobs) > 1:
+            loaded = yamlio.load_files([(Path(r.real), r.display) for r in records], self.limits, self.jobs)
+            return {r.display: result for r, result in zip(records, loaded, strict=True)}
+        return {r.display: yamlio.load_file(Path(r.real), r.display, self.limits) for r in records}
+
     def _read_back(self, record: UnitRecord) -> dict[str, tuple[str, Loaded]]:
-        """A unit's recorded documents: display → (digest, loaded); empty when evicted."""
+        """A unit's recorded documents: display → (digest, loaded); empty when not recorded (only
+        the cluster part's are, by a full audit: the others' when an incremental one needs them)
+        or evicted."""
+        if not record.docs:
+            return {}
         found = self._get(record.docs)
         if not isinstance(found, dict):
             return {}
@@ -389,12 +402,8 @@ class TreeAuditor:
                 if display not in loaded and digests.get(display) == digest:
                     loaded[display] = found
         missing = [r for r in records if r.display not in loaded]
-        if missing:  # recorded documents evicted: read the files again
-            contents = {**contents}
-            for r in missing:
-                with Path(r.real).open("rb") as handle:
-                    contents[r.display] = handle.read(self.limits.max_file_bytes + 1)
-            loaded.update(self._parse(missing, contents))
+        if missing:  # documents not recorded, or evicted: read the files again
+            loaded.update(self._read_files(missing))
         ordered = [loaded[r.display] for r in records]
         inv = self._inventory([r.display for r in records], ordered)
         audited = scanning.audit(inv, self.pack, self.progress)
@@ -413,9 +422,12 @@ class TreeAuditor:
             rec = r._replace(unit=unit_of[r.display], documents=len(result_of[0]))
             recorded.append(rec)
             members.setdefault(rec.unit, []).append((rec, result_of))
+        # Every incremental audit reads the cluster part's documents: recorded now. A namespace's
+        # are recorded when an incremental audit first needs them (most are never read again, and
+        # pickling every document was a tenth of this audit).
         unit_records = {
             unit: UnitRecord(
-                self._record_docs(unit, files),
+                self._record_docs(unit, files) if unit == units.CLUSTER else "",
                 self._record_fragment(unit, parts.get(unit, Fragment())),
                 reads.get(unit, units.Reads()),
                 facts.get(unit, units.UnitFacts()),
@@ -471,6 +483,7 @@ class TreeAuditor:
             by_unit.setdefault(r.unit, []).append(r)
         position = {r.display: i for i, r in enumerate(records)}
         loaded: dict[str, Loaded] = dict(parsed)
+        reread: set[str] = set()
         included: set[str] = set()
         while True:
             readers = units.readers_of(reads) if self.pack.custom_rules else None
@@ -487,10 +500,10 @@ class TreeAuditor:
             members = sorted(
                 (r for u in included for r in by_unit.get(u, [])), key=lambda r: position[r.display]
             )
-            if any(r.display not in loaded for r in members):
-                return self._full(
-                    key, records, contents, snapshot, today, now, "recorded documents were evicted", parsed
-                )
+            missing = [r for r in members if r.display not in loaded]
+            if missing:  # documents not recorded yet, or evicted: read again (and recorded below)
+                loaded.update(self._read_files(missing))
+                reread.update(r.unit for r in missing)
             others = units.elsewhere(rec.facts for u, rec in snapshot.units.items() if u not in included)
             inv = self._inventory([r.display for r in members], [loaded[r.display] for r in members], others)
             unit_of = {r.display: r.unit for r in members}
@@ -520,13 +533,13 @@ class TreeAuditor:
         unit_records: dict[str, UnitRecord] = {}
         fragments: list[Fragment] = []
         for unit in sorted(by_unit):
+            docs = (
+                self._record_docs(unit, [(r, loaded[r.display]) for r in by_unit[unit]])
+                if unit in touched or unit in reread
+                else snapshot.units[unit].docs
+            )
             if unit in dirty or unit not in snapshot.units:
                 fragment = parts.get(unit, Fragment())
-                docs = (
-                    self._record_docs(unit, [(r, loaded[r.display]) for r in by_unit[unit]])
-                    if unit in touched
-                    else snapshot.units[unit].docs
-                )
                 unit_records[unit] = UnitRecord(
                     docs,
                     self._record_fragment(unit, fragment),
@@ -548,7 +561,7 @@ class TreeAuditor:
                         parsed,
                     )
                 fragment = stored
-                unit_records[unit] = snapshot.units[unit]
+                unit_records[unit] = replace(snapshot.units[unit], docs=docs)
             fragments.append(fragment)
         self.stats.units = len(unit_records)
         result = scanning.finish(assemble(fragments, whole, _file_order(records)), self.pack, today)
