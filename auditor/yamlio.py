@@ -18,6 +18,7 @@ import operator
 import os
 import re
 import stat
+import sys
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -913,6 +914,12 @@ def _load_bytes(raw: bytes, display_name: str, limits: YamlLimits) -> _Loaded:
     except UnicodeDecodeError:
         return [], [LoadError(display_name, 0, "binary or non-UTF-8 file, skipped")]
     return load_text(text, display_name, limits)
+
+
+def versions() -> str:
+    """The versions what the loader returns depends on, besides its own (LOADER_VERSION)."""
+    libyaml = yaml._yaml.get_version_string() if yaml.__with_libyaml__ else "none"
+    return f"PyYAML {yaml.__version__} libyaml {libyaml} Python {sys.version.split()[0]}"
 
 
 def _cache_context(limits: YamlLimits) -> str:

@@ -414,3 +414,24 @@ def test_damaged_evicted_and_hostile_entries_cost_a_fuller_audit_never_a_wrong_o
     biggest.write_bytes(b"PAUDC1\n" + store._mac(secret, key, hostile) + hostile)
     tree.check("a hostile entry")
     assert not marker.exists()
+
+
+def test_a_policy_pack_directory_keys_the_snapshot(repo: Path, tmp_path: Path) -> None:
+    """Packs may be directories: an edit of a file inside one is a new snapshot, never the old one."""
+    packs = tmp_path / "packs"
+    packs.mkdir()
+    rule = packs / "team.yaml"
+    text = (
+        "apiVersion: placement-auditor.io/v1\nkind: PolicyPack\nmetadata: {name: team}\n"
+        "spec:\n  customRules:\n    - id: every-role\n      title: Every role\n"
+        "      severity: low\n      symptoms: [cost]\n"
+        "      condition: role.replicas > 0\n      message: MESSAGE\n"
+    )
+    rule.write_text(text.replace("MESSAGE", "first wording"))
+    tree = Tree(repo, tmp_path / "cache", packs=(packs,))
+    tree.check("first scan")
+    assert "first wording" in tree.cold()
+    rule.write_text(text.replace("MESSAGE", "second wording"))
+    tree = Tree(repo, tmp_path / "cache", packs=(packs,))
+    stats = tree.check("the pack's rule reworded")
+    assert stats.mode == "full" and "second wording" in tree.cold()

@@ -178,9 +178,10 @@ class TreeAuditor:
         for part in (
             SNAPSHOT_FORMAT,
             code_digest(),
+            yamlio.versions(),
             repr(AuditSettings.of(settings)),
             repr(self.limits),
-            *(f"{p.resolve()}\0{_digest_of(p)}" for p in pack_files),
+            _packs_digest(pack_files),
         ):
             identity.update(part.encode("utf-8", "surrogateescape") + b"\0")
         self._identity = identity.hexdigest()
@@ -569,11 +570,20 @@ class TreeAuditor:
         return result
 
 
-def _digest_of(path: Path) -> str:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return "unreadable"
+def _packs_digest(paths: Sequence[Path]) -> str:
+    """Digest of every file the policy packs at `paths` are read from (a directory: each file
+    load_packs reads in it), with its path."""
+    digest = hashlib.sha256()
+    files, problems = yamlio.discover(list(paths))
+    for real, display in files:
+        digest.update(f"{display}\0{real}\0".encode("utf-8", "surrogateescape"))
+        try:
+            digest.update(Path(real).read_bytes())
+        except OSError as exc:
+            digest.update(f"unreadable: {exc}".encode())
+    for problem in problems:
+        digest.update(str(problem).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
 
 
 def _file_order(records: Iterable[FileRecord]) -> dict[str, int]:
