@@ -44,7 +44,7 @@ import pickle
 import secrets
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,18 @@ ENV_DIR = "AUDITOR_CACHE_DIR"
 Entry = tuple[str, list[tuple[Any, int, int]], list[tuple[int, str]]]
 """One file's loader result without its name: its key, documents as (data, line, index), errors as
 (line, message). An entry on disk holds a *run* of them (see auditor.yamlio.load_files)."""
+
+
+def _is_run(value: object) -> bool:
+    """Whether a loader entry's value has the shape of a run of file entries."""
+    return isinstance(value, list) and all(
+        isinstance(entry, tuple)
+        and len(entry) == 3
+        and isinstance(entry[0], str)
+        and isinstance(entry[1], list)
+        and isinstance(entry[2], list)
+        for entry in value
+    )
 
 
 def user_cache_dir(environ: dict[str, str] | None = None) -> Path:
@@ -179,27 +191,23 @@ class DocumentCache:
     def get(self, key: str) -> list[Entry] | None:
         """The run of file entries stored under `key`, or None (absent, or ignored: torn, corrupt,
         signed by another secret, of another shape)."""
-        secret = self._load_secret()
-        if secret is None:
-            return None
-        path = self._path(key)
-        try:
-            blob = path.read_bytes()
-        except OSError:
-            return None
-        entries = self._decode(secret, key, blob)
-        if entries is None:
-            self.stats.rejected += 1
-            with contextlib.suppress(OSError):
-                path.unlink()
-            return None
-        with contextlib.suppress(OSError):
-            os.utime(path)  # recently used: evicted last
-        return entries
+        found = self._read(key, LOADED, _is_run)
+        return found if isinstance(found, list) else None
 
     def get_value(self, key: str, allowed: Mapping[str, frozenset[str]]) -> object | None:
         """A value `put_value` stored under `key`, or None (absent, or ignored as `get` ignores an
         entry); its pickle may name only the `allowed` classes (module → names)."""
+        return self._read(key, allowed, lambda _: True)
+
+    def put_value(self, key: str, value: object) -> bool:
+        """Store `value` under `key` (written whole or not at all); False when it was not."""
+        return self._write(key, value)
+
+    def _read(
+        self, key: str, allowed: Mapping[str, frozenset[str]], valid: Callable[[object], bool]
+    ) -> object | None:
+        """The value stored under `key`: None when absent; an entry whose MAC does not verify,
+        that names another key, or whose value is not `valid` is counted, removed and None."""
         secret = self._load_secret()
         if secret is None:
             return None
@@ -209,19 +217,15 @@ class DocumentCache:
         except OSError:
             return None
         value = self._verified(secret, key, blob, allowed)
-        if not (isinstance(value, tuple) and len(value) == 2 and value[0] == key):
+        if not (isinstance(value, tuple) and len(value) == 2 and value[0] == key and valid(value[1])):
             self.stats.rejected += 1
             with contextlib.suppress(OSError):
                 path.unlink()
             return None
         with contextlib.suppress(OSError):
-            os.utime(path)
+            os.utime(path)  # recently used: evicted last
         found: object = value[1]
         return found
-
-    def put_value(self, key: str, value: object) -> bool:
-        """Store `value` under `key` (written whole or not at all); False when it was not."""
-        return self._write(key, value)
 
     def _verified(
         self, secret: bytes, key: str, blob: bytes, allowed: Mapping[str, frozenset[str]] = LOADED
@@ -238,24 +242,6 @@ class DocumentCache:
         except Exception:
             return None
         return value
-
-    def _decode(self, secret: bytes, key: str, blob: bytes) -> list[Entry] | None:
-        value = self._verified(secret, key, blob)
-        if not (
-            isinstance(value, tuple) and len(value) == 2 and value[0] == key and isinstance(value[1], list)
-        ):
-            return None
-        for entry in value[1]:
-            if not (
-                isinstance(entry, tuple)
-                and len(entry) == 3
-                and isinstance(entry[0], str)
-                and isinstance(entry[1], list)
-                and isinstance(entry[2], list)
-            ):
-                return None
-        entries: list[Entry] = value[1]
-        return entries
 
     def put(self, key: str, entries: list[Entry]) -> None:
         self._write(key, entries)

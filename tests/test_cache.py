@@ -24,27 +24,6 @@ from auditor.settings.config import Settings
 from auditor.sources.incremental import TreeAuditor
 from auditor.sources.manifests import Tools, collect
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import gen_repo
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    root = tmp_path_factory.mktemp("generated") / "repo"
-    gen_repo.generate_repo(root, jobs=40, policies=100, nodes=20, seed=3)
-    return root
-
-
-@pytest.fixture
-def repo(generated: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "repo"
-    shutil.copytree(generated, copy)
-    return copy
-
 
 def report(paths: list[Path], out: Path, *flags: str) -> tuple[int, str]:
     code = main(

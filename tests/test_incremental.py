@@ -8,12 +8,9 @@ from __future__ import annotations
 import random
 import re
 import shutil
-import sys
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
-
-import pytest
 
 from auditor import yamlio
 from auditor.audit.scan import scan
@@ -27,27 +24,7 @@ from auditor.sources import units
 from auditor.sources.incremental import ScanStats, TreeAuditor
 from auditor.sources.manifests import load_inventory
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 TODAY = date(2026, 6, 1)
-
-
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import gen_repo
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    root = tmp_path_factory.mktemp("generated") / "repo"
-    gen_repo.generate_repo(root, jobs=40, policies=100, nodes=20, seed=3)
-    return root
-
-
-@pytest.fixture
-def repo(generated: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "repo"
-    shutil.copytree(generated, copy)
-    return copy
 
 
 class Tree:
