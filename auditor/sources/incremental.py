@@ -50,7 +50,7 @@ from auditor.rules.packs import PolicyPack
 from auditor.settings.config import AuditSettings, Settings
 from auditor.sources import units
 from auditor.sources.kustomize import KUSTOMIZATION_FILES
-from auditor.sources.objects import Elsewhere, build_inventory
+from auditor.sources.objects import NOWHERE, Elsewhere, build_inventory
 
 SNAPSHOT_FORMAT = "1"
 """Bump when what a snapshot, a unit's documents or a fragment holds changes shape."""
@@ -80,7 +80,7 @@ class UnitRecord:
     docs: str  # cache key of its files' documents: display → (digest, documents, errors)
     fragment: str  # cache key of its Fragment
     reads: units.Reads
-    facts: units.UnitFacts
+    facts: Elsewhere  # what it contributes to the inventories of the tree's other parts
 
 
 @by_fields
@@ -110,7 +110,8 @@ _ALLOWED: Mapping[str, frozenset[str]] = {
     "auditor.rules.groups": frozenset({"GroupEntry", "GroupRole", "GroupEdge"}),
     "auditor.rules.packs": frozenset({"Waiver", "WorkloadDoc"}),
     "auditor.audit.fragments": frozenset({"Fragment", "Whole"}),
-    "auditor.sources.units": frozenset({"Reads", "UnitFacts"}),
+    "auditor.sources.units": frozenset({"Reads"}),
+    "auditor.sources.objects": frozenset({"Elsewhere"}),
     "auditor.sources.incremental": frozenset({"UnitRecord", "Snapshot"}),
     "datetime": frozenset({"date"}),
 }
@@ -369,13 +370,13 @@ class TreeAuditor:
         self,
         files: Sequence[tuple[str, str]] | Sequence[str],
         loaded: Sequence[Loaded],
-        elsewhere: Elsewhere | None = None,
+        elsewhere: Elsewhere = NOWHERE,
     ) -> Inventory:
         """build_inventory of loaded files, with what collect() adds: files with errors are not
         audited (the audit is partial)."""
         documents = [d for docs, _ in loaded for d in docs]
         errors = [e for _, errs in loaded for e in errs]
-        inv = build_inventory(documents, self.settings, errors, elsewhere or Elsewhere())
+        inv = build_inventory(documents, self.settings, errors, elsewhere)
         names = [f if isinstance(f, str) else f[1] for f in files]
         inv.not_audited = sorted(
             {NotAudited(name, errs[0].message) for name, (_, errs) in zip(names, loaded, strict=True) if errs}
@@ -431,7 +432,7 @@ class TreeAuditor:
                 self._record_docs(unit, files) if unit == units.CLUSTER else "",
                 self._record_fragment(unit, parts.get(unit, Fragment())),
                 reads.get(unit, units.Reads()),
-                facts.get(unit, units.UnitFacts()),
+                facts.get(unit, NOWHERE),
             )
             for unit, files in members.items()
         }
@@ -505,7 +506,7 @@ class TreeAuditor:
             if missing:  # documents not recorded yet, or evicted: read again (and recorded below)
                 loaded.update(self._read_files(missing))
                 reread.update(r.unit for r in missing)
-            others = units.elsewhere(rec.facts for u, rec in snapshot.units.items() if u not in included)
+            others = Elsewhere.joined(rec.facts for u, rec in snapshot.units.items() if u not in included)
             inv = self._inventory([r.display for r in members], [loaded[r.display] for r in members], others)
             unit_of = {r.display: r.unit for r in members}
             found_reads = units.unit_reads(inv, unit_of)
@@ -518,7 +519,7 @@ class TreeAuditor:
         facts = units.unit_facts(documents, inv, unit_of, keys)
         recorded_facts = {u: rec.facts for u, rec in snapshot.units.items()}
         now_facts = {**{u: f for u, f in recorded_facts.items() if u not in included}, **facts}
-        before, after = units.elsewhere(recorded_facts.values()), units.elsewhere(now_facts.values())
+        before, after = Elsewhere.joined(recorded_facts.values()), Elsewhere.joined(now_facts.values())
         if (before.replica_keys, before.replica_tests) != (after.replica_keys, after.replica_tests):
             why = "the per-replica comparisons changed"
             return self._full(key, records, contents, snapshot, today, now, why, parsed)
@@ -545,7 +546,7 @@ class TreeAuditor:
                     docs,
                     self._record_fragment(unit, fragment),
                     reads.get(unit, units.Reads()),
-                    facts.get(unit, units.UnitFacts()),
+                    facts.get(unit, NOWHERE),
                 )
                 self.stats.units_audited += 1
             else:

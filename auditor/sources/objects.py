@@ -22,9 +22,11 @@ from auditor.model.objects import (
     Service,
     ServicePort,
     Taint,
+    Workload,
     WorkloadRef,
     freeze_labels,
 )
+from auditor.model.pickling import by_fields
 from auditor.model.source import LoadError, SourceRef
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.engine import NAMESPACE_TIER
@@ -173,6 +175,7 @@ def _error(raw: RawObject, exc: SelectorError, namespace: str | None) -> LoadErr
     )
 
 
+@by_fields
 @dataclass(frozen=True, slots=True)
 class Elsewhere:
     """What the documents of a tree that are *not* given to build_inventory contribute to the
@@ -184,6 +187,19 @@ class Elsewhere:
     calico_policies: bool = False
     replica_keys: frozenset[str] = frozenset()
     replica_tests: frozenset[ReplicaTest] = frozenset()
+
+    @staticmethod
+    def joined(parts: Iterable[Elsewhere]) -> Elsewhere:
+        """What several parts of a tree contribute together."""
+        cilium = calico = False
+        keys: set[str] = set()
+        tests: set[ReplicaTest] = set()
+        for part in parts:
+            cilium = cilium or part.cilium_kinds
+            calico = calico or part.calico_policies
+            keys |= part.replica_keys
+            tests |= part.replica_tests
+        return Elsewhere(cilium, calico, frozenset(keys), frozenset(tests))
 
 
 NOWHERE = Elsewhere()
@@ -304,12 +320,15 @@ POLICY_KINDS = ("NetworkPolicy", "GlobalNetworkPolicy", *CILIUM_KINDS, *ADMIN_KI
 
 
 def replica_facts(
-    objects: Iterable[RawObject], inv: Inventory, keys: frozenset[str]
+    objects: Iterable[RawObject],
+    workloads: Sequence[Workload],
+    services: Sequence[Service],
+    keys: frozenset[str],
 ) -> frozenset[ReplicaTest]:
-    """The comparisons on per-replica `keys` the inventory's Services, workloads and the policy
-    manifests among `objects` make."""
+    """The comparisons on per-replica `keys` the Services, workloads and the policy manifests
+    among `objects` make."""
     policies = (raw.obj for raw in objects if raw.kind in POLICY_KINDS)
-    return replicas.mentioned_tests(inv.workloads, inv.services, policies, keys)
+    return replicas.mentioned_tests(workloads, services, policies, keys)
 
 
 def _split_per_replica(objects: Sequence[RawObject], inv: Inventory, elsewhere: Elsewhere) -> None:
@@ -318,7 +337,7 @@ def _split_per_replica(objects: Sequence[RawObject], inv: Inventory, elsewhere: 
     keys = replicas.replica_keys(inv.workloads) | elsewhere.replica_keys
     if not keys:
         return
-    tests = replica_facts(objects, inv, keys) | elsewhere.replica_tests
+    tests = replica_facts(objects, inv.workloads, inv.services, keys) | elsewhere.replica_tests
     if tests:
         inv.workloads, notes = replicas.split_workloads(
             inv.workloads, tests, inv.settings.kubernetes.version_tuple()

@@ -15,7 +15,7 @@ What a unit's part of the audit (its findings, groups, errors, notes and counts)
   and those its pod (anti-)affinity terms reach (a namespaceSelector: every unit); and where the
   pods of any unit whose placements it reads can land, transitively (`dependencies`);
 * with custom rules, whose `role.split` covers paths into a role, the units that name it;
-* and what the whole tree contributes to every inventory (`UnitFacts`, joined into
+* and what the rest of the tree contributes to its inventory (each unit's `unit_facts`, joined:
   sources.objects.Elsewhere): the policy kinds that decide the CNI, and the per-replica label
   keys and comparisons.
 
@@ -31,15 +31,15 @@ from dataclasses import dataclass
 
 from auditor import yamlio
 from auditor.inventory import Inventory
-from auditor.model.objects import ReplicaTest, Service, Workload
+from auditor.model.objects import Service, Workload
 from auditor.model.pickling import by_fields
 from auditor.sources.objects import (
-    POLICY_KINDS,
     SUPPORTED_VERSIONS,
     Elsewhere,
     RawObject,
     cni_kinds,
     iter_objects,
+    replica_facts,
 )
 from auditor.workloads import replicas
 from auditor.workloads.edges import named_namespaces
@@ -167,25 +167,15 @@ def readers_of(reads: Mapping[str, Reads]) -> dict[str, set[str]]:
     return out
 
 
-@by_fields
-@dataclass(frozen=True, slots=True)
-class UnitFacts:
-    """What one unit contributes to every inventory of the tree (see Elsewhere)."""
-
-    cilium_kinds: bool = False
-    calico_policies: bool = False
-    replica_keys: frozenset[str] = frozenset()
-    replica_tests: frozenset[ReplicaTest] = frozenset()
-
-
 def unit_facts(
     documents: Sequence[yamlio.Document],
     inv: Inventory,
     unit_of: Mapping[str, str],
     keys: frozenset[str] | None = None,
-) -> dict[str, UnitFacts]:
-    """Each unit's facts, from its documents and its part of the inventory; the per-replica
-    comparisons are those on `keys` (default: the keys of the whole inventory)."""
+) -> dict[str, Elsewhere]:
+    """What each unit contributes to the inventories of the tree's other parts, from its
+    documents and its part of the inventory; the per-replica comparisons are those on `keys`
+    (default: the keys of the whole inventory)."""
     objects: dict[str, list[RawObject]] = {}
     for raw in iter_objects(documents):
         objects.setdefault(unit_of.get(raw.source.file, CLUSTER), []).append(raw)
@@ -196,24 +186,10 @@ def unit_facts(
     for svc in inv.services:
         services.setdefault(unit_of.get(svc.source.file, CLUSTER), []).append(svc)
     keys = replicas.replica_keys(inv.workloads) if keys is None else keys
-    out: dict[str, UnitFacts] = {}
+    out: dict[str, Elsewhere] = {}
     for unit in {*objects, *workloads, *services}:
-        own = objects.get(unit, [])
+        own, own_workloads = objects.get(unit, []), workloads.get(unit, [])
         cilium, calico = cni_kinds(own)
-        policies = (raw.obj for raw in own if raw.kind in POLICY_KINDS)
-        tests = replicas.mentioned_tests(workloads.get(unit, []), services.get(unit, []), policies, keys)
-        out[unit] = UnitFacts(cilium, calico, replicas.replica_keys(workloads.get(unit, [])), tests)
+        tests = replica_facts(own, own_workloads, services.get(unit, []), keys)
+        out[unit] = Elsewhere(cilium, calico, replicas.replica_keys(own_workloads), tests)
     return out
-
-
-def elsewhere(facts: Iterable[UnitFacts]) -> Elsewhere:
-    """What these units contribute to an inventory built without them."""
-    cilium = calico = False
-    keys: set[str] = set()
-    tests: set[ReplicaTest] = set()
-    for f in facts:
-        cilium = cilium or f.cilium_kinds
-        calico = calico or f.calico_policies
-        keys |= f.replica_keys
-        tests |= f.replica_tests
-    return Elsewhere(cilium, calico, frozenset(keys), frozenset(tests))
