@@ -50,6 +50,7 @@ from auditor.rules.packs import PolicyPack
 from auditor.settings.config import AuditSettings, Settings
 from auditor.sources import units
 from auditor.sources.kustomize import KUSTOMIZATION_FILES
+from auditor.sources.manifests import load_inventory
 from auditor.sources.objects import NOWHERE, Elsewhere, build_inventory
 
 SNAPSHOT_FORMAT = "1"
@@ -213,7 +214,7 @@ class TreeAuditor:
         current = self._current(files, old, snapshot.recorded_ns if snapshot is not None else 0)
         if current is None or not ready:
             self.stats.mode, self.stats.why_full = "full", "a file could not be read, or no cache"
-            return self._cold(files, today)
+            return self._cold(paths, today)
         records, contents = current
         if snapshot is None:
             return self._full(key, records, contents, None, today, now, "no snapshot of these paths")
@@ -221,7 +222,7 @@ class TreeAuditor:
         removed = [r for d, r in old.items() if d not in present]
         if not contents and not removed:
             return self._unchanged(key, snapshot, recorded, records, today, now)
-        parsed = self._parse(records, contents)
+        parsed = self._load([r for r in records if r.display in contents], contents)
         if any(errors for _, errors in parsed.values()):
             return self._full(
                 key, records, contents, snapshot, today, now, "a changed file has errors", parsed
@@ -288,25 +289,22 @@ class TreeAuditor:
                 contents[display] = raw
         return records, contents
 
-    def _parse(self, records: Sequence[FileRecord], contents: Mapping[str, bytes]) -> dict[str, Loaded]:
-        """The files whose bytes are in `contents`, loaded: in worker processes when there is much
-        to parse and CPUs to spare (yamlio.load_files decides), else from the bytes in hand."""
-        todo = [r for r in records if r.display in contents]
-        self.stats.files_parsed += len(todo)
-        size = sum(len(contents[r.display]) for r in todo)
-        if len(todo) > 1 and size >= yamlio.PARALLEL_MIN_BYTES and parallel.workers_for(self.jobs) > 1:
-            loaded = yamlio.load_files([(Path(r.real), r.display) for r in todo], self.limits, self.jobs)
-            return {r.display: result for r, result in zip(todo, loaded, strict=True)}
-        return {r.display: yamlio.load_bytes(contents[r.display], r.display, self.limits) for r in todo}
-
-    def _read_files(self, records: Sequence[FileRecord]) -> dict[str, Loaded]:
-        """Files whose documents were not recorded, read and parsed again (unchanged files: their
-        stat or digest said so; one that cannot be read now is an error entry, as in any scan)."""
+    def _load(self, records: Sequence[FileRecord], contents: Mapping[str, bytes] = {}) -> dict[str, Loaded]:
+        """The files loaded: from the bytes in `contents` when they are there (read to hash them),
+        else from disk (unchanged files whose documents were not recorded; one that cannot be
+        read now is an error entry, as in any scan); in worker processes when there is much to
+        parse and CPUs to spare (yamlio.load_files decides)."""
         self.stats.files_parsed += len(records)
-        if len(records) > 1 and parallel.workers_for(self.jobs) > 1:
+        size = sum(r.stat[0] for r in records)
+        if len(records) > 1 and size >= yamlio.PARALLEL_MIN_BYTES and parallel.workers_for(self.jobs) > 1:
             loaded = yamlio.load_files([(Path(r.real), r.display) for r in records], self.limits, self.jobs)
             return {r.display: result for r, result in zip(records, loaded, strict=True)}
-        return {r.display: yamlio.load_file(Path(r.real), r.display, self.limits) for r in records}
+        return {
+            r.display: yamlio.load_bytes(contents[r.display], r.display, self.limits)
+            if r.display in contents
+            else yamlio.load_file(Path(r.real), r.display, self.limits)
+            for r in records
+        }
 
     def _read_back(self, record: UnitRecord) -> dict[str, tuple[str, Loaded]]:
         """A unit's recorded documents: display → (digest, loaded); empty when not recorded (only
@@ -359,16 +357,14 @@ class TreeAuditor:
 
     # --- whole audits ------------------------------------------------------------------------
 
-    def _cold(self, files: Sequence[tuple[str, str]], today: date | None) -> ScanResult:
-        """Everything parsed and audited, nothing recorded (a file vanished, no usable cache)."""
-        loaded = list(yamlio.load_files([(Path(r), d) for r, d in files], self.limits, self.jobs))
-        self.stats.files_parsed = len(loaded)
-        audited = scanning.audit(self._inventory(files, loaded), self.pack, self.progress)
-        return scanning.finish(audited, self.pack, today)
+    def _cold(self, paths: Sequence[Path], today: date | None) -> ScanResult:
+        """What `auditor scan --no-cache` does, nothing recorded (a file vanished, no usable cache)."""
+        inv = load_inventory(paths, self.settings, jobs=self.jobs)
+        return scanning.finish(scanning.audit(inv, self.pack, self.progress), self.pack, today)
 
     def _inventory(
         self,
-        files: Sequence[tuple[str, str]] | Sequence[str],
+        names: Sequence[str],
         loaded: Sequence[Loaded],
         elsewhere: Elsewhere = NOWHERE,
     ) -> Inventory:
@@ -377,7 +373,6 @@ class TreeAuditor:
         documents = [d for docs, _ in loaded for d in docs]
         errors = [e for _, errs in loaded for e in errs]
         inv = build_inventory(documents, self.settings, errors, elsewhere)
-        names = [f if isinstance(f, str) else f[1] for f in files]
         inv.not_audited = sorted(
             {NotAudited(name, errs[0].message) for name, (_, errs) in zip(names, loaded, strict=True) if errs}
         )
@@ -397,15 +392,15 @@ class TreeAuditor:
         """Every unit audited (documents of unchanged files read back from the snapshot), and a
         new snapshot recorded when the audit can be cut into fragments."""
         self.stats.mode, self.stats.why_full = "full", why
-        loaded = parsed if parsed is not None else self._parse(records, contents)
+        loaded = dict(parsed or {})
         digests = {r.display: r.digest for r in records}
         for record in snapshot.units.values() if snapshot is not None else ():
             for display, (digest, found) in self._read_back(record).items():
                 if display not in loaded and digests.get(display) == digest:
                     loaded[display] = found
-        missing = [r for r in records if r.display not in loaded]
-        if missing:  # documents not recorded, or evicted: read the files again
-            loaded.update(self._read_files(missing))
+        # The rest: changed files from the bytes in hand; unchanged ones whose documents were not
+        # recorded, or were evicted, from disk.
+        loaded.update(self._load([r for r in records if r.display not in loaded], contents))
         ordered = [loaded[r.display] for r in records]
         inv = self._inventory([r.display for r in records], ordered)
         audited = scanning.audit(inv, self.pack, self.progress)
@@ -504,7 +499,7 @@ class TreeAuditor:
             )
             missing = [r for r in members if r.display not in loaded]
             if missing:  # documents not recorded yet, or evicted: read again (and recorded below)
-                loaded.update(self._read_files(missing))
+                loaded.update(self._load(missing))
                 reread.update(r.unit for r in missing)
             others = Elsewhere.joined(rec.facts for u, rec in snapshot.units.items() if u not in included)
             inv = self._inventory([r.display for r in members], [loaded[r.display] for r in members], others)
