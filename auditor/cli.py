@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
-from auditor import TOOL_NAME, __version__, gcpause, progress, yamlio
+from auditor import TOOL_NAME, __version__, gcpause, progress
 from auditor.audit.explain import ExplainError, explain, to_json, to_text
 from auditor.audit.scan import ScanResult, apply_baseline, scan
 from auditor.cache import DEFAULT_MAX_BYTES, DocumentCache, user_cache_dir
@@ -200,13 +200,16 @@ def cmd_scan(args: argparse.Namespace) -> int:
         today = utc_date(system_clock)
         cache = _document_cache(args)
         with gcpause.paused(resume=not args.one_shot):
-            files, problems = yamlio.discover(paths) if cache is not None and stream is None else ([], [])
-            if cache is not None and stream is None and not problems and incremental.eligible(files):
-                # Through the snapshot of these paths: only what changed since is audited again.
-                tree = incremental.TreeAuditor(
-                    cache, settings, pack, pack_files, args.jobs, bar or progress.silent
+            # Through the snapshot of these paths: only what changed since is audited again.
+            through = (
+                incremental.scan_tree(
+                    cache, settings, pack, pack_files, paths, today, args.jobs, bar or progress.silent
                 )
-                result = tree.scan(paths, files, today)
+                if cache is not None and stream is None
+                else None
+            )
+            if through is not None:
+                result = through[0]
                 _keep(args, result)
             else:
                 inv = load_inventory(

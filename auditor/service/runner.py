@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from auditor import gcpause, yamlio
+from auditor import gcpause
 from auditor.audit.scan import ScanResult, scan
 from auditor.cache import DocumentCache
 from auditor.gitops import git
@@ -285,12 +285,12 @@ class AuditRunner:
         Kustomize directory or Helm chart and every path could be listed; else as `analyse`."""
         if self.cache is not None:
             paths, pack = self._inputs(target, root)
-            files, problems = yamlio.discover(paths)
-            if not problems and incremental.eligible(files):
-                pack_files = [self._inside(root, p, "policy pack") for p in target.policies]
-                tree = incremental.TreeAuditor(self.cache, self.settings, pack, pack_files)
-                result = tree.scan(paths, files, self.store.clock().date())
-                self.last_scan = tree.stats
+            pack_files = [self._inside(root, p, "policy pack") for p in target.policies]
+            through = incremental.scan_tree(
+                self.cache, self.settings, pack, pack_files, paths, self.store.clock().date()
+            )
+            if through is not None:
+                result, self.last_scan = through
                 return result
         return self._analyse(target, root).result
 

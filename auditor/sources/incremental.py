@@ -156,6 +156,26 @@ def eligible(files: Sequence[tuple[str, str]]) -> bool:
     return not any(real.rpartition(os.sep)[2] in special for real, _ in files)
 
 
+def scan_tree(
+    cache: DocumentCache,
+    settings: Settings,
+    pack: PolicyPack,
+    pack_files: Sequence[Path],
+    paths: Sequence[Path],
+    today: date | None,
+    jobs: int | None = None,
+    progress: Progress = silent,
+) -> tuple[ScanResult, ScanStats] | None:
+    """The scan of `paths` through their snapshot, and what it did; None for a tree that is not
+    audited this way (a path that cannot be listed, a Kustomize directory or Helm chart): the
+    caller scans it through load_inventory."""
+    files, problems = yamlio.discover(paths)
+    if problems or not eligible(files):
+        return None
+    tree = TreeAuditor(cache, settings, pack, pack_files, jobs, progress)
+    return tree.scan(paths, files, today), tree.stats
+
+
 class TreeAuditor:
     """Audits trees of manifest files through snapshots in `cache` (see the module docstring)."""
 
