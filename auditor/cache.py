@@ -42,16 +42,13 @@ import io
 import os
 import pickle
 import secrets
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from auditor import __version__
+from auditor import __version__, yamlio
 
 MAGIC = b"PAUDC1\n"
 _MAC_BYTES = 32
@@ -129,9 +126,7 @@ class DocumentCache:
     _usable: bool = True
 
     def _key_prefix(self, context: str) -> bytes:
-        libyaml = yaml._yaml.get_version_string() if yaml.__with_libyaml__ else "none"
-        parts = (__version__, yaml.__version__, libyaml, sys.version.split()[0], context)
-        return ("\0".join(parts) + "\0").encode()
+        return ("\0".join((__version__, yamlio.versions(), context)) + "\0").encode()
 
     def key(self, raw: bytes, context: str) -> str:
         """The entry name for a file's bytes loaded under `context` (loader version and limits)."""
