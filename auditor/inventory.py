@@ -55,10 +55,7 @@ class Inventory:
 
     @property
     def skipped_kinds(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for (_, kind), n in self.skipped.items():
-            counts[kind] = counts.get(kind, 0) + n
-        return counts
+        return kinds_skipped(self.skipped)
 
     def namespace_labels(self, namespace: str) -> tuple[tuple[str, str], ...]:
         labels = dict(self.namespaces.get(namespace, ()))
@@ -73,6 +70,14 @@ class Inventory:
                 self._by_name.setdefault((w.ref.namespace, w.ref.name), []).append(w)
             self._by_name_for = [len(self.workloads)]
         return list(self._by_name.get((namespace, name), ()))
+
+
+def kinds_skipped(skipped: Mapping[tuple[str, str], int]) -> dict[str, int]:
+    """Skipped objects by kind, from their counts by (file, kind)."""
+    counts: dict[str, int] = {}
+    for (_, kind), n in skipped.items():
+        counts[kind] = counts.get(kind, 0) + n
+    return counts
 
 
 def role_claim_zones(inv: Inventory, role: Role) -> dict[str, frozenset[str]]:

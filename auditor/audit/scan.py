@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date
 
-from auditor.inventory import Inventory
+from auditor.inventory import Inventory, kinds_skipped
 from auditor.model.findings import SEVERITY_RANK, Finding
 from auditor.model.source import LoadError, NotAudited
 from auditor.placement.observed import Observation, observe
@@ -177,16 +177,13 @@ def finish(audited: Audited, pack: PolicyPack | None = None, today: date | None 
     labels = {
         i: dict(audited.subjects.labels[i]) for i in sorted(with_findings) if audited.subjects.labels.get(i)
     }
-    skipped: Counter[str] = Counter()
-    for (_, kind), n in audited.skipped.items():
-        skipped[kind] += n
     return ScanResult(
         findings,
         errors,
         [*audited.notes, *(n for _, n in file_notes), *audited.model_notes, *applied.notes],
         sum(audited.audited.values()),
         audited.network,
-        dict(skipped),
+        kinds_skipped(audited.skipped),
         list(applied.waived),
         list(applied.expired),
         audited.observation,
