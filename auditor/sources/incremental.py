@@ -194,14 +194,15 @@ class TreeAuditor:
         self.jobs = jobs
         self.progress = progress
         self.limits = yamlio.YamlLimits()
-        self.default_namespace = AuditSettings.of(settings).kubernetes.default_namespace
+        audit_settings = AuditSettings.of(settings)
+        self.default_namespace = audit_settings.kubernetes.default_namespace
         self.stats = ScanStats()
         identity = hashlib.sha256()
         for part in (
             SNAPSHOT_FORMAT,
             code_digest(),
             yamlio.versions(),
-            repr(AuditSettings.of(settings)),
+            repr(audit_settings),
             repr(self.limits),
             _packs_digest(pack_files),
         ):
