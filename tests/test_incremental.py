@@ -412,3 +412,22 @@ def test_a_policy_pack_directory_keys_the_snapshot(repo: Path, tmp_path: Path) -
     tree = Tree(repo, tmp_path / "cache", packs=(packs,))
     stats = tree.check("the pack's rule reworded")
     assert stats.mode == "full" and "second wording" in tree.cold()
+
+
+def test_huge_binary_and_hostile_files_give_the_cold_report(repo: Path, tmp_path: Path) -> None:
+    """Files the loader refuses (over the size limit, binary, an alias bomb, nesting past the
+    limit) are error entries worded as a cold scan words them, and the audit is partial."""
+    tree = Tree(repo, tmp_path / "cache")
+    tree.check("first scan")
+    (repo / "huge.yaml").write_text("a: " + "x" * (17 * 1024 * 1024) + "\n")
+    (repo / "binary.yaml").write_bytes(b"kind: Pod\n\0\x01")
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+    )
+    (repo / "bomb.yaml").write_text(bomb)
+    (repo / "deep.yaml").write_text("a: " + "[" * 200 + "]" * 200 + "\n")
+    stats = tree.check("refused files")
+    assert stats.mode == "full"
+    report = tree.cold()
+    assert "huge.yaml" in report and "17825796 bytes" in report and "binary" in report
+    assert "max_nodes" in report and "max_depth" in report

@@ -320,9 +320,11 @@ class TreeAuditor:
         if len(records) > 1 and size >= yamlio.PARALLEL_MIN_BYTES and parallel.workers_for(self.jobs) > 1:
             loaded = yamlio.load_files([(Path(r.real), r.display) for r in records], self.limits, self.jobs)
             return {r.display: result for r, result in zip(records, loaded, strict=True)}
+        # A file over the size limit is loaded as load_file loads it (its error names its size).
+        limit = self.limits.max_file_bytes
         return {
             r.display: yamlio.load_bytes(contents[r.display], r.display, self.limits)
-            if r.display in contents
+            if len(contents.get(r.display, b"\0" * (limit + 1))) <= limit
             else yamlio.load_file(Path(r.real), r.display, self.limits)
             for r in records
         }
