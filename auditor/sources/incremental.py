@@ -322,12 +322,14 @@ class TreeAuditor:
             return {r.display: result for r, result in zip(records, loaded, strict=True)}
         # A file over the size limit is loaded as load_file loads it (its error names its size).
         limit = self.limits.max_file_bytes
-        return {
-            r.display: yamlio.load_bytes(contents[r.display], r.display, self.limits)
-            if len(contents.get(r.display, b"\0" * (limit + 1))) <= limit
-            else yamlio.load_file(Path(r.real), r.display, self.limits)
-            for r in records
-        }
+        out: dict[str, Loaded] = {}
+        for r in records:
+            raw = contents.get(r.display)
+            if raw is not None and len(raw) <= limit:
+                out[r.display] = yamlio.load_bytes(raw, r.display, self.limits)
+            else:
+                out[r.display] = yamlio.load_file(Path(r.real), r.display, self.limits)
+        return out
 
     def _read_back(self, record: UnitRecord) -> dict[str, tuple[str, Loaded]]:
         """A unit's recorded documents: display → (digest, loaded); empty when not recorded (only
