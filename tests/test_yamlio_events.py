@@ -1,9 +1,13 @@
-"""The loader's fast path (documents built straight from libyaml's events) must give exactly what
+"""The loader's fast paths (documents built straight from libyaml's events: in C by
+auditor/_fastyaml.c when it was built, else in Python by yamlio._from_events) must give exactly what
 the full path (compose a node tree, then construct) gives: data, every line, every error."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -49,14 +53,30 @@ def _locations(data: Any) -> Any:
     return (type(data).__name__, data)
 
 
-def _both(text: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
-    fast = yamlio.load_text(text, "f.yaml")
+PATHS = ["c", "python"]
 
+
+def _fast_path(path: str, m: pytest.MonkeyPatch) -> None:
+    if path == "python":
+        m.setattr(yamlio, "_fastyaml", None)
+    elif yamlio._fastyaml is None:
+        pytest.skip("the C extension auditor._fastyaml is not built here")
+
+
+def _full_only(m: pytest.MonkeyPatch) -> None:
     def full_only(*_: object) -> tuple[Any, int]:
         raise yamlio._NeedsFullConstructor
 
+    m.setattr(yamlio, "_fastyaml", None)
+    m.setattr(yamlio, "_from_events", full_only)
+
+
+def _both(text: str, monkeypatch: pytest.MonkeyPatch, path: str = "c") -> tuple[Any, Any]:
     with monkeypatch.context() as m:
-        m.setattr(yamlio, "_from_events", full_only)
+        _fast_path(path, m)
+        fast = yamlio.load_text(text, "f.yaml")
+    with monkeypatch.context() as m:
+        _full_only(m)
         full = yamlio.load_text(text, "f.yaml")
     return fast, full
 
@@ -66,9 +86,10 @@ def _comparable(result: tuple[list[yamlio.Document], list[Any]]) -> Any:
     return [(d.source, _locations(d.data)) for d in docs], errors
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", sorted(EDGE_CASES))
-def test_edge_cases_load_the_same_both_ways(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    fast, full = _both(EDGE_CASES[name], monkeypatch)
+def test_edge_cases_load_the_same_both_ways(name: str, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast, full = _both(EDGE_CASES[name], monkeypatch, path)
     assert _comparable(fast) == _comparable(full)
 
 
@@ -77,26 +98,62 @@ def _corpus() -> list[Path]:
     return sorted(p for r in roots for p in r.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
 
 
-def test_every_document_we_have_loads_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("path", PATHS)
+def test_every_document_we_have_loads_the_same_both_ways(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     files = _corpus()
     assert len(files) > 100
-    calls = {"events": 0}
-    real = yamlio._from_events
+    calls = {"fast": 0}
+    real_events, real_c = yamlio._from_events, yamlio._fastyaml
 
-    def counted(*args: Any) -> tuple[Any, int]:
-        out = real(*args)
-        calls["events"] += 1
+    def counted_events(*args: Any) -> tuple[Any, int]:
+        out = real_events(*args)
+        calls["fast"] += 1
         return out
 
-    monkeypatch.setattr(yamlio, "_from_events", counted)
+    def counted_c(*args: Any) -> Any:
+        out = real_c.build(*args)
+        calls["fast"] += out is not None
+        return out
+
+    monkeypatch.setattr(yamlio, "_from_events", counted_events)
+    if path == "c" and real_c is not None:
+        monkeypatch.setattr(yamlio, "_fastyaml", SimpleNamespace(build=counted_c))
     documents = 0
-    for path in files:
-        text = path.read_text(encoding="utf-8")
-        fast, full = _both(text, monkeypatch)
-        assert _comparable(fast) == _comparable(full), path
+    for file in files:
+        text = file.read_text(encoding="utf-8")
+        fast, full = _both(text, monkeypatch, path)
+        assert _comparable(fast) == _comparable(full), file
         documents += len(fast[0])
     # The fast path really served most of them (the comparison is not vacuous).
-    assert calls["events"] > documents * 0.8
+    assert calls["fast"] > documents * 0.8
+
+
+def test_the_c_extension_is_built_where_ci_requires_it() -> None:
+    """.ci/run installs libyaml's headers and sets AUDITOR_REQUIRE_FASTYAML: there the suite must
+    run the C path, not skip it (elsewhere the package works without it)."""
+    if not os.environ.get("AUDITOR_REQUIRE_FASTYAML"):
+        pytest.skip("AUDITOR_REQUIRE_FASTYAML is not set")
+    assert yamlio._fastyaml is not None
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: &a [x, x, x]\nb: &b [*a, *a, *a]\nc: [*b, *b, *b]\n",  # aliases: the full path's guards
+        "[" * 500 + "]" * 500 + "\n",  # over max_depth
+        "a: [1, 2\n",  # a syntax error: the full path's message and line
+        "a: 1\n---\nb: 2\n",  # two documents in one chunk: the composer says so
+        "k: " + "x" * 100_000 + "\n",  # a long scalar
+        'a: "\\ud800"\n',  # an escaped lone surrogate
+        '\u00e9t\u00e9: "caf\u00e9 \\u263a"\nz: \U0001f600\n',  # non-ASCII keys and values
+    ],
+)
+def test_hostile_and_unusual_documents_load_the_same_both_ways(
+    text: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast, full = _both(text, monkeypatch, path)
+    assert _comparable(fast) == _comparable(full)
 
 
 def test_the_fast_path_counts_nodes_as_the_composed_path_does(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,3 +175,24 @@ def test_the_fast_path_counts_nodes_as_the_composed_path_does(monkeypatch: pytes
     over = within + "k9: 9\n"  # 11 nodes: refused, by the composed path's own words
     docs, errors = yamlio.load_text(over, "f.yaml", limits)
     assert not docs and "more than 10 nodes (limit max_nodes)" in errors[0].message
+
+
+def _suite() -> list[dict[str, Any]]:
+    lines = (DATA / "yaml-test-suite" / "cases.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_every_yaml_test_suite_case_loads_the_same_on_every_path(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The official YAML test suite: tabs, flow and block edge cases, directives, anchors, odd
+    keys, documents libyaml refuses. Data, lines and error messages agree on every case."""
+    cases = _suite()
+    assert len(cases) > 400
+    differ = []
+    for case in cases:
+        fast, full = _both(case["yaml"], monkeypatch, path)
+        if _comparable(fast) != _comparable(full):
+            differ.append(f"{case['id']}#{case['index']} {case['name']}")
+    assert differ == []
