@@ -617,3 +617,17 @@ def test_memoised_scalar_tags_match_a_fresh_resolution() -> None:
     for doc in first:
         assert dict(doc.data) == expected
         assert {k: type(v) for k, v in doc.data.items()} == {k: type(v) for k, v in expected.items()}
+
+
+def test_read_capped_reads_past_a_stale_stat_up_to_one_byte_over_the_limit(tmp_path: Path) -> None:
+    """The stat only sizes the first read: a file that grew since is read on, never past limit + 1."""
+    f = tmp_path / "grown.yaml"
+    body = b"a: 1\n" * 500_000  # 2.5 MB
+    f.write_bytes(body)
+    assert yamlio.read_capped(str(f), 10 * 2**20, 0) == body
+    assert yamlio.read_capped(str(f), 10 * 2**20, 5) == body
+    assert yamlio.read_capped(str(f), 10 * 2**20, len(body)) == body
+    capped = yamlio.read_capped(str(f), 2**20, 100)
+    assert capped == body[: 2**20 + 1]
+    docs, errors = yamlio.load_file(f, "grown.yaml", yamlio.YamlLimits(max_file_bytes=2**20))
+    assert not docs and "over the limit" in errors[0].message

@@ -297,8 +297,7 @@ class TreeAuditor:
                 records.append(old)
                 continue
             try:
-                with open(where, "rb") as handle:  # noqa: PTH123
-                    raw = handle.read(self.limits.max_file_bytes + 1)
+                raw = yamlio.read_capped(where, self.limits.max_file_bytes, st.st_size)
             except OSError:
                 return None
             self.stats.files_read += 1
