@@ -131,12 +131,34 @@ class Measured:
         )
 
 
+# Children run as an installed program runs: with Python's bytecode cache. These machines set
+# PYTHONDONTWRITEBYTECODE=1, which made every child compile the auditor's modules from source
+# (0.1 s a process, a sixth of a re-scan); compile_sources() writes the cache once beforehand.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def compile_sources(*trees: Path | None) -> None:
+    """Byte-compile the auditor package of each tree (ours, and --base's) for the children."""
+    for tree in trees:
+        if tree is not None:
+            subprocess.run(
+                [sys.executable, "-m", "compileall", "-q", str(tree / "auditor")],
+                env=CHILD_ENV,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+
+
 def run_child(args: list[str], into: Measured) -> None:
     """Run this script as a child; record its timing and its own peak RSS (wait4)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, __file__, *args], stdout=out, stderr=err, stdin=subprocess.DEVNULL
+            [sys.executable, __file__, *args],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=CHILD_ENV,
         )
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
@@ -406,6 +428,7 @@ def _run(args: argparse.Namespace) -> int:
                 flush=True,
             )
         report = tmp / "scan.json"
+        compile_sources(HERE.parent, args.base)
         load = os.getloadavg()
         print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.busy} busy process(es)")
         if not args.incremental_only:
