@@ -911,7 +911,7 @@ def load_text(
 
 
 def load_file(
-    path: Path, display_name: str, limits: YamlLimits = YamlLimits()
+    path: Path | str, display_name: str, limits: YamlLimits = YamlLimits()
 ) -> tuple[list[Document], list[LoadError]]:
     """Read and load one file. Errors and sources name it ``display_name``.
 
@@ -924,7 +924,7 @@ def load_file(
 _Loaded = tuple[list[Document], list[LoadError]]
 
 
-def _read_file(path: Path, display_name: str, limits: YamlLimits) -> bytes | _Loaded:
+def _read_file(path: Path | str, display_name: str, limits: YamlLimits) -> bytes | _Loaded:
     """The file's bytes, or the result for a file that is not read (missing, too big, binary)."""
     try:
         where = os.fspath(path)
@@ -1012,25 +1012,25 @@ PARALLEL_MIN_BYTES = 1 << 20
 
 
 def _load_chunk(
-    job: tuple[Sequence[tuple[Path, str]], YamlLimits],
+    job: tuple[Sequence[tuple[Path | str, str]], YamlLimits],
 ) -> list[tuple[list[Document], list[LoadError]]]:
     files, limits = job
     return [load_file(path, display, limits) for path, display in files]
 
 
-def _size(path: Path) -> int:
+def _size(path: Path | str) -> int:
     try:
-        return path.stat().st_size
+        return os.stat(path).st_size  # noqa: PTH116
     except OSError:
         return 0  # load_file reports it
 
 
 def _chunks(
-    files: Sequence[tuple[Path, str]], sizes: Sequence[int], count: int
-) -> list[list[tuple[Path, str]]]:
+    files: Sequence[tuple[Path | str, str]], sizes: Sequence[int], count: int
+) -> list[list[tuple[Path | str, str]]]:
     """Contiguous runs of files of about equal bytes (so results come back in file order)."""
     target = sum(sizes) / count
-    chunks: list[list[tuple[Path, str]]] = [[]]
+    chunks: list[list[tuple[Path | str, str]]] = [[]]
     filled = 0
     for item, size in zip(files, sizes, strict=True):
         if filled >= target and chunks[-1]:
@@ -1042,7 +1042,7 @@ def _chunks(
 
 
 def load_files(
-    files: Sequence[tuple[Path, str]],
+    files: Sequence[tuple[Path | str, str]],
     limits: YamlLimits = YamlLimits(),
     jobs: int | None = None,
     cache: DocumentCache | None = None,
@@ -1061,7 +1061,7 @@ def load_files(
 
 
 def _parse_files(
-    files: Sequence[tuple[Path, str]], limits: YamlLimits, jobs: int | None
+    files: Sequence[tuple[Path | str, str]], limits: YamlLimits, jobs: int | None
 ) -> Iterator[tuple[list[Document], list[LoadError]]]:
     workers = parallel.workers_for(jobs)
     if workers > 1 and len(files) > 1:
@@ -1080,7 +1080,7 @@ _RUN_BOUNDARY = 32
 
 
 def _load_cached(
-    files: Sequence[tuple[Path, str]], limits: YamlLimits, jobs: int | None, cache: DocumentCache
+    files: Sequence[tuple[Path | str, str]], limits: YamlLimits, jobs: int | None, cache: DocumentCache
 ) -> Iterator[tuple[list[Document], list[LoadError]]]:
     """Files through the cache, stored in *runs*: consecutive files cut where a file's own key
     says so (content-defined, as backup tools chunk a stream), one cache entry per run, keyed by

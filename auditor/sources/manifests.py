@@ -153,26 +153,38 @@ def collect(
     out = Collected()
     sources = sources or SourcesSettings()
     roots = [root.resolve()] if root is not None else [repository_root(p) for p in paths]
-    files, errors = yamlio.discover_files(list(paths))
+    found, errors = yamlio.discover(list(paths))
     for e in errors:  # a path that could not be listed or read: not audited
         out.skip(e.file, e.message, e.line)
-    displays = dict(files)  # discover_files resolves the paths
-    kroots = {p.parent for p, _ in files if p.name in KUSTOMIZATION_FILES}
-    charts = {p.parent for p, _ in files if p.name == "Chart.yaml"}
-    included: set[Path] = set().union(*map(kustomize.included, kroots))
-    raw_by_root: dict[Path, list[yamlio.Document]] = {r: [] for r in kroots | charts}
-    owners: dict[Path, tuple[Path | None, Path | None]] = {}  # directory -> (chart, kustomization)
-    to_read: list[tuple[Path, str]] = []
-    read_for: list[Path | None] = []  # the kustomization each file belongs to, if any
-    for real, display in files:
-        owner = owners.get(real.parent)
-        if owner is None:
-            owner = owners[real.parent] = (_under(real.parent, charts), _under(real.parent, kroots))
-        chart, kroot = owner
-        if chart is not None:
-            continue  # chart templates are Go templates, not YAML
-        to_read.append((real, display))
-        read_for.append(kroot)
+    special = {*KUSTOMIZATION_FILES, "Chart.yaml"}
+    to_read: list[tuple[Path | str, str]]
+    read_for: list[Path | None]  # the kustomization each file belongs to, if any
+    kroots: set[Path] = set()
+    charts: set[Path] = set()
+    included: set[Path] = set()
+    displays: dict[Path, str] = {}
+    raw_by_root: dict[Path, list[yamlio.Document]] = {}
+    if not any(real.rpartition(os.sep)[2] in special for real, _ in found):
+        # Plain files only (the common case): every one is read; no Path object per file.
+        to_read, read_for = list(found), [None] * len(found)
+    else:
+        files = [(Path(real), display) for real, display in found]
+        displays = dict(files)  # discover resolves the paths
+        kroots = {p.parent for p, _ in files if p.name in KUSTOMIZATION_FILES}
+        charts = {p.parent for p, _ in files if p.name == "Chart.yaml"}
+        included = set().union(*map(kustomize.included, kroots))
+        raw_by_root = {r: [] for r in kroots | charts}
+        owners: dict[Path, tuple[Path | None, Path | None]] = {}  # directory -> (chart, kustomization)
+        to_read, read_for = [], []
+        for real, display in files:
+            owner = owners.get(real.parent)
+            if owner is None:
+                owner = owners[real.parent] = (_under(real.parent, charts), _under(real.parent, kroots))
+            chart, kroot = owner
+            if chart is not None:
+                continue  # chart templates are Go templates, not YAML
+            to_read.append((real, display))
+            read_for.append(kroot)
     loaded = yamlio.load_files(to_read, jobs=jobs, cache=cache)
     for n, (kroot, (_, display), (docs, errs)) in enumerate(zip(read_for, to_read, loaded, strict=True), 1):
         progress("reading manifests", n, len(to_read))
