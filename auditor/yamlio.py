@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import yaml
 from yaml.composer import Composer
@@ -377,8 +377,7 @@ def _count_breaks(text: str, start: int, end: int) -> int:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Chunk:
+class _Chunk(NamedTuple):
     start: int
     end: int
     line: int  # 0-based line of `start`
@@ -391,6 +390,9 @@ def _split_documents(text: str) -> list[_Chunk]:
     exact, and lets a syntax error in one document leave its neighbours readable. Comments and
     directives before a `---` stay with the document that follows.
     """
+    if "---" not in text and "..." not in text:
+        # No marker at all (most files): one document, if any; the same as the loop below finds.
+        return [_Chunk(0, len(text), 0)] if _CONTENT_RE.search(text) is not None else []
     chunks: list[_Chunk] = []
     start = start_line = 0
     cursor = cursor_line = 0
