@@ -782,20 +782,15 @@ def _load_document(
 ) -> Document | LoadError | None:
     """One document, or its error, or None when it is empty."""
     try:
-        bad = _NON_PRINTABLE_RE.search(chunk)
-        if bad is not None:
-            return LoadError(
-                file,
-                line_offset + 1 + _count_breaks(chunk, 0, bad.start()),
-                f"invalid YAML: character U+{ord(bad.group()):04X} is not allowed in YAML",
-            )
         # libyaml ≥ 0.2.6 refuses nesting over 1,000 levels while parsing, so its recursive
         # composer cannot exhaust the C stack; then the limits are checked on the composed tree
         # (one pass less). The pure-Python parser still needs the event pre-scan.
         prescanned = not _PARSER_BOUNDS_NESTING or _LOADER_CLASS is not _C_LOADER
-        aliases = _prescan(chunk, line_offset, limits) if prescanned else int("*" in chunk)
         if not prescanned and _fastyaml is not None:
             # The common case in C (auditor/_fastyaml.c): _from_events without Python events.
+            # First, before the character check below: libyaml refuses exactly the characters
+            # _NON_PRINTABLE_RE finds (its reader's set), so what it builds has none of them,
+            # and what it refuses comes back here (None) to be checked and reported.
             built = _fastyaml.build(
                 chunk,
                 line_offset,
@@ -813,7 +808,15 @@ def _load_document(
             if built is not None:
                 data, root_line = built
                 return None if data is None else Document(data, SourceRef(file, root_line, index))
-        elif not prescanned:
+        bad = _NON_PRINTABLE_RE.search(chunk)
+        if bad is not None:
+            return LoadError(
+                file,
+                line_offset + 1 + _count_breaks(chunk, 0, bad.start()),
+                f"invalid YAML: character U+{ord(bad.group()):04X} is not allowed in YAML",
+            )
+        aliases = _prescan(chunk, line_offset, limits) if prescanned else int("*" in chunk)
+        if not prescanned and _fastyaml is None:
             # The common case, straight from the events (about an eighth faster than composing);
             # an anchor, alias, tag, odd key or limit sends the document down the full path.
             loader = _LOADER_CLASS(chunk)

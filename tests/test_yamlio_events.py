@@ -42,6 +42,14 @@ EDGE_CASES = {
     "syntax error": "a: [1, 2\nb: 3\n",
     "tabs": "a:\n\tb: 1\n",
     "bool-like strings": "a: yes\nb: on\nc: 'no'\nd: Off\n",
+    # Characters YAML does not allow (libyaml's reader and _NON_PRINTABLE_RE refuse the same set):
+    "control character in a value": "a: 1\nb: x\x01y\n",
+    "control character in a comment": "# bell \x07\na: 1\n",
+    "control character quoted": "a: 'x\x1fy'\n",
+    "DEL": "a: x\x7fy\n",
+    "C1 control": "a: x\x9by\n",
+    "allowed odd characters": "a: x\x85y\nb: \ufeffz\nc: \ue000\nd: \U0001f600\n",
+    "non-character": "a: x\ufffey\n",
 }
 
 
