@@ -50,6 +50,7 @@ from yaml.scanner import Scanner
 
 from auditor import parallel
 from auditor.model.source import LoadError, SourceRef
+from auditor.model.values import value
 
 if TYPE_CHECKING:
     from auditor.cache import DocumentCache
@@ -143,7 +144,7 @@ def key_line(obj: object, key: str, default: int = 0) -> int:
     return default
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Document:
     """One non-empty YAML document: its data and where it starts (line of its content, 0-based
     index of the document within the file)."""

@@ -9,8 +9,9 @@ invalid or explicitly empty peer).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from auditor.model.values import value
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
@@ -24,7 +25,7 @@ class SelectorError(ValueError):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@value(order=True)
 class Requirement:
     key: str
     operator: str
@@ -54,7 +55,7 @@ class Requirement:
         return f"!{self.key}"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class LabelSelector:
     """A conjunction of requirements; `impossible` marks a selector that matches nothing."""
 

@@ -10,6 +10,7 @@ from typing import Any
 from auditor.model.pickling import by_fields
 from auditor.model.scheduling import NO_SCHEDULING, Scheduling
 from auditor.model.source import SourceRef
+from auditor.model.values import value
 
 ZONE_KEY = "topology.kubernetes.io/zone"
 REGION_KEY = "topology.kubernetes.io/region"
@@ -23,7 +24,7 @@ def freeze_labels(raw: Mapping[str, Any] | None) -> Labels:
     return tuple(sorted((str(k), "" if v is None else str(v)) for k, v in raw.items()))
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class NamedPort:
     """A container port with a name (policies may refer to it by name)."""
 
@@ -32,7 +33,7 @@ class NamedPort:
     port: int
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Taint:
     key: str
     value: str

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from auditor.model.labels import LabelSelector
+from auditor.model.values import value
 
 DO_NOT_SCHEDULE = "DoNotSchedule"
 SCHEDULE_ANYWAY = "ScheduleAnyway"
@@ -97,7 +98,7 @@ class AffinityTerm:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PodAffinity:
     """The required and preferred terms of spec.affinity.podAffinity (or podAntiAffinity)."""
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from auditor.model.labels import LabelSelector
 from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, Toleration
 from auditor.model.scheduling import AffinityTerm, namespace_label_map
+from auditor.model.values import value
 from auditor.placement.filters import TOPOLOGY_KEYS, FilterResult, filter_node, node_label_keys
 from auditor.placement.podfilters import ExistingPod, InterPodAffinity, TopologySpread, missing_topology_key
 from auditor.placement.resources import extended_resources, pods_per_node
@@ -327,7 +328,7 @@ def _feasible(
     return ok, rejected
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class _Matches:
     """The roles whose pods a role's required podAffinity terms select (all terms at once)."""
 

@@ -14,10 +14,10 @@ Filters that need the pods already running (topology spread, inter-pod affinity)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from auditor.model.objects import REGION_KEY, ZONE_KEY, Node, PodTemplate, Taint
 from auditor.model.scheduling import NodeRequirement, NodeSelectorTerm, parse_int64
+from auditor.model.values import value
 from auditor.placement.resources import insufficient_resources
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
@@ -30,7 +30,7 @@ UNSCHEDULABLE = "Unschedulable"
 UNRESOLVABLE = "UnschedulableAndUnresolvable"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class FilterResult:
     node: str
     ok: bool

@@ -7,11 +7,12 @@ import socket
 from dataclasses import dataclass, field
 
 from auditor.model.objects import NamedPort
+from auditor.model.values import value
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PodEndpoint:
     """A pod (or one replica of a workload role) with the labels policies can see.
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from auditor.model.labels import LabelSelector
 from auditor.model.source import SourceRef
+from auditor.model.values import value
 from auditor.reachability import cni
 from auditor.reachability.endpoints import (
     Endpoint,
@@ -57,7 +58,7 @@ class PolicyRef:
         return f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RuleRef:
     policy: PolicyRef
     rule: str  # "ingress[0]", "egressDeny[1]", an ANP rule name, ...
@@ -309,7 +310,7 @@ Peer = AnyPeer | K8sPodPeer | CIDRPeer | CiliumEndpointPeer | CiliumEntityPeer |
 # Ports
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PortMatch:
     """Ports a rule covers: numbers and ranges, plus named ports resolved on the destination pod.
 
@@ -429,7 +430,7 @@ Subject = K8sSubject | CiliumSubject | CalicoSubject
 # Rules and policies
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Rule:
     ref: RuleRef
     action: Action
@@ -446,7 +447,7 @@ class Rule:
         return any(p.matches(ep, views, subject) for p in self.peers)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class DirectionRules:
     """A policy's rules in one direction.
 
@@ -477,7 +478,7 @@ class CompiledPolicy:
 # Verdicts
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Decider:
     """One policy (and rule, when a rule decided) behind a verdict."""
 
@@ -505,7 +506,7 @@ class Decider:
         return f"{self.policy} {verb} it by rule {self.rule} ({where})"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Segment:
     conns: ConnSet
     allowed: bool
@@ -513,7 +514,7 @@ class Segment:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class DirectionalVerdict:
     """Egress of the source or ingress of the destination, partitioned into decided pieces."""
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+
+from auditor.model.values import value
 
 MIN_PORT = 1
 MAX_PORT = 65535
@@ -31,7 +32,7 @@ def _normalise(intervals: Iterable[Interval]) -> tuple[Interval, ...]:
     return tuple((lo, hi) for lo, hi in merged)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PortSet:
     """A set of ports, as sorted disjoint inclusive intervals within 1..65535."""
 
@@ -107,7 +108,7 @@ _ALL_PORTS = PortSet(((MIN_PORT, MAX_PORT),))
 _NO_PORTS = PortSet(())
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ConnSet:
     """Connections as protocol → ports. Protocols with no ports are left out, so equality works."""
 

@@ -11,6 +11,7 @@ from typing import Literal
 from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_endpoint
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.model.objects import Node, Role, Workload, WorkloadRef
+from auditor.model.values import value
 from auditor.placement.coupling import (
     PairContext,
     PairPlacement,
@@ -29,7 +30,7 @@ from auditor.rules.base import RuleMeta
 from auditor.workloads.edges import CommEdge, comm_edges
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ZoneVerdict:
     """One zone placement of an edge. `allowed`: the edge's port, or for a data-plane edge at least
     one port of its range, is allowed (the kernel picks a port per connection, so a range edge is

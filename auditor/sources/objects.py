@@ -28,6 +28,7 @@ from auditor.model.objects import (
 )
 from auditor.model.pickling import by_fields
 from auditor.model.source import LoadError, SourceRef
+from auditor.model.values import value
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.engine import NAMESPACE_TIER
 from auditor.settings.config import AuditSettings, AuditView
@@ -76,7 +77,7 @@ RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 SNAPSHOT_KIND = "ClusterSnapshot"  # the header of `auditor snapshot` files
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RawObject:
     obj: Mapping[str, Any]
     source: SourceRef

@@ -14,10 +14,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
 from auditor.model.objects import Role, Service, Workload, WorkloadRef
+from auditor.model.values import value
 from auditor.workloads.adapters import KUBEFLOW_REPLICA_SPECS
 from auditor.workloads.dataports import LINUX_EPHEMERAL, PortRange, data_port_range, ompi_range, range_text
 from auditor.workloads.operators import job_count
@@ -39,7 +40,7 @@ EdgeOrigin = Literal[
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class CommEdge:
     source: Role
     destination: Role
