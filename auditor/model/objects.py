@@ -72,7 +72,7 @@ class Node:
         object.__setattr__(self, "label_map", dict(self.labels))
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Container:
     """The parts of a container (or init container) that communication edges and data-port
     ranges read: literal env values, command and args (string items, as the API types them)."""
@@ -93,7 +93,7 @@ class Claim:
     storage_class: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PodRequests:
     """The pod's effective requests as kube-scheduler computes them (`resourcehelper.PodRequests`),
     summed once when the template is read. `error` names the field of a quantity that does not
@@ -103,7 +103,7 @@ class PodRequests:
     error: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PodTemplate:
     """The parts of a pod spec that placement and policy read."""
 
@@ -148,7 +148,7 @@ class WorkloadRef:
         return f"{self.kind} {self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ReplicaLabel:
     """A label its controller sets on each replica with a value derived from the replica's index
     `i` in the role: `prefix` + ((i // stride) % period + offset), `period` 0 meaning unbounded.
@@ -210,7 +210,7 @@ class ReplicaClass:
         return all(t.holds(labels) == o for t, o in zip(self.tests, self.outcome, strict=True))
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Role:
     """One pod template × replica count of a workload (PyTorchJob Worker ×8, a Deployment's pods).
 
@@ -305,7 +305,7 @@ class OperatorOptions:
         return next((dict(args) for n, args in self.plugins if n == name), None)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Workload:
     ref: WorkloadRef
     labels: Labels

@@ -49,7 +49,7 @@ class NodeSelectorTerm:
         return not self.match_expressions and not self.match_fields
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class NodeAffinity:
     """spec.affinity.nodeAffinity: required terms ORed (expressions ANDed), preferred ones only score.
     `required` None: no required affinity (every node passes)."""
@@ -133,7 +133,7 @@ class SpreadConstraint:
         return not self.selector.is_everything()
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Scheduling:
     """Everything the scheduler reads from a pod template besides labels, tolerations and requests."""
 

@@ -753,7 +753,7 @@ def _zone_nested_key(role: Role, topology: Topology) -> str:
 # --- per pair ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class PairPlacement:
     pairs: tuple[tuple[str, str], ...]  # allowed (source zone, destination zone)
     split: str | None  # always | likely | possible; None when no allowed placement splits

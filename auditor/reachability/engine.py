@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from auditor.model.labels import LabelSelector
+from auditor.model.values import value
 from auditor.reachability import cni
 from auditor.reachability.endpoints import (
     Endpoint,
@@ -85,7 +86,7 @@ def standard_tiers(
     return sorted(tiers, key=lambda t: t.order)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class FlowVerdict:
     """Source egress and destination ingress for one (source, destination) pair."""
 
@@ -197,8 +198,8 @@ class _SubjectIndex:
             return
         key, values = anchor
         by_value = into.setdefault(key, {})
-        for value in values:
-            by_value.setdefault(value, []).append(policy)
+        for label_value in values:
+            by_value.setdefault(label_value, []).append(policy)
 
     def candidates(self, subject: PodEndpoint, views: _ViewCache) -> Iterator[CompiledPolicy]:
         yield from self.unindexed

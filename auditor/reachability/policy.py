@@ -47,7 +47,7 @@ class Action(StrEnum):
     PASS = "pass"
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@value(order=True)
 class PolicyRef:
     kind: str
     namespace: str
@@ -94,7 +94,7 @@ class AnyPeer:
         return "any peer"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class K8sPodPeer:
     """Pods by namespace (fixed name or namespace selector) AND pod selector.
 

@@ -56,7 +56,7 @@ class ZoneVerdict:
 Blocked = Literal["traffic-blocked", "cross-zone-blocked"]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class EdgeClass:
     """What an edge's verdicts add up to, decided once per edge (rules filter on it).
 
@@ -86,7 +86,7 @@ def classify(placement: PairPlacement, verdicts: Sequence[ZoneVerdict]) -> EdgeC
     return EdgeClass("cross-zone-blocked", "possible", crosses)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class EdgeAnalysis:
     edge: CommEdge
     placement: PairPlacement
