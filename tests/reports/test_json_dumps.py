@@ -33,6 +33,11 @@ CASES: list[Any] = [
     {True: "bool key", None: "null key", 1.5: "float key"},
     (1, 2, (3, 4)),
     {"message": "a string that mentions 1e-5 and 0.00001 in text"},
+    # A few distinct characters past ASCII, many times (escaped by replacing each throughout), and
+    # just over the number of distinct ones that path takes (escaped character by character).
+    {"edges": [f"ns/a{i} → ns/b{i} (zone-a→zone-b) café 😀 \u2028 ÿ" for i in range(500)]},
+    {"one of each": [chr(0x4E00 + i) * (i % 3 + 1) for i in range(65)]},
+    {"mixed": "".join(chr(0x100 + i) for i in range(64)) + "→" * 10},
 ]
 
 
