@@ -165,25 +165,10 @@ def _escape_utf8(error: UnicodeError) -> tuple[str, int]:
     return escaped, start + size
 
 
-# A UTF-8 character past ASCII: a lead byte and its continuation bytes (orjson writes valid UTF-8,
-# so a run of continuation bytes belongs to the lead before it).
-_UTF8_CHAR = re.compile(rb"[\xc0-\xff][\x80-\xbf]*")
-_FEW_DISTINCT = 64
-
-
 def _ascii_text(raw: bytes) -> str:
-    """orjson's UTF-8 output with everything past ASCII escaped as json's ensure_ascii does.
-
-    Reports repeat a few such characters (the arrows of every edge message) thousands of times:
-    each distinct one is replaced throughout by bytes.replace. With many distinct ones (text in
-    another script), the text is decoded as ASCII with each character beyond handed to an error
-    handler instead.
-    """
-    distinct = set(_UTF8_CHAR.findall(raw))
-    if len(distinct) <= _FEW_DISTINCT:
-        for char in distinct:
-            raw = raw.replace(char, _escape_code(ord(char.decode("utf-8"))).encode("ascii"))
-        return raw.decode("ascii")
+    """orjson's UTF-8 output with everything past ASCII escaped as json's ensure_ascii does:
+    decoded as ASCII, each character beyond handed to an error handler (several times faster
+    than searching the decoded text for them)."""
     try:
         codecs.lookup_error(_ASCII_ESCAPES)
     except LookupError:
