@@ -440,12 +440,25 @@ def test_missing_file_is_an_error(tmp_path: Path) -> None:
     assert "cannot read" in errors[0].message
 
 
-def test_non_regular_file_is_not_opened(tmp_path: Path) -> None:
+def test_non_regular_file_is_not_read(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.yaml"
     os.mkfifo(fifo)
-    docs, errors = load_file(fifo, "pipe.yaml")  # would block forever if opened
+    docs, errors = load_file(fifo, "pipe.yaml")  # would block forever if opened without O_NONBLOCK
     assert docs == []
     assert "not a regular file" in errors[0].message
+
+
+def test_a_socket_or_a_directory_is_not_a_regular_file(tmp_path: Path) -> None:
+    import socket
+
+    sock_path = tmp_path / "s.yaml"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(sock_path))
+        docs, errors = load_file(sock_path, "s.yaml")  # a socket cannot even be opened
+    assert docs == [] and "not a regular file" in errors[0].message
+    (tmp_path / "d.yaml").mkdir()
+    docs, errors = load_file(tmp_path / "d.yaml", "d.yaml")
+    assert docs == [] and "not a regular file" in errors[0].message
 
 
 # ------------------------------------------------------------------------------------------
