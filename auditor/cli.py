@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from auditor import TOOL_NAME, __version__, gcpause, progress
-from auditor.audit.explain import ExplainError, explain, to_json, to_text
 from auditor.audit.scan import ScanResult, apply_baseline, scan
 from auditor.cache import DEFAULT_MAX_BYTES, DocumentCache, user_cache_dir
 from auditor.clock import system_clock, utc_date
@@ -36,7 +35,7 @@ from auditor.errors import (
 )
 from auditor.model.findings import Finding
 from auditor.model.source import NotAudited
-from auditor.reports import csv_report, json_report, junit, markdown, sarif, table
+from auditor.reports import json_report, table
 from auditor.resources import examples_dir
 from auditor.rules.packs import load_packs
 from auditor.settings.config import CONFIG_ENV, CONFIG_FILE_NAME, Settings, discover_config
@@ -143,6 +142,8 @@ def _jobs(text: str) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from auditor.audit.explain import ExplainError, explain, to_json, to_text
+
     settings = _settings(args)
     paths = _paths(args)
     stream = _read_stdin() if STDIN in args.paths else None
@@ -265,6 +266,8 @@ def _diff_scan(args: argparse.Namespace, settings: Settings, paths: list[Path]) 
         diff = diffscan.diff_scan(paths, args.diff_base, audit)
     if args.format in {"json", "markdown"}:
         doc = _diff_document(diff)
+        from auditor.reports import markdown
+
         text = json.dumps(doc, indent=2) + "\n" if args.format == "json" else markdown.render(doc)
         _write(args, text)
     else:
@@ -307,13 +310,22 @@ def _write(args: argparse.Namespace, text: str) -> None:
 
 
 def _emit(args: argparse.Namespace, result: ScanResult, root: Path | None = None) -> None:
+    # The other formats' renderers are imported when asked for (a scan's start-up is its cost).
     if args.format in ("sarif", "junit"):
+        from auditor.reports import junit, sarif
+
         source = sarif.SourceRoot(root or _scan_root(args), Path.cwd())
         text = (sarif.render if args.format == "sarif" else junit.render)(result, source)
     elif args.format == "markdown":
+        from auditor.reports import markdown
+
         text = markdown.render(json_report.to_document(result))
-    elif args.format in ("json", "csv"):
-        text = (json_report.render if args.format == "json" else csv_report.render)(result)
+    elif args.format == "csv":
+        from auditor.reports import csv_report
+
+        text = csv_report.render(result)
+    elif args.format == "json":
+        text = json_report.render(result)
     else:
         out_tty = args.output is None and sys.stdout.isatty()
         text = table.render(result, colour=out_tty and "NO_COLOR" not in os.environ)

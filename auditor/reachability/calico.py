@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from auditor.model.source import SourceRef
 from auditor.reachability import specs
-from auditor.reachability.calico_selector import CalicoSelectorError, Selector, parse_selector
 from auditor.reachability.policy import (
     Action,
     CalicoPeer,
@@ -31,6 +30,9 @@ from auditor.reachability.policy import (
 )
 from auditor.reachability.ports import PROTOCOLS, ConnSet, PortSet
 from auditor.reachability.specs import PolicyError
+
+if TYPE_CHECKING:
+    from auditor.reachability.calico_selector import Selector
 
 NP = "NetworkPolicy"
 GNP = "GlobalNetworkPolicy"
@@ -120,6 +122,9 @@ def compile_calico_policy(
 def _sel(raw: Any, field: str) -> Selector | None:
     if raw is None:
         return None
+    # Imported here: the selector grammar (17 classes) is only needed where Calico policies are.
+    from auditor.reachability.calico_selector import CalicoSelectorError, parse_selector
+
     text = specs.string(raw, field)
     try:
         return parse_selector(text)
