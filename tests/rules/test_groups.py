@@ -221,3 +221,31 @@ def test_table_prints_the_understood_line_with_and_without_findings(
             "understood: 0 training groups and 2 other workloads with edges (2 roles, 1 edge); "
             "0 workloads with no communication edges\n"
         ) in out
+
+
+def test_role_endpoints_are_the_inventorys_role_endpoints() -> None:
+    """RoleEndpoints (the audit model's cache) makes each (role, zone) endpoint as
+    inventory.role_endpoint does, on the first feasible node of that zone."""
+    from auditor.inventory import role_endpoint
+    from auditor.resources import examples_dir
+    from auditor.rules.model import RoleEndpoints, place_inventory_roles
+
+    seed = examples_dir() / "seed-lab"
+    for inv in (
+        inventory([seed / "before", seed / "nodes.yaml", seed / "policies.yaml"]),
+        inventory(text="---\n".join((NODES, PYTORCHJOB, DEPLOYMENT))),
+    ):
+        roles = [r for w in inv.workloads for r in w.roles]
+        placements = place_inventory_roles(inv, roles)
+        cache = RoleEndpoints(inv)
+        by_name = {n.name: n for n in inv.nodes}
+        compared = 0
+        for role in roles:
+            placement = placements[role]
+            for zone in placement.zones:
+                first = next(
+                    by_name[n] for n in placement.nodes if by_name[n].label_map.get(cache.zone_key) == zone
+                )
+                assert cache.get(role, zone, placement) == role_endpoint(inv, role, zone, first)
+                compared += 1
+        assert compared >= 2
