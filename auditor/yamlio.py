@@ -634,7 +634,7 @@ def _from_events(loader: Any, line_offset: int, limits: YamlLimits) -> tuple[Any
     get_event = loader.get_event
     resolve = loader.resolve
     tags = _PLAIN_TAGS
-    memo = _SCALAR_MEMO
+    scalar = _scalar_value
     scalar_event, mapping_start, sequence_start = ScalarEvent, MappingStartEvent, SequenceStartEvent
     new_map, new_seq = dict.__new__, list.__new__
     get_event()  # StreamStartEvent
@@ -666,14 +666,12 @@ def _from_events(loader: Any, line_offset: int, limits: YamlLimits) -> tuple[Any
             if tag != _STR_TAG:
                 if is_map and key is None:
                     raise _NeedsFullConstructor  # a key JSON must convert (1, true, ~) or a merge
-                found = memo.get((tag, value), _EMPTY)
-                if found is _EMPTY:
-                    found = loader.construct_object(
-                        ScalarNode(tag, value, event.start_mark, event.end_mark, event.style), deep=True
-                    )
-                    if len(memo) < _SCALAR_MEMO_MAX and isinstance(found, int | float | bool | None):
-                        memo[(tag, value)] = found
-                value = found
+                try:
+                    value = scalar(tag, value)  # as the C walk constructs it
+                except MemoryError:
+                    raise
+                except Exception:
+                    raise _NeedsFullConstructor from None  # the full path reports it, at its line
             # A mapping's value (a key is waiting): its line is never read.
             line = 0 if key is not None else event.start_mark.line + offset
         elif cls is mapping_start or cls is sequence_start:
@@ -747,7 +745,8 @@ def _resolve_plain(value: str) -> Any:
 
 
 def _scalar_value(tag: str, value: str) -> Any:
-    """A plain scalar of a non-string tag, constructed as _from_events constructs it."""
+    """A plain scalar of a non-string tag, constructed by the loader's constructor and memoised:
+    the one place both event walks (the C one and _from_events) make such values."""
     found = _SCALAR_MEMO.get((tag, value), _EMPTY)
     if found is _EMPTY:
         ctor = _SCALAR_CONSTRUCTOR

@@ -49,8 +49,7 @@ from auditor.resources import policies_dir
 from auditor.rules.packs import PolicyPack
 from auditor.settings.config import AuditSettings, Settings
 from auditor.sources import units
-from auditor.sources.kustomize import KUSTOMIZATION_FILES
-from auditor.sources.manifests import load_inventory
+from auditor.sources.manifests import load_inventory, renders
 from auditor.sources.objects import NOWHERE, Elsewhere, build_inventory
 
 SNAPSHOT_FORMAT = "1"
@@ -152,8 +151,7 @@ def code_digest() -> str:
 def eligible(files: Sequence[tuple[str, str]]) -> bool:
     """Whether a tree of these files can be audited through a snapshot: no Kustomize directory
     and no Helm chart (their renders are not cached)."""
-    special = {*KUSTOMIZATION_FILES, "Chart.yaml"}
-    return not any(real.rpartition(os.sep)[2] in special for real, _ in files)
+    return not renders(files)
 
 
 def scan_tree(

@@ -136,6 +136,15 @@ def _render(
     )
 
 
+_RENDERED_BY = frozenset({*KUSTOMIZATION_FILES, "Chart.yaml"})
+
+
+def renders(files: Sequence[tuple[str, str]]) -> bool:
+    """Whether any of these discovered files (real path, display name) makes its directory a
+    Kustomize directory or a Helm chart, whose output is rendered rather than read."""
+    return any(real.rpartition(os.sep)[2] in _RENDERED_BY for real, _ in files)
+
+
 def collect(
     paths: Sequence[Path],
     tools: Tools,
@@ -156,7 +165,6 @@ def collect(
     found, errors = yamlio.discover(list(paths))
     for e in errors:  # a path that could not be listed or read: not audited
         out.skip(e.file, e.message, e.line)
-    special = {*KUSTOMIZATION_FILES, "Chart.yaml"}
     to_read: list[tuple[Path | str, str]]
     read_for: list[Path | None]  # the kustomization each file belongs to, if any
     kroots: set[Path] = set()
@@ -164,7 +172,7 @@ def collect(
     included: set[Path] = set()
     displays: dict[Path, str] = {}
     raw_by_root: dict[Path, list[yamlio.Document]] = {}
-    if not any(real.rpartition(os.sep)[2] in special for real, _ in found):
+    if not renders(found):
         # Plain files only (the common case): every one is read; no Path object per file.
         to_read, read_for = list(found), [None] * len(found)
     else:
