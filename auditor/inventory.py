@@ -95,18 +95,24 @@ def role_claim_zones(inv: Inventory, role: Role) -> dict[str, frozenset[str]]:
     return out
 
 
-def role_endpoint(inv: Inventory, role: Role, zone: str | None, node: Node | None) -> PodEndpoint:
-    """A replica of `role` on `node` (or somewhere in `zone`), with the labels copied at binding."""
+def role_endpoint(
+    inv: Inventory,
+    role: Role,
+    zone: str | None,
+    node: Node | None,
+    *,
+    namespace_labels: tuple[tuple[str, str], ...] | None = None,
+    pod_zone_labels: tuple[tuple[str, str], ...] | None = None,
+) -> PodEndpoint:
+    """A replica of `role` on `node` (or somewhere in `zone`), with the labels copied at binding.
+    `namespace_labels` (of the role's namespace) and `pod_zone_labels` (the effective ones), when
+    a caller making many endpoints has them already; else worked out here."""
     topo = inv.settings.topology
-    return pod_endpoint(
-        role,
-        inv.namespace_labels(role.workload.namespace),
-        zone,
-        node,
-        topo.effective_pod_zone_labels(inv.settings.kubernetes),
-        topo.zone_key,
-        name=str(role),
-    )
+    if namespace_labels is None:
+        namespace_labels = inv.namespace_labels(role.workload.namespace)
+    if pod_zone_labels is None:
+        pod_zone_labels = topo.effective_pod_zone_labels(inv.settings.kubernetes)
+    return pod_endpoint(role, namespace_labels, zone, node, pod_zone_labels, topo.zone_key, name=str(role))
 
 
 def policy_engine(inv: Inventory) -> PolicyEngine:

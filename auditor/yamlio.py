@@ -929,17 +929,20 @@ def load_file(
 _Loaded = tuple[list[Document], list[LoadError]]
 
 
+# O_NONBLOCK: opening a FIFO (a file swapped for one, say) must not wait for a writer; it
+# changes nothing for a regular file.
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
 def _read_file(path: Path | str, display_name: str, limits: YamlLimits) -> bytes | _Loaded:
     """The file's bytes, or the result for a file that is not read (missing, too big, binary).
 
     Opened first and checked on the open file (one path look-up, not two; and what is read is
-    what was checked). O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused
-    as not a regular file); it changes nothing for a regular file.
+    what was checked); a FIFO is refused as not a regular file (see _READ_FLAGS).
     """
     where = os.fspath(path)
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(where, flags)
+        fd = os.open(where, _READ_FLAGS)
     except OSError as exc:
         try:
             regular = stat.S_ISREG(os.stat(where).st_mode)  # noqa: PTH116
@@ -970,7 +973,7 @@ def read_capped(where: str, limit: int, size: int) -> bytes:
     `size` is what a stat said; the file is not trusted to have kept it (it may have grown since),
     but it sizes the first read: asking for the limit allocated 16 MiB per file, however small.
     """
-    fd = os.open(where, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(where, _READ_FLAGS)
     try:
         return _read_fd(fd, limit, size)
     finally:

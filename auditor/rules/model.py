@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from auditor.inventory import Inventory, policy_engine, role_claim_zones
+from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_endpoint
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.model.objects import Node, Role, Workload, WorkloadRef
 from auditor.model.values import value
@@ -21,7 +21,6 @@ from auditor.placement.coupling import (
     place_roles,
 )
 from auditor.placement.observed import ObservedRole, observed_pair
-from auditor.placement.pods import pod_endpoint
 from auditor.progress import Progress, silent
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import FlowVerdict, PolicyEngine
@@ -194,7 +193,7 @@ class RoleEndpoints:
         self._zones = {n.name: n.label_map.get(self.zone_key) for n in inv.nodes}
         self._endpoints: dict[tuple[Role, str], PodEndpoint] = {}
         self._first_nodes: dict[Role, dict[str | None, Node]] = {}
-        # What inventory.role_endpoint works out again for every endpoint, once.
+        # What role_endpoint would work out again for every endpoint, once.
         self._pod_zone_labels = topology.effective_pod_zone_labels(inv.settings.kubernetes)
         self._namespace_labels: dict[str, tuple[tuple[str, str], ...]] = {}
 
@@ -217,15 +216,13 @@ class RoleEndpoints:
             ns_labels = self._namespace_labels.get(namespace)
             if ns_labels is None:
                 ns_labels = self._namespace_labels[namespace] = self.inv.namespace_labels(namespace)
-            # As inventory.role_endpoint makes it.
-            found = self._endpoints[role, zone] = pod_endpoint(
+            found = self._endpoints[role, zone] = role_endpoint(
+                self.inv,
                 role,
-                ns_labels,
                 zone,
                 firsts.get(zone),
-                self._pod_zone_labels,
-                self.zone_key,
-                name=str(role),
+                namespace_labels=ns_labels,
+                pod_zone_labels=self._pod_zone_labels,
             )
         return found
 
