@@ -71,7 +71,11 @@ static PyObject *build(PyObject *self, PyObject *args) {
     }
     Py_ssize_t size;
     const char *bytes = PyUnicode_AsUTF8AndSize(text, &size);
-    if (bytes == NULL) return NULL;
+    if (bytes == NULL) { /* a lone surrogate in the text: the full path reports the character */
+        if (PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
     offset += 1; /* libyaml's lines are 0-based */
 
     yaml_parser_t parser;

@@ -154,6 +154,7 @@ def test_the_c_extension_is_built_where_ci_requires_it() -> None:
         "a: 1\n---\nb: 2\n",  # two documents in one chunk: the composer says so
         "k: " + "x" * 100_000 + "\n",  # a long scalar
         'a: "\\ud800"\n',  # an escaped lone surrogate
+        "a: \ud800\n",  # a lone surrogate in the text itself (load_text takes any str)
         '\u00e9t\u00e9: "caf\u00e9 \\u263a"\nz: \U0001f600\n',  # non-ASCII keys and values
     ],
 )
