@@ -21,7 +21,7 @@ import stat
 import sys
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -1179,6 +1179,9 @@ def _load_cached(
 # --------------------------------------------------------------------------------------------
 # Finding files
 
+SUFFIXES = (".yaml", ".yml", ".json")
+"""The suffixes of the files a directory walk reads."""
+
 
 _NAME = operator.attrgetter("name")
 
@@ -1187,36 +1190,96 @@ def _has_suffix(name: str, suffixes: tuple[str, ...]) -> bool:
     return name.lower().endswith(suffixes)
 
 
+Listing = tuple[tuple[int, int, int, int], str]
+"""A directory's listing as a walk may reuse it: the directory's (mtime_ns, ctime_ns, inode,
+device) when it was listed, and its children that a walk descends into or yields — names joined
+by NUL, a directory's name ending in "/" — in name order."""
+
+
+@dataclass
+class Listings:
+    """Directory listings a walk reuses and records (an incremental scan keeps them in its
+    snapshot): a directory whose stat is the one `known` records, older than `trusted_ns`, is
+    not listed again. A directory's entries change only with its mtime and ctime (creating,
+    removing or renaming a child; a mount shows as another inode or device), and one holding
+    a symlink or anything but plain files and directories is never recorded: it is always
+    listed, and its symlinks resolved, afresh. The walk puts every listing it used or made in
+    `found`."""
+
+    known: Mapping[str, Listing]
+    trusted_ns: int
+    suffixes: tuple[str, ...] = SUFFIXES
+    found: dict[str, Listing] = field(default_factory=dict)
+
+
 def _walk(
-    given: Path, root: Path, suffixes: tuple[str, ...]
-) -> tuple[list[tuple[str, tuple[str, ...], bool]], list[LoadError]]:
+    given: Path, root: Path, suffixes: tuple[str, ...], listings: Listings | None = None
+) -> tuple[list[tuple[str, tuple[str, ...], bool]], list[LoadError], bool]:
     """Files under one directory argument: (real path, path parts relative to it, reached via
-    symlink).
+    symlink), and whether any symlink was followed. Without symlinks they come in the order of
+    their relative paths (a directory's children in name order, each subdirectory's files where
+    its name falls).
 
     Real directories are walked first and symlinked ones afterwards, so a tree that is both
     present and linked to is reported under its real name; `visited` (resolved directories)
     makes symlink loops and repeated links terminate. Paths are plain strings here (joined with
     os.path.join, as pathlib would for these resolved, absolute directories): building three
-    Path objects per file was most of the time on a tree of 17,000 files.
+    Path objects per file was most of the time on a tree of 17,000 files. `listings`: see
+    Listings (only for the default suffixes).
     """
+    if listings is not None and listings.suffixes != suffixes:
+        listings = None
     found: list[tuple[str, tuple[str, ...], bool]] = []
     errors: list[LoadError] = []
     visited: set[str] = set()
-    pending: list[tuple[str, tuple[str, ...], bool]] = [(str(root), (), False)]
+    # Directories to list and files to yield, popped in order: a directory's children are
+    # pushed in reverse name order.
+    pending: list[tuple[str, tuple[str, ...], bool, bool]] = [(str(root), (), False, True)]
     linked: list[tuple[str, tuple[str, ...]]] = []
+    followed = False
 
     def error(rel: tuple[str, ...], message: str) -> None:
         errors.append(LoadError(str(given.joinpath(*rel)), 0, message))
 
     while pending or linked:
         if pending:
-            directory, rel, via_link = pending.pop()
+            path, rel, via_link, is_dir = pending.pop()
+            if not is_dir:
+                found.append((path, rel, via_link))
+                continue
         else:
-            directory, rel = linked.pop(0)
+            path, rel = linked.pop(0)
             via_link = True
+        directory = path
         if directory in visited:
             continue
         visited.add(directory)
+        # Resolved, absolute, without a trailing separator but for the root itself: joined by hand
+        # (os.path.join per entry was a third of listing a tree of 17,000 files).
+        prefix = directory if directory.endswith(os.sep) else directory + os.sep
+        stamp: tuple[int, int, int, int] | None = None
+        if listings is not None:
+            try:
+                st = os.stat(directory)  # noqa: PTH116 (before listing: a change after it shows)
+                stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+            except OSError:
+                stamp = None
+            known = listings.known.get(directory)
+            if (
+                stamp is not None
+                and known is not None
+                and known[0] == stamp
+                and stamp[0] < listings.trusted_ns
+            ):
+                listings.found[directory] = known
+                if known[1]:
+                    for name in reversed(known[1].split("\0")):
+                        if name.endswith("/"):
+                            name = name[:-1]
+                            pending.append((prefix + name, (*rel, name), via_link, True))
+                        else:
+                            pending.append((prefix + name, (*rel, name), via_link, False))
+                continue
         try:
             # scandir's entries carry the file type from the directory listing: no stat per entry
             # for the common case (plain files and directories).
@@ -1225,10 +1288,8 @@ def _walk(
         except OSError as exc:
             error(rel, f"cannot list directory: {exc.strerror or exc}")
             continue
-        subdirs: list[tuple[str, tuple[str, ...], bool]] = []
-        # Resolved, absolute, without a trailing separator but for the root itself: joined by hand
-        # (os.path.join per entry was a third of listing a tree of 17,000 files).
-        prefix = directory if directory.endswith(os.sep) else directory + os.sep
+        kept: list[tuple[str, tuple[str, ...], bool, bool]] = []
+        recordable = stamp is not None
         for entry in children:
             name = entry.name
             try:
@@ -1237,6 +1298,8 @@ def _walk(
                     continue  # most of a repository: nothing built for it
                 child_rel = (*rel, name)
                 if entry.is_symlink():
+                    recordable = False
+                    followed = True
                     child = Path(directory, name)
                     try:
                         target = child.resolve(strict=True)
@@ -1255,22 +1318,27 @@ def _walk(
                         if not inside:
                             error(child_rel, f"symlink points outside the scanned tree (-> {target})")
                         elif target.is_file():
-                            found.append((str(target), child_rel, True))
+                            kept.append((str(target), child_rel, True, False))
                         else:
                             error(child_rel, "not a regular file, skipped")
                 elif entry.is_dir(follow_symlinks=False):
                     if not name.startswith("."):
-                        subdirs.append((prefix + name, child_rel, via_link))
+                        kept.append((prefix + name, child_rel, via_link, True))
                 elif _has_suffix(name, suffixes):
                     if entry.is_file(follow_symlinks=False):
-                        found.append((prefix + name, child_rel, via_link))
+                        kept.append((prefix + name, child_rel, via_link, False))
                     else:
+                        recordable = False
                         error(child_rel, "not a regular file, skipped")
             except OSError as exc:
+                recordable = False
                 error((*rel, name), f"cannot inspect: {exc.strerror or exc}")
+        if listings is not None and recordable and stamp is not None:
+            names = "\0".join(c[1][-1] + "/" if c[3] else c[1][-1] for c in kept)
+            listings.found[directory] = (stamp, names)
         # Reversed so the stack pops them in name order.
-        pending.extend(reversed(subdirs))
-    return found, errors
+        pending.extend(reversed(kept))
+    return found, errors, followed
 
 
 def _display(given: str, rel: tuple[str, ...]) -> str:
@@ -1289,7 +1357,7 @@ def _readlink(path: Path) -> str:
 
 
 def discover_files(
-    paths: Sequence[Path], suffixes: tuple[str, ...] = (".yaml", ".yml", ".json")
+    paths: Sequence[Path], suffixes: tuple[str, ...] = SUFFIXES
 ) -> tuple[list[tuple[Path, str]], list[LoadError]]:
     """:func:`discover`, real paths as Path objects."""
     found, errors = discover(paths, suffixes)
@@ -1297,7 +1365,7 @@ def discover_files(
 
 
 def discover(
-    paths: Sequence[Path], suffixes: tuple[str, ...] = (".yaml", ".yml", ".json")
+    paths: Sequence[Path], suffixes: tuple[str, ...] = SUFFIXES, listings: Listings | None = None
 ) -> tuple[list[tuple[str, str]], list[LoadError]]:
     """The files to read for the given paths: (real path to read, display name) pairs, plus
     error entries for paths that are missing, broken, or lead outside the scanned tree.
@@ -1307,7 +1375,8 @@ def discover(
     of ``suffixes``; display names are the argument joined with the relative path. Symlinks
     inside a walked directory are followed only while they stay inside that directory's
     resolved root. Output is in argument order, then sorted by relative path; a file reached
-    twice is listed once (under its non-symlink name when it has one).
+    twice is listed once (under its non-symlink name when it has one). `listings`: directory
+    listings to reuse and record (see Listings).
     """
     results: list[tuple[str, str]] = []
     errors: list[LoadError] = []
@@ -1323,16 +1392,21 @@ def discover(
                 continue
             if given.is_dir():
                 root = given.resolve(strict=True)
-                walked, walk_errors = _walk(given, root, suffixes)
+                walked, walk_errors, followed = _walk(given, root, suffixes, listings)
                 errors.extend(sorted(walk_errors))
-                best: dict[str, tuple[bool, tuple[str, ...]]] = {}
-                for real, rel, via_link in walked:
-                    # _walk only yields resolved paths: its directories are resolved and a
-                    # child that is not a symlink is itself real.
-                    candidate = (via_link, rel)
-                    if real not in best or candidate < best[real]:
-                        best[real] = candidate
-                for real, (_, rel) in sorted(best.items(), key=lambda item: item[1][1]):
+                if followed:
+                    # A file may be reached twice: kept once, under its real name when it has one.
+                    best: dict[str, tuple[bool, tuple[str, ...]]] = {}
+                    for real, rel, via_link in walked:
+                        # _walk only yields resolved paths: its directories are resolved and a
+                        # child that is not a symlink is itself real.
+                        candidate = (via_link, rel)
+                        if real not in best or candidate < best[real]:
+                            best[real] = candidate
+                    ordered = [(real, rel) for real, (_, rel) in sorted(best.items(), key=lambda i: i[1][1])]
+                else:  # each file once, in the order of the relative paths
+                    ordered = [(real, rel) for real, rel, _ in walked]
+                for real, rel in ordered:
                     if real not in seen:
                         seen.add(real)
                         results.append((real, _display(name, rel)))

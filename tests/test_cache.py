@@ -210,8 +210,8 @@ def test_concurrent_scans_share_one_cache(repo: Path, tmp_path: Path) -> None:
     # What they left is whole: the next scan finds the snapshot and every fragment.
     store = DocumentCache(cache)
     tree = TreeAuditor(store, Settings(), load_packs([]))
-    files, _ = yamlio.discover([repo])
-    assert report_of(tree.scan([repo], files, None)) == cold
+    result = tree.scan([repo], None)
+    assert result is not None and report_of(result) == cold
     assert tree.stats.mode == "unchanged" and store.stats.rejected == 0, (tree.stats, store.stats)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from auditor.audit.scan import Audited
-from auditor.model.findings import Finding
+from auditor.model.findings import Finding, ObjectRef
 from auditor.model.source import LoadError
 from auditor.rules.groups import GroupEntry
 from auditor.rules.packs import PackSubjects, Waiver
@@ -35,6 +35,8 @@ class Fragment:
     audited: dict[str, int] = field(default_factory=dict)
     skipped: dict[tuple[str, str], int] = field(default_factory=dict)
     group_entries: list[GroupEntry] = field(default_factory=list)
+    # The JSON report's text of its groups' own members (Audited.group_json), when recorded.
+    group_json: dict[ObjectRef, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -123,5 +125,6 @@ def assemble(fragments: Iterable[Fragment], whole: Whole, file_order: Mapping[st
         out.audited.update(f.audited)
         out.skipped.update(f.skipped)
         out.group_entries.extend(f.group_entries)
+        out.group_json.update(f.group_json)
     out.subjects = PackSubjects(labels, tuple(waivers), tuple(waiver_errors))
     return out

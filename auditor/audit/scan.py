@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
 
 from auditor.inventory import Inventory, kinds_skipped
-from auditor.model.findings import SEVERITY_RANK, Finding
+from auditor.model.findings import SEVERITY_RANK, Finding, ObjectRef
 from auditor.model.source import LoadError, NotAudited
 from auditor.placement.observed import Observation, observe
 from auditor.progress import Progress, silent
@@ -49,6 +50,9 @@ class ScanResult:
     model: AuditModel | None = field(default=None, repr=False, compare=False)
     # The policy packs the scan ran under (SARIF lists their custom rules and severity overrides).
     pack: PolicyPack | None = field(default=None, repr=False, compare=False)
+    # The JSON report's text of groups' own members (json_report.group_head), by workload, where
+    # an incremental scan's cache kept it: the report uses it instead of writing those again.
+    group_json: Mapping[ObjectRef, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def complete(self) -> bool:
@@ -113,6 +117,8 @@ class Audited:
     file_order: dict[str, int]
     observation: Observation | None = None
     model: AuditModel | None = field(default=None, repr=False, compare=False)
+    # See ScanResult.group_json (only an audit put together from fragments has any).
+    group_json: dict[ObjectRef, str] = field(default_factory=dict, repr=False, compare=False)
 
 
 def audit(inv: Inventory, pack: PolicyPack | None = None, progress: Progress = silent) -> Audited:
@@ -192,6 +198,7 @@ def finish(audited: Audited, pack: PolicyPack | None = None, today: date | None 
         sorted(set(audited.not_audited)),
         audited.model,
         pack,
+        audited.group_json,
     )
 
 

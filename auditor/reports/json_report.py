@@ -6,7 +6,7 @@ import codecs
 import json
 import re
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -14,12 +14,14 @@ import orjson
 from auditor import TOOL_NAME, __version__
 from auditor.audit.scan import ScanResult
 from auditor.model.findings import ObjectRef
-from auditor.rules.groups import Group, GroupEdge
+from auditor.rules.groups import GENERIC, Group, GroupEdge, GroupEntry, GroupRole
+from auditor.rules.model import workload_object
 
 SCHEMA = "placement-auditor/findings/v1"
 
 
-def to_document(result: ScanResult) -> dict[str, Any]:
+def to_document(result: ScanResult, groups: bool = True) -> dict[str, Any]:
+    """The report as JSON values (`groups`: with its group listing, when the result has one)."""
     return {
         "schema": SCHEMA,
         "tool": {"name": TOOL_NAME, "version": __version__},
@@ -33,7 +35,7 @@ def to_document(result: ScanResult) -> dict[str, Any]:
         ],
         "notes": list(result.notes),
         "network": result.network,
-        **({"groups": _groups(result)} if result.groups is not None else {}),
+        **({"groups": _groups(result)} if groups and result.groups is not None else {}),
     }
 
 
@@ -45,8 +47,20 @@ def _groups(result: ScanResult) -> list[dict[str, Any]]:
 
 def _group(g: Group, findings: int) -> dict[str, Any]:
     return {
-        **g.workload.to_json(),
-        "recognised_as": g.recognised_as,
+        **_group_own(g.workload, g.recognised_as, g.roles, g.edges),
+        "reached_from": [_workload(r) for r in g.reached_from],
+        "findings": findings,
+    }
+
+
+def _group_own(
+    workload: ObjectRef, recognised_as: str, roles: Sequence[GroupRole], edges: Sequence[GroupEdge]
+) -> dict[str, Any]:
+    """A group's members that come from its own workload's entry alone (the rest, who reaches it
+    and how many findings it has, takes the whole audit)."""
+    return {
+        **workload.to_json(),
+        "recognised_as": recognised_as,
         "roles": [
             {
                 "name": r.name,
@@ -54,12 +68,56 @@ def _group(g: Group, findings: int) -> dict[str, Any]:
                 "feasible_zones": list(r.feasible_zones),
                 "unschedulable": r.unschedulable,
             }
-            for r in g.roles
+            for r in roles
         ],
-        "edges": [_edge(e) for e in g.edges],
-        "reached_from": [_workload(r) for r in g.reached_from],
-        "findings": findings,
+        "edges": [_edge(e) for e in edges],
     }
+
+
+# Where a group stands in the report: an item of the top-level "groups" list.
+_ITEM = "\n    "
+_MEMBER = "\n      "
+
+
+def group_head(
+    workload: ObjectRef, recognised_as: str, roles: Sequence[GroupRole], edges: Sequence[GroupEdge]
+) -> str:
+    """The report's text of a group from its opening brace through its "edges" member, indented
+    for its place in the listing: what json.dumps(to_document(...), indent=2) writes there."""
+    text = _plain(_group_own(workload, recognised_as, roles, edges))
+    return "    " + text[:-2].replace("\n", _ITEM)  # without the closing "\n}"
+
+
+def group_heads(entries: Iterable[GroupEntry]) -> dict[ObjectRef, str]:
+    """`group_head` of the group each entry would be listed as, by its workload (an incremental
+    scan keeps them with the unit's fragment: ScanResult.group_json)."""
+    out: dict[ObjectRef, str] = {}
+    for e in entries:
+        workload = workload_object(e.workload)
+        out[workload] = group_head(workload, e.kind or GENERIC, e.roles, e.edges)
+    return out
+
+
+def _group_text(g: Group, findings: int, heads: Mapping[ObjectRef, str]) -> str:
+    head = heads.get(g.workload)
+    if head is None:
+        head = group_head(g.workload, g.recognised_as, g.roles, g.edges)
+    reached = (
+        _plain([_workload(r) for r in g.reached_from]).replace("\n", _MEMBER) if g.reached_from else "[]"
+    )
+    return f'{head},{_MEMBER}"reached_from": {reached},{_MEMBER}"findings": {findings}{_ITEM}}}'
+
+
+def _listing(result: ScanResult) -> str:
+    """The "groups" member's value as json.dumps(..., indent=2) writes it in the report, put
+    together from each group's text (`ScanResult.group_json` where a cache kept it)."""
+    assert result.groups is not None
+    if not result.groups.groups:
+        return "[]"
+    by_workload = Counter(f.workload.identity for f in result.findings)
+    heads = result.group_json
+    texts = [_group_text(g, by_workload[g.workload.identity], heads) for g in result.groups.groups]
+    return "[\n" + ",\n".join(texts) + "\n  ]"
 
 
 def _by_source_zone(pairs: tuple[tuple[str, str], ...]) -> dict[str, list[str]]:
@@ -103,9 +161,12 @@ def render(result: ScanResult) -> str:
     findings = (*result.findings, *(w.finding for w in result.waived))
     estimates = (e for f in findings for e in (f.estimated_monthly_cost_usd, f.estimated_slowdown_pct))
     plain = all(e is None or plain_float(e) for e in estimates)
-    return (
-        dumps(to_document(result), checked=("groups", "findings", "waived") if plain else ("groups",)) + "\n"
-    )
+    text = dumps(to_document(result, groups=False), checked=("findings", "waived") if plain else ())
+    if result.groups is None:
+        return text + "\n"
+    # The group listing is the document's last member; each group's text is put together apart
+    # (an incremental scan's cache keeps the bulk of it).
+    return f'{text[:-2]},\n  "groups": {_listing(result)}\n}}\n'
 
 
 def plain_float(value: float) -> bool:
@@ -196,6 +257,21 @@ def dumps(doc: Any, *, checked: Collection[str] = ()) -> str:
         return json.dumps(doc, indent=2)
     if _small_float(orjson.dumps(searched, option=orjson.OPT_INDENT_2) if checked else raw):
         return json.dumps(doc, indent=2)
+    return _text(raw)
+
+
+def _plain(value: Any) -> str:
+    """Exactly `json.dumps(value, indent=2)` for a value without floats (nothing to check but
+    what orjson refuses)."""
+    try:
+        raw = orjson.dumps(value, option=orjson.OPT_INDENT_2)
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(value, indent=2)
+    return _text(raw)
+
+
+def _text(raw: bytes) -> str:
+    """orjson's output as json.dumps writes it: everything past ASCII, and DEL, escaped."""
     if b"\x7f" in raw:
         return _NOT_ASCII.sub(_escape, raw.decode("utf-8"))
     return raw.decode("ascii") if raw.isascii() else _ascii_text(raw)
