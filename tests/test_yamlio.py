@@ -17,6 +17,7 @@ from auditor.yamlio import (
     YamlLimits,
     YamlMap,
     YamlSeq,
+    discover,
     discover_files,
     key_line,
     line_of,
@@ -644,3 +645,94 @@ def test_read_capped_reads_past_a_stale_stat_up_to_one_byte_over_the_limit(tmp_p
     assert capped == body[: 2**20 + 1]
     docs, errors = yamlio.load_file(f, "grown.yaml", yamlio.YamlLimits(max_file_bytes=2**20))
     assert not docs and "over the limit" in errors[0].message
+
+
+def _age(root: Path, seconds_ago: int = 86_400) -> None:
+    """Every directory and file under root (and root) modified `seconds_ago`."""
+    then = time.time() - seconds_ago
+    for path in [root, *root.rglob("*")]:
+        os.utime(path, (then, then), follow_symlinks=False)
+
+
+def _listed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The directories os.scandir lists from now on."""
+    listed: list[str] = []
+    real = os.scandir
+
+    def counting(path: Any = ".") -> Any:
+        listed.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(yamlio.os, "scandir", counting)
+    return listed
+
+
+def test_listings_are_reused_only_while_a_directory_is_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory listed before, unchanged since (its stat) and older than the trusted time, is
+    not listed again, and the walk finds what a fresh one finds; adding, removing or renaming a
+    child lists it again, even when its mtime is put back (its ctime still moves)."""
+    root = tmp_path / "repo"
+    for rel in ["a/x.yaml", "a/b/y.yml", "a/b/c/z.json", "d/w.yaml", "d/notes.txt", "e/.hidden/h.yaml"]:
+        _touch(root / rel)
+    (root / "e" / "empty").mkdir()
+    _age(root)
+    now = time.time_ns()
+    first = yamlio.Listings({}, now)
+    fresh = discover([root])
+    assert discover([root], listings=first) == fresh
+    real = str(root.resolve())
+    walked = {str(p.resolve()) for p in root.rglob("*") if p.is_dir() and ".hidden" not in str(p)}
+    assert set(first.found) == {real, *walked}
+    again = yamlio.Listings(first.found, now)
+    listed = _listed(monkeypatch)
+    assert discover([root], listings=again) == fresh
+    assert listed == [] and again.found == first.found
+
+    # Not trusted: modified within the racy window of the recording (here: after it).
+    listed.clear()
+    assert discover([root], listings=yamlio.Listings(first.found, now - 2 * 86_400 * 10**9)) == fresh
+    assert len(listed) == len(first.found)
+
+    # A child added: only that directory is listed again.
+    monkeypatch.undo()
+    _touch(root / "a" / "b" / "new.yaml")
+    changed = discover([root])
+    assert f"{root}/a/b/new.yaml" in [d for _, d in changed[0]]
+    third = yamlio.Listings(first.found, time.time_ns())
+    listed = _listed(monkeypatch)
+    assert discover([root], listings=third) == changed
+    assert listed == [str((root / "a" / "b").resolve())]
+
+    # A child removed and the directory's times put back: its ctime still gives it away.
+    before = (root / "d").stat()
+    (root / "d" / "w.yaml").unlink()
+    os.utime(root / "d", ns=(before.st_atime_ns, before.st_mtime_ns))
+    listed.clear()
+    fourth = yamlio.Listings(third.found, time.time_ns() + 10**10)  # trusts the fresh listing of a/b
+    files, _ = discover([root], listings=fourth)
+    assert listed == [str((root / "d").resolve())]
+    assert f"{root}/d/w.yaml" not in [d for _, d in files]
+
+
+def test_a_directory_holding_a_symlink_or_a_special_file_is_never_recorded(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    _touch(root / "real" / "a.yaml")
+    _touch(root / "plain" / "b.yaml")
+    (root / "links").mkdir()
+    (root / "links" / "to-real").symlink_to("../real", target_is_directory=True)
+    (root / "links" / "c.yaml").symlink_to("../real/a.yaml")
+    (root / "special").mkdir()
+    os.mkfifo(root / "special" / "pipe.yaml")
+    _age(root)
+    listings = yamlio.Listings({}, time.time_ns())
+    files, errors = discover([root], listings=listings)
+    assert (files, errors) == discover([root])
+    recorded = set(listings.found)
+    assert str((root / "links").resolve()) not in recorded
+    assert str((root / "special").resolve()) not in recorded
+    assert {str((root / d).resolve()) for d in ("real", "plain")} <= recorded
+    # Reused listings give the same walk, symlinks resolved afresh.
+    again = yamlio.Listings(listings.found, time.time_ns())
+    assert discover([root], listings=again) == (files, errors)
