@@ -176,8 +176,10 @@ class DocumentCache:
             self._usable = False  # a read-only or missing home: scan without a cache
         return self._secret
 
-    def _mac(self, secret: bytes, key: str, payload: bytes) -> bytes:
-        return hmac.new(secret, key.encode() + b"\0" + payload, hashlib.sha256).digest()
+    def _mac(self, secret: bytes, key: str, payload: bytes | memoryview) -> bytes:
+        mac = hmac.new(secret, key.encode() + b"\0", hashlib.sha256)
+        mac.update(payload)  # a view of an entry's bytes: never copied
+        return mac.digest()
 
     def has(self, key: str) -> bool:
         """Whether an entry for `key` exists (it may still fail verification when read)."""
@@ -229,11 +231,13 @@ class DocumentCache:
         head = len(MAGIC) + _MAC_BYTES
         if len(blob) < head or not blob.startswith(MAGIC):
             return None
-        mac, payload = blob[len(MAGIC) : head], blob[head:]
-        if not hmac.compare_digest(mac, self._mac(secret, key, payload)):
-            return None
+        with memoryview(blob) as view:
+            if not hmac.compare_digest(view[len(MAGIC) : head], self._mac(secret, key, view[head:])):
+                return None
+        data = io.BytesIO(blob)  # shares the entry's bytes (a slice would copy megabytes)
+        data.seek(head)
         try:
-            value: object = _Unpickler(io.BytesIO(payload), allowed).load()
+            value: object = _Unpickler(data, allowed).load()
         except Exception:
             return None
         return value

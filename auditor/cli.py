@@ -302,14 +302,18 @@ def _diff_document(diff: Any) -> dict[str, Any]:
     return doc
 
 
-def _write(args: argparse.Namespace, text: str) -> None:
+def _write(args: argparse.Namespace, text: str | list[str]) -> None:
+    """Write the output (text, or its pieces one after the other) to --output or stdout."""
+    pieces = [text] if isinstance(text, str) else text
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        with Path(args.output).open("w", encoding="utf-8") as out:
+            out.writelines(pieces)
     else:
-        sys.stdout.write(text)
+        sys.stdout.writelines(pieces)
 
 
 def _emit(args: argparse.Namespace, result: ScanResult, root: Path | None = None) -> None:
+    text: str | list[str]
     # The other formats' renderers are imported when asked for (a scan's start-up is its cost).
     if args.format in ("sarif", "junit"):
         from auditor.reports import junit, sarif
@@ -325,7 +329,7 @@ def _emit(args: argparse.Namespace, result: ScanResult, root: Path | None = None
 
         text = csv_report.render(result)
     elif args.format == "json":
-        text = json_report.render(result)
+        text = json_report.render_pieces(result)
     else:
         out_tty = args.output is None and sys.stdout.isatty()
         text = table.render(result, colour=out_tty and "NO_COLOR" not in os.environ)

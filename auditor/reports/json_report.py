@@ -6,7 +6,7 @@ import codecs
 import json
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -98,26 +98,29 @@ def group_heads(entries: Iterable[GroupEntry]) -> dict[ObjectRef, str]:
     return out
 
 
-def _group_text(g: Group, findings: int, heads: Mapping[ObjectRef, str]) -> str:
-    head = heads.get(g.workload)
-    if head is None:
-        head = group_head(g.workload, g.recognised_as, g.roles, g.edges)
+def _group_tail(g: Group, findings: int) -> str:
+    """The rest of a group's text after its head (and the separator before the next group)."""
     reached = (
         _plain([_workload(r) for r in g.reached_from]).replace("\n", _MEMBER) if g.reached_from else "[]"
     )
-    return f'{head},{_MEMBER}"reached_from": {reached},{_MEMBER}"findings": {findings}{_ITEM}}}'
+    return f',{_MEMBER}"reached_from": {reached},{_MEMBER}"findings": {findings}{_ITEM}}},\n'
 
 
-def _listing(result: ScanResult) -> str:
-    """The "groups" member's value as json.dumps(..., indent=2) writes it in the report, put
-    together from each group's text (`ScanResult.group_json` where a cache kept it)."""
+def _listing(result: ScanResult) -> list[str]:
+    """The "groups" member's value as json.dumps(..., indent=2) writes it in the report, in
+    pieces: each group's head (`ScanResult.group_json` where a cache kept it) and the rest."""
     assert result.groups is not None
     if not result.groups.groups:
-        return "[]"
+        return ["[]"]
     by_workload = Counter(f.workload.identity for f in result.findings)
     heads = result.group_json
-    texts = [_group_text(g, by_workload[g.workload.identity], heads) for g in result.groups.groups]
-    return "[\n" + ",\n".join(texts) + "\n  ]"
+    pieces = ["[\n"]
+    for g in result.groups.groups:
+        head = heads.get(g.workload)
+        pieces.append(head if head is not None else group_head(g.workload, g.recognised_as, g.roles, g.edges))
+        pieces.append(_group_tail(g, by_workload[g.workload.identity]))
+    pieces[-1] = pieces[-1][:-2] + "\n  ]"  # no separator after the last group
+    return pieces
 
 
 def _by_source_zone(pairs: tuple[tuple[str, str], ...]) -> dict[str, list[str]]:
@@ -156,6 +159,12 @@ def _edge(e: GroupEdge) -> dict[str, Any]:
 
 
 def render(result: ScanResult) -> str:
+    return "".join(render_pieces(result))
+
+
+def render_pieces(result: ScanResult) -> list[str]:
+    """The report's text in pieces, to be written one after the other (joined, they are
+    `render`'s text): a large report is never copied whole."""
     # The group listing (most of a large report) is built above from ints, strings and booleans;
     # the findings' only floats are their estimates, checked here instead of in their JSON.
     findings = (*result.findings, *(w.finding for w in result.waived))
@@ -163,10 +172,10 @@ def render(result: ScanResult) -> str:
     plain = all(e is None or plain_float(e) for e in estimates)
     text = dumps(to_document(result, groups=False), checked=("findings", "waived") if plain else ())
     if result.groups is None:
-        return text + "\n"
+        return [text, "\n"]
     # The group listing is the document's last member; each group's text is put together apart
     # (an incremental scan's cache keeps the bulk of it).
-    return f'{text[:-2]},\n  "groups": {_listing(result)}\n}}\n'
+    return [text[:-2], ',\n  "groups": ', *_listing(result), "\n}\n"]
 
 
 def plain_float(value: float) -> bool:
