@@ -2,5 +2,11 @@
 
 from __future__ import annotations
 
+from auditor import codecache
+
 __version__ = "0.1.0"
 TOOL_NAME = "placement-auditor"
+
+# Before any of the auditor's classes is defined: their dataclass methods' code from the cache
+# beside the bytecode (auditor/codecache.py).
+codecache.install()
