@@ -1214,9 +1214,9 @@ class Listings:
 
 def _walk(
     given: Path, root: Path, suffixes: tuple[str, ...], listings: Listings | None = None
-) -> tuple[list[tuple[str, tuple[str, ...], bool]], list[LoadError], bool]:
-    """Files under one directory argument: (real path, path parts relative to it, reached via
-    symlink), and whether any symlink was followed. Without symlinks they come in the order of
+) -> tuple[list[tuple[str, str, bool]], list[LoadError], bool]:
+    """Files under one directory argument: (real path, path relative to it joined by "/", reached
+    via symlink), and whether any symlink was followed. Without symlinks they come in the order of
     their relative paths (a directory's children in name order, each subdirectory's files where
     its name falls).
 
@@ -1229,17 +1229,17 @@ def _walk(
     """
     if listings is not None and listings.suffixes != suffixes:
         listings = None
-    found: list[tuple[str, tuple[str, ...], bool]] = []
+    found: list[tuple[str, str, bool]] = []
     errors: list[LoadError] = []
     visited: set[str] = set()
     # Directories to list and files to yield, popped in order: a directory's children are
     # pushed in reverse name order.
-    pending: list[tuple[str, tuple[str, ...], bool, bool]] = [(str(root), (), False, True)]
-    linked: list[tuple[str, tuple[str, ...]]] = []
+    pending: list[tuple[str, str, bool, bool]] = [(str(root), "", False, True)]
+    linked: list[tuple[str, str]] = []
     followed = False
 
-    def error(rel: tuple[str, ...], message: str) -> None:
-        errors.append(LoadError(str(given.joinpath(*rel)), 0, message))
+    def error(rel: str, message: str) -> None:
+        errors.append(LoadError(str(given.joinpath(rel)), 0, message))
 
     while pending or linked:
         if pending:
@@ -1257,6 +1257,7 @@ def _walk(
         # Resolved, absolute, without a trailing separator but for the root itself: joined by hand
         # (os.path.join per entry was a third of listing a tree of 17,000 files).
         prefix = directory if directory.endswith(os.sep) else directory + os.sep
+        under = f"{rel}/" if rel else ""
         stamp: tuple[int, int, int, int] | None = None
         if listings is not None:
             try:
@@ -1276,9 +1277,9 @@ def _walk(
                     for name in reversed(known[1].split("\0")):
                         if name.endswith("/"):
                             name = name[:-1]
-                            pending.append((prefix + name, (*rel, name), via_link, True))
+                            pending.append((prefix + name, under + name, via_link, True))
                         else:
-                            pending.append((prefix + name, (*rel, name), via_link, False))
+                            pending.append((prefix + name, under + name, via_link, False))
                 continue
         try:
             # scandir's entries carry the file type from the directory listing: no stat per entry
@@ -1288,7 +1289,7 @@ def _walk(
         except OSError as exc:
             error(rel, f"cannot list directory: {exc.strerror or exc}")
             continue
-        kept: list[tuple[str, tuple[str, ...], bool, bool]] = []
+        kept: list[tuple[str, str, bool, bool]] = []
         recordable = stamp is not None
         for entry in children:
             name = entry.name
@@ -1296,7 +1297,7 @@ def _walk(
                 plain_file = not entry.is_symlink() and not entry.is_dir(follow_symlinks=False)
                 if plain_file and not _has_suffix(name, suffixes):
                     continue  # most of a repository: nothing built for it
-                child_rel = (*rel, name)
+                child_rel = under + name
                 if entry.is_symlink():
                     recordable = False
                     followed = True
@@ -1332,18 +1333,19 @@ def _walk(
                         error(child_rel, "not a regular file, skipped")
             except OSError as exc:
                 recordable = False
-                error((*rel, name), f"cannot inspect: {exc.strerror or exc}")
+                error(under + name, f"cannot inspect: {exc.strerror or exc}")
         if listings is not None and recordable and stamp is not None:
-            names = "\0".join(c[1][-1] + "/" if c[3] else c[1][-1] for c in kept)
+            # Nothing was reached through a symlink here: each child's path is prefix + name.
+            names = "\0".join(c[0][len(prefix) :] + "/" if c[3] else c[0][len(prefix) :] for c in kept)
             listings.found[directory] = (stamp, names)
         # Reversed so the stack pops them in name order.
         pending.extend(reversed(kept))
     return found, errors, followed
 
 
-def _display(given: str, rel: tuple[str, ...]) -> str:
-    """str(Path(given) / rel) for a normalised `given` and plain names, without building paths."""
-    tail = "/".join(rel)
+def _display(given: str, tail: str) -> str:
+    """str(Path(given) / tail) for a normalised `given` and a relative path of plain names, without
+    building paths."""
     if given == ".":
         return tail
     return given + tail if given.endswith("/") else f"{given}/{tail}"
@@ -1400,10 +1402,13 @@ def discover(
                     for real, rel, via_link in walked:
                         # _walk only yields resolved paths: its directories are resolved and a
                         # child that is not a symlink is itself real.
-                        candidate = (via_link, rel)
+                        candidate = (via_link, tuple(rel.split("/")))
                         if real not in best or candidate < best[real]:
                             best[real] = candidate
-                    ordered = [(real, rel) for real, (_, rel) in sorted(best.items(), key=lambda i: i[1][1])]
+                    ordered = [
+                        (real, "/".join(parts))
+                        for real, (_, parts) in sorted(best.items(), key=lambda i: i[1][1])
+                    ]
                 else:  # each file once, in the order of the relative paths
                     ordered = [(real, rel) for real, rel, _ in walked]
                 for real, rel in ordered:

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from auditor.model.pickling import by_fields
+from auditor.model.values import value
 
 SEVERITIES = ("critical", "high", "medium", "low")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 
 @by_fields
-@dataclass(frozen=True, slots=True, order=True)
+@value(order=True)
 class ObjectRef:
     api_version: str
     kind: str
@@ -51,7 +52,7 @@ class ObjectRef:
 
 
 @by_fields
-@dataclass(frozen=True, slots=True, order=True)
+@value(order=True)
 class EdgeRef:
     from_role: str
     from_zones: tuple[str, ...]
@@ -81,7 +82,7 @@ class EdgeRef:
 
 
 @by_fields
-@dataclass(frozen=True, slots=True, order=True)
+@value(order=True)
 class PolicyMention:
     kind: str
     namespace: str
@@ -106,7 +107,7 @@ class PolicyMention:
 
 
 @by_fields
-@dataclass(frozen=True, slots=True, order=True)
+@value(order=True)
 class Finding:
     sort_key: tuple[int, str, str] = field(init=False, repr=False)
     rule: str

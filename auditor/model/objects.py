@@ -136,7 +136,7 @@ class PodTemplate:
 
 
 @by_fields
-@dataclass(frozen=True, slots=True)
+@value
 class WorkloadRef:
     api_version: str
     kind: str

@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from auditor.model.pickling import by_fields
+from auditor.model.values import value
 
 
 @by_fields
-@dataclass(frozen=True, slots=True, order=True)
+@value(order=True)
 class SourceRef:
     """A location in a scanned file (1-based line, 0-based document index) or a cluster object.
 
@@ -28,7 +29,7 @@ class SourceRef:
 
 
 @by_fields
-@dataclass(frozen=True, slots=True, order=True)
+@value(order=True)
 class LoadError:
     """One thing we could not read or understand. The rest of the scan goes on without it.
 

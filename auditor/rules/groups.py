@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from auditor.model.findings import ObjectRef
 from auditor.model.objects import Role, Workload, WorkloadRef
 from auditor.model.pickling import by_fields
+from auditor.model.values import value
 from auditor.rules.model import AuditModel, EdgeAnalysis, workload_object
 from auditor.workloads.edges import CommEdge, training_kind
 
@@ -21,7 +21,7 @@ GENERIC = "generic"
 
 
 @by_fields
-@dataclass(frozen=True, slots=True)
+@value
 class GroupRole:
     name: str
     replicas: int
@@ -30,7 +30,7 @@ class GroupRole:
 
 
 @by_fields
-@dataclass(frozen=True, slots=True)
+@value
 class GroupEdge:
     """One communication edge from a role of the group, with what the audit concluded about it."""
 
@@ -50,7 +50,7 @@ class GroupEdge:
     coupling: str  # the constraint that decided the zone pairs, in words
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Group:
     workload: ObjectRef
     recognised_as: str  # the training kind, or GENERIC
@@ -61,7 +61,7 @@ class Group:
     reached_from: tuple[ObjectRef, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Groups:
     groups: tuple[Group, ...]
     # Every workload with roles but no edge in or out, listed or not.
@@ -109,7 +109,7 @@ def _role(role: Role, model: AuditModel) -> GroupRole:
 
 
 @by_fields
-@dataclass(frozen=True, slots=True)
+@value
 class GroupEntry:
     """What the scan understood of one workload with roles, from its own side: its roles, its
     edges, and the other workloads they lead to (`reaches`). Whether it is listed, and who
