@@ -7,8 +7,10 @@ decorated `@value` is a slotted, hashable dataclass whose fields mypy (run --str
 package, in CI) treats as read-only through PEP 681's `frozen_default`, so an assignment to a
 field is a type error as it is for a frozen dataclass; at run time it is a plain slotted class.
 
-Only for classes internal to the audit: public model objects (findings, sources, what the cache
-and the store keep) stay `frozen=True`.
+Also for the values an incremental scan reads back by the thousand from its cache (findings and
+their references, sources, load errors, workload references, group entries, roles and edges):
+unpickling a fragment is a constructor call per object. What is built once or handed to other
+code as configuration (policy packs, settings, stored runs) stays `frozen=True`.
 """
 
 from __future__ import annotations
