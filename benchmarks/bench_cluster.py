@@ -198,6 +198,9 @@ def child(config: str, report: str, result: str, profile_out: str | None, steps:
     if getattr(cli, "_KEPT", None):
         # Leave as the `auditor` program does after a one-shot audit (cli.entry: os._exit, without
         # freeing what the audit built), so the wall and CPU measured are the program's.
+        leave = getattr(cli, "leave", None)  # (a --before tree may predate it)
+        if leave is not None:
+            leave(0)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -392,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(cli, "_KEPT", None):
             # Leave as the tree's own `auditor` program does after a one-shot audit (cli.entry:
             # os._exit, without freeing what the audit built), so process CPU is the program's.
+            leave = getattr(cli, "leave", None)  # (a --base tree may predate it)
+            if leave is not None:
+                leave(0)
             sys.stderr.flush()
             os._exit(0)
         return 0

@@ -87,3 +87,22 @@ def test_other_packages_dataclasses_are_compiled_as_usual() -> None:
         == "test_other_packages_dataclasses_are_compiled_as_usual.<locals>.Local(x=2, y='y')"
     )
     assert len(codecache._code) == before
+
+
+def test_the_program_saves_it_though_it_leaves_without_teardown(tmp_path: Path) -> None:
+    """`auditor scan` ends with os._exit after a one-shot audit (cli.leave): no atexit runs, so
+    it saves the cache itself."""
+    prefix = tmp_path / "pycache"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(prefix)
+    done = subprocess.run(
+        [sys.executable, "-m", "auditor", "scan", "--example", "seed-lab/before", "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert json.loads(done.stdout)["findings"], "the report was flushed before leaving"
+    assert list(prefix.rglob("_dataclass_code.*.marshal")), "saved by cli.leave"
