@@ -69,10 +69,6 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
 
-# cel-expr-python ships a .pyi but no py.typed marker; its untyped surface stays inside this module.
-from cel_expr_python import cel  # type: ignore[import-untyped]
-from cel_expr_python.ext.ext_strings import ExtStrings  # type: ignore[import-untyped]
-
 from auditor.model.objects import Role, Workload
 from auditor.placement.coupling import RolePlacement
 from auditor.rules.model import AuditModel, EdgeAnalysis
@@ -127,8 +123,20 @@ def plain(value: Any) -> Any:
 
 
 @cache
+def _cel() -> Any:
+    """The CEL binding, imported when a pack first has an expression (not at every start).
+    cel-expr-python ships a .pyi but no py.typed marker; its untyped surface stays in here."""
+    from cel_expr_python import cel  # type: ignore[import-untyped]
+
+    return cel
+
+
+@cache
 def _environment(variables: tuple[str, ...]) -> Any:
     """One CEL environment per variable set; built on first use, never at import."""
+    from cel_expr_python.ext.ext_strings import ExtStrings  # type: ignore[import-untyped]
+
+    cel = _cel()
     any_map = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
     return cel.NewEnv(variables=dict.fromkeys(variables, any_map), extensions=[ExtStrings()])
 
@@ -153,6 +161,7 @@ class CelExpression:
             # cannot convert may raise anything. Either costs this evaluation, not the scan.
             raise CelError(_clean(str(exc))) from None
         kind = value.type()
+        cel = _cel()
         if kind == cel.Type.ERROR:
             raise CelError(_clean(str(value.value())))
         if self.returns == "bool" and kind == cel.Type.BOOL:
@@ -189,6 +198,7 @@ def compile_expression(
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise CelError(_clean(message) + more, int(line), int(column)) from None
     result = program.return_type()
+    cel = _cel()
     wanted = cel.Type.BOOL if returns == "bool" else cel.Type.STRING
     if result not in (wanted, cel.Type.DYN):
         raise CelError(f"the expression yields {result.name().lower()}, but a {returns} is needed", 1, 1)

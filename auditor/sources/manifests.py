@@ -25,7 +25,7 @@ from auditor.inventory import Inventory
 from auditor.model.source import LoadError, NotAudited, SourceRef
 from auditor.progress import Progress, silent
 from auditor.settings.config import Settings, SourcesSettings
-from auditor.sources import kustomize, sandbox
+from auditor.sources import kustomize
 from auditor.sources.kustomize import KUSTOMIZATION_FILES
 from auditor.sources.objects import build_inventory
 
@@ -111,6 +111,9 @@ def _render(
     out: Collected,
     limits: SourcesSettings,
 ) -> None:
+    # Imported for a render only (its subprocess machinery is not needed by most scans).
+    from auditor.sources import sandbox
+
     ran = sandbox.run(
         cmd,
         root,
