@@ -42,7 +42,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,50 +51,13 @@ sys.path.insert(0, str(HERE))
 
 import checkov_baseline  # noqa: E402
 import gen_repo  # noqa: E402
+from scan_child import yaml_files  # noqa: E402
 from world import growth  # noqa: E402
 
-SUFFIXES = (".yaml", ".yml", ".json")
+CHILD = HERE / "scan_child.py"
+
 GIB = 2**30
 MIB = 2**20
-
-
-# --- child side ----------------------------------------------------------------------------------
-
-
-def yaml_files(directory: Path) -> Iterator[Path]:
-    """Files a scan of `directory` reads: by suffix, hidden directories skipped, sorted."""
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if name.endswith(SUFFIXES):
-                yield Path(root) / name
-
-
-def child_parse(directory: Path) -> dict[str, Any]:
-    import yaml
-
-    t0 = time.perf_counter()
-    files = docs = 0
-    for path in yaml_files(directory):
-        text = path.read_text(encoding="utf-8")
-        docs += len(list(yaml.load_all(text, Loader=yaml.CSafeLoader)))
-        files += 1
-    return {"seconds": time.perf_counter() - t0, "files": files, "documents": docs}
-
-
-def child_scan(directory: Path, output: str, jobs: str = "0", *flags: str) -> dict[str, Any]:
-    """`flags`: `--no-cache`, `--cache-dir DIR`, or `--base TREE` (import auditor from TREE, whose
-    scan may know neither cache flag)."""
-    rest = list(flags)
-    if rest[:1] == ["--base"]:
-        sys.path.insert(0, rest[1])
-        rest = rest[2:]
-    from auditor import cli
-
-    argv = ["scan", str(directory), "--format", "json", "--output", output, "--fail-on", "none"]
-    t0 = time.perf_counter()
-    code = cli.main([*argv, "--jobs", jobs, *rest], one_shot=True)
-    return {"seconds": time.perf_counter() - t0, "exit": code, "auditor": cli.__file__}
 
 
 # --- parent side ---------------------------------------------------------------------------------
@@ -150,11 +112,11 @@ def compile_sources(*trees: Path | None) -> None:
 
 
 def run_child(args: list[str], into: Measured) -> None:
-    """Run this script as a child; record its timing and its own peak RSS (wait4)."""
+    """Run a measured child (scan_child.py); record its timing and its own peak RSS (wait4)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, __file__, *args],
+            [sys.executable, str(CHILD), *args],
             stdout=out,
             stderr=err,
             stdin=subprocess.DEVNULL,
@@ -186,20 +148,20 @@ def measure(
     single_report = report.with_name("scan-jobs1.json")
     base_report = report.with_name("scan-base.json")
     for i in range(runs):
-        run_child(["--child", "parse", str(directory)], parse)
+        run_child(["parse", str(directory)], parse)
         run_child(
-            ["--child", "scan", str(directory), str(report if i == 0 else os.devnull), "0", "--no-cache"],
+            ["scan", str(directory), str(report if i == 0 else os.devnull), "0", "--no-cache"],
             scan,
         )
         out = str(single_report if i == 0 else os.devnull)
-        run_child(["--child", "scan", str(directory), out, "1", "--no-cache"], single)
+        run_child(["scan", str(directory), out, "1", "--no-cache"], single)
         line = (
             f"  run {i + 1}/{runs}: parse {parse.cpu[-1]:.2f} s CPU, scan {scan.cpu[-1]:.2f} s CPU, "
             f"scan --jobs 1 {single.cpu[-1]:.2f} s CPU"
         )
         if other is not None:
             out = str(base_report if i == 0 else os.devnull)
-            run_child(["--child", "scan", str(directory), out, "1", "--base", str(base)], other)
+            run_child(["scan", str(directory), out, "1", "--base", str(base)], other)
             line += f", base --jobs 1 {other.cpu[-1]:.2f} s CPU"
         print(line, flush=True)
     if single_report.read_text() != report.read_text():
@@ -226,8 +188,8 @@ def incremental(directory: Path, runs: int, tmp: Path) -> dict[str, Any]:
     cache_flags = ["--cache-dir", str(cache)]
     reference = tmp / "cold-reference.json"
     out = tmp / "incremental.json"
-    run_child(["--child", "scan", str(tree), str(out), "1", *cache_flags], fill)
-    run_child(["--child", "scan", str(tree), str(reference), "1", "--no-cache"], cold)
+    run_child(["scan", str(tree), str(out), "1", *cache_flags], fill)
+    run_child(["scan", str(tree), str(reference), "1", "--no-cache"], cold)
     if out.read_text() != reference.read_text():
         raise WrongAnswer("the report of the scan that filled the cache differs from a cold scan")
     victims = [p for p in yaml_files(tree) if "kind: PyTorchJob" in p.read_text(encoding="utf-8")]
@@ -237,7 +199,7 @@ def incremental(directory: Path, runs: int, tmp: Path) -> dict[str, Any]:
         if "kind: NetworkPolicy" in (text := p.read_text(encoding="utf-8")) and "\n    matchLabels:\n" in text
     ]
     for i in range(runs):
-        run_child(["--child", "scan", str(tree), str(out), "1", *cache_flags], warm)
+        run_child(["scan", str(tree), str(out), "1", *cache_flags], warm)
         if out.read_text() != reference.read_text():
             raise WrongAnswer("the re-scan of the unchanged tree differs from a cold scan")
         victim = victims[i % len(victims)]
@@ -248,8 +210,8 @@ def incremental(directory: Path, runs: int, tmp: Path) -> dict[str, Any]:
             r"replicas: (\d+)", lambda m: f"replicas: {max(1, int(m.group(1)) - 1)}", text, count=1
         )
         victim.write_text(edited, encoding="utf-8")
-        run_child(["--child", "scan", str(tree), str(out), "1", *cache_flags], one)
-        run_child(["--child", "scan", str(tree), str(reference), "1", "--no-cache"], cold)
+        run_child(["scan", str(tree), str(out), "1", *cache_flags], one)
+        run_child(["scan", str(tree), str(reference), "1", "--no-cache"], cold)
         if out.read_text() != reference.read_text():
             raise WrongAnswer(f"the re-scan after changing {victim} differs from a cold scan")
         # A namespace's policy selects other pods: its namespace, and those naming its Services, again.
@@ -259,8 +221,8 @@ def incremental(directory: Path, runs: int, tmp: Path) -> dict[str, Any]:
         target.write_text(
             re.sub(r"(\n    matchLabels:\n\s+\S+: )(\S+)", r"\1\2-x", text, count=1), encoding="utf-8"
         )
-        run_child(["--child", "scan", str(tree), str(out), "1", *cache_flags], policy)
-        run_child(["--child", "scan", str(tree), str(reference), "1", "--no-cache"], cold)
+        run_child(["scan", str(tree), str(out), "1", *cache_flags], policy)
+        run_child(["scan", str(tree), str(reference), "1", "--no-cache"], cold)
         if out.read_text() != reference.read_text():
             raise WrongAnswer(f"the re-scan after changing {target} differs from a cold scan")
         print(
@@ -298,8 +260,8 @@ def growth_runs(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         )
         parse, scan = Measured(), Measured()
         report = tmp / f"growth-{factor}.json"
-        run_child(["--child", "parse", str(where)], parse)
-        run_child(["--child", "scan", str(where), str(report), "1", "--no-cache"], scan)
+        run_child(["parse", str(where)], parse)
+        run_child(["scan", str(where), str(report), "1", "--no-cache"], scan)
         summary = json.loads(report.read_text()).get("summary", {})
         if scan.last.get("exit") != 0 or not summary.get("audited_objects"):
             raise WrongAnswer(f"the growth scan of {where} audited nothing or failed: {summary}")
@@ -381,23 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-incremental", action="store_true")
     parser.add_argument("--no-growth", action="store_true", help="skip the 1×/2×/4× growth runs (b4)")
     parser.add_argument("--incremental-only", action="store_true", help="only the cache part (b3)")
-    parser.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-
-    if args.child:
-        kind, directory = args.child[0], Path(args.child[1])
-        result = child_parse(directory) if kind == "parse" else child_scan(directory, *args.child[2:])
-        print(json.dumps(result), flush=True)
-        cli = sys.modules.get("auditor.cli")
-        if getattr(cli, "_KEPT", None):
-            # Leave as the tree's own `auditor` program does after a one-shot audit (cli.entry:
-            # os._exit, without freeing what the audit built), so process CPU is the program's.
-            leave = getattr(cli, "leave", None)  # (a --base tree may predate it)
-            if leave is not None:
-                leave(0)
-            sys.stderr.flush()
-            os._exit(0)
-        return 0
 
     burners = busy(args.busy)
     try:
@@ -504,7 +450,7 @@ def _run(args: argparse.Namespace) -> int:
                     sub_report = tmp / "subset-scan.json"
                     for i in range(args.runs):
                         out = str(sub_report if i == 0 else os.devnull)
-                        run_child(["--child", "scan", str(target), out, "0", "--no-cache"], sub)
+                        run_child(["scan", str(target), out, "0", "--no-cache"], sub)
                     ours = statistics.median(sub.wall)
                     sub_summary = json.loads(sub_report.read_text()).get("summary", {})
                     scope = f"a SUBSET of {objects:,} objects in {files:,} files"
