@@ -205,10 +205,16 @@ def incremental(directory: Path, runs: int, tmp: Path) -> dict[str, Any]:
         victim = victims[i % len(victims)]
         text = victim.read_text(encoding="utf-8")
         victim.unlink()  # a hard link: replace the file, never write through to the original
-        # One replica fewer: the tree keeps its size, so the audit's own work stays the same.
+        # One replica fewer (or two where there is one: the file must change), so the audit's own
+        # work stays about the same.
         edited = re.sub(
-            r"replicas: (\d+)", lambda m: f"replicas: {max(1, int(m.group(1)) - 1)}", text, count=1
+            r"replicas: (\d+)",
+            lambda m: f"replicas: {int(m.group(1)) - 1 if int(m.group(1)) > 1 else 2}",
+            text,
+            count=1,
         )
+        if edited == text:
+            raise WrongAnswer(f"the edit of {victim} changed nothing")
         victim.write_text(edited, encoding="utf-8")
         run_child(["scan", str(tree), str(out), "1", *cache_flags], one)
         run_child(["scan", str(tree), str(reference), "1", "--no-cache"], cold)
