@@ -100,7 +100,9 @@ CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECOD
 
 
 def compile_sources(*trees: Path | None) -> None:
-    """Byte-compile the auditor package of each tree (ours, and --base's) for the children."""
+    """Byte-compile the auditor package of each tree (ours, and --base's) for the children, and
+    import its commands once, which writes the code cache of its dataclass methods (as the image
+    build does: auditor/codecache.py)."""
     for tree in trees:
         if tree is not None:
             subprocess.run(
@@ -108,6 +110,11 @@ def compile_sources(*trees: Path | None) -> None:
                 env=CHILD_ENV,
                 check=True,
                 stdout=subprocess.DEVNULL,
+            )
+            subprocess.run(
+                [sys.executable, "-c", "import auditor.cli, auditor.sources.incremental"],
+                env={**CHILD_ENV, "PYTHONPATH": str(tree)},
+                check=True,
             )
 
 
