@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
-from auditor.model.findings import Finding
+from auditor.model.findings import FINDING_ORDER, Finding
 from auditor.placement import coupling
 from auditor.rules import (
     cross_zone_blocked,
@@ -35,7 +35,7 @@ def run_rules(model: AuditModel, options: Mapping[str, Mapping[str, Any]] | None
     for rule in RULES:
         evaluate: Callable[[AuditModel, Mapping[str, Any]], Iterator[Finding]] = rule.evaluate
         findings.extend(evaluate(model, (options or {}).get(rule.META.id, {})))
-    return sorted(findings)
+    return sorted(findings, key=FINDING_ORDER)
 
 
 def rules_markdown() -> str:

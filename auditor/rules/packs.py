@@ -99,7 +99,7 @@ from typing import Any
 
 from auditor import yamlio
 from auditor.errors import ConfigError
-from auditor.model.findings import SEVERITIES, Finding, ObjectRef
+from auditor.model.findings import FINDING_ORDER, SEVERITIES, Finding, ObjectRef
 from auditor.model.labels import LabelSelector, SelectorError, parse_label_selector
 from auditor.model.objects import Workload
 from auditor.model.source import LoadError, SourceRef
@@ -839,7 +839,7 @@ def evaluate_custom_rules(pack: PolicyPack, model: AuditModel) -> tuple[list[Fin
             errors.append(
                 LoadError(rule.source.file, rule.condition_line, message, field=f"{rule.key}.condition")
             )
-    return sorted(findings), errors
+    return sorted(findings, key=FINDING_ORDER), errors
 
 
 def _runtime_error(rule: CustomRule, key: str, line: int, what: str, exc: CelError) -> LoadError:
@@ -992,7 +992,7 @@ def apply_pack_to(
     expired: list[ExpiredWaiver] = []
     used: set[int] = set()
     filtered = 0
-    for finding in sorted(findings):
+    for finding in sorted(findings, key=FINDING_ORDER):
         settings = pack.settings(finding.rule)
         labels = subjects.labels.get(finding.workload.identity, {})
         if not settings.enabled or not settings.scope.matches(
@@ -1019,7 +1019,7 @@ def apply_pack_to(
             f"{len(expired)} waiver(s) expired, {len(unused)} waiver(s) unused"
         )
     return PackResult(
-        tuple(sorted(kept)),
+        tuple(sorted(kept, key=FINDING_ORDER)),
         tuple(waived),
         tuple(expired),
         unused,
