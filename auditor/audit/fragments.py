@@ -37,6 +37,8 @@ class Fragment:
     group_entries: list[GroupEntry] = field(default_factory=list)
     # The JSON report's text of its groups' own members (Audited.group_json), when recorded.
     group_json: dict[ObjectRef, str] = field(default_factory=dict)
+    # The JSON report's text of each of its candidates, in their order (Audited.finding_json).
+    finding_json: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -126,5 +128,9 @@ def assemble(fragments: Iterable[Fragment], whole: Whole, file_order: Mapping[st
         out.skipped.update(f.skipped)
         out.group_entries.extend(f.group_entries)
         out.group_json.update(f.group_json)
+        if len(f.finding_json) == len(f.candidates):
+            out.finding_json.update(
+                (id(c), (c, t)) for c, t in zip(f.candidates, f.finding_json, strict=True)
+            )
     out.subjects = PackSubjects(labels, tuple(waivers), tuple(waiver_errors))
     return out

@@ -53,6 +53,9 @@ class ScanResult:
     # The JSON report's text of groups' own members (json_report.group_head), by workload, where
     # an incremental scan's cache kept it: the report uses it instead of writing those again.
     group_json: Mapping[ObjectRef, str] = field(default_factory=dict, repr=False, compare=False)
+    # The JSON report's text of findings (json_report.finding_text), by the id of the finding
+    # object it was written for (kept with it, so the id cannot be another's), likewise.
+    finding_json: Mapping[int, tuple[Finding, str]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def complete(self) -> bool:
@@ -119,6 +122,7 @@ class Audited:
     model: AuditModel | None = field(default=None, repr=False, compare=False)
     # See ScanResult.group_json (only an audit put together from fragments has any).
     group_json: dict[ObjectRef, str] = field(default_factory=dict, repr=False, compare=False)
+    finding_json: dict[int, tuple[Finding, str]] = field(default_factory=dict, repr=False, compare=False)
 
 
 def audit(inv: Inventory, pack: PolicyPack | None = None, progress: Progress = silent) -> Audited:
@@ -199,6 +203,7 @@ def finish(audited: Audited, pack: PolicyPack | None = None, today: date | None 
         audited.model,
         pack,
         audited.group_json,
+        audited.finding_json,
     )
 
 

@@ -13,20 +13,21 @@ import orjson
 
 from auditor import TOOL_NAME, __version__
 from auditor.audit.scan import ScanResult
-from auditor.model.findings import ObjectRef
+from auditor.model.findings import Finding, ObjectRef
 from auditor.rules.groups import GENERIC, Group, GroupEdge, GroupEntry, GroupRole
 from auditor.rules.model import workload_object
 
 SCHEMA = "placement-auditor/findings/v1"
 
 
-def to_document(result: ScanResult, groups: bool = True) -> dict[str, Any]:
-    """The report as JSON values (`groups`: with its group listing, when the result has one)."""
+def to_document(result: ScanResult, groups: bool = True, findings: bool = True) -> dict[str, Any]:
+    """The report as JSON values (`groups`: with its group listing, when the result has one;
+    `findings`: with the findings' list)."""
     return {
         "schema": SCHEMA,
         "tool": {"name": TOOL_NAME, "version": __version__},
         "summary": result.summary(),
-        "findings": [f.to_json() for f in result.findings],
+        **({"findings": [f.to_json() for f in result.findings]} if findings else {}),
         "errors": [e.to_json() for e in result.errors],
         "waived": [{"finding": w.finding.to_json(), "waiver": w.waiver.to_json()} for w in result.waived],
         "expired_waivers": [
@@ -164,18 +165,50 @@ def render(result: ScanResult) -> str:
 
 def render_pieces(result: ScanResult) -> list[str]:
     """The report's text in pieces, to be written one after the other (joined, they are
-    `render`'s text): a large report is never copied whole."""
-    # The group listing (most of a large report) is built above from ints, strings and booleans;
-    # the findings' only floats are their estimates, checked here instead of in their JSON.
-    findings = (*result.findings, *(w.finding for w in result.waived))
-    estimates = (e for f in findings for e in (f.estimated_monthly_cost_usd, f.estimated_slowdown_pct))
-    plain = all(e is None or plain_float(e) for e in estimates)
-    text = dumps(to_document(result, groups=False), checked=("findings", "waived") if plain else ())
-    if result.groups is None:
-        return [text, "\n"]
-    # The group listing is the document's last member; each group's text is put together apart
-    # (an incremental scan's cache keeps the bulk of it).
-    return [text[:-2], ',\n  "groups": ', *_listing(result), "\n}\n"]
+    `render`'s text): a large report is never copied whole. The findings' list and the group
+    listing are put together from each finding's and group's text (an incremental scan's cache
+    keeps most of them: ScanResult.finding_json, group_json); the members around them are
+    written as `dumps` writes them."""
+    doc = to_document(result, groups=False, findings=False)
+    # The members before the findings (schema, tool, summary), then those after them.
+    head = {k: doc.pop(k) for k in ("schema", "tool", "summary")}
+    # The waived findings' only floats are their estimates, checked here instead of in their JSON.
+    plain = all(_plain_estimates(w.finding) for w in result.waived)
+    rest = dumps(doc, checked=("waived",) if plain else ())
+    pieces = [dumps(head)[:-2], ',\n  "findings": ', *_findings(result), ","]
+    pieces.append(rest[1:-2])  # its members, without the braces
+    if result.groups is not None:
+        # The group listing is the document's last member.
+        pieces += [',\n  "groups": ', *_listing(result)]
+    pieces.append("\n}\n")
+    return pieces
+
+
+def _plain_estimates(f: Finding) -> bool:
+    return all(e is None or plain_float(e) for e in (f.estimated_monthly_cost_usd, f.estimated_slowdown_pct))
+
+
+def finding_text(f: Finding) -> str:
+    """The report's text of a finding, indented for its place in the findings' list: what
+    json.dumps(to_document(...), indent=2) writes there."""
+    value = f.to_json()
+    # Its only floats are its estimates: orjson writes plain ones as json does (`_plain`).
+    text = _plain(value) if _plain_estimates(f) else json.dumps(value, indent=2)
+    return "    " + text.replace("\n", _ITEM)
+
+
+def _findings(result: ScanResult) -> list[str]:
+    """The findings' list as json.dumps(..., indent=2) writes it in the report, in pieces."""
+    if not result.findings:
+        return ["[]"]
+    known = result.finding_json
+    pieces = ["[\n"]
+    for f in result.findings:
+        hit = known.get(id(f))
+        pieces.append(hit[1] if hit is not None and hit[0] is f else finding_text(f))
+        pieces.append(",\n")
+    pieces[-1] = "\n  ]"  # no separator after the last finding
+    return pieces
 
 
 def plain_float(value: float) -> bool:

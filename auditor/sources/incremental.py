@@ -28,12 +28,13 @@ fragments (a partial one: it is simply not recorded).
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
-from itertools import chain
+from itertools import chain, compress
 from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple
@@ -55,7 +56,7 @@ from auditor.sources import units
 from auditor.sources.manifests import load_inventory, renders
 from auditor.sources.objects import NOWHERE, Elsewhere, build_inventory
 
-SNAPSHOT_FORMAT = "5"
+SNAPSHOT_FORMAT = "6"
 """Bump when what a snapshot, a unit's documents or a fragment holds changes shape."""
 RACY_NS = 2_000_000_000
 """A file modified less than this before its stat was recorded is read again on the next scan:
@@ -416,9 +417,10 @@ class TreeAuditor:
         return key
 
     def _record_fragment(self, unit: str, fragment: Fragment) -> str:
-        """Record a unit's fragment, with the JSON report's text of its groups (written once here:
-        most of the report, kept for the scans that reuse the fragment)."""
+        """Record a unit's fragment, with the JSON report's text of its groups and findings (written
+        once here: most of the report, kept for the scans that reuse the fragment)."""
         fragment.group_json = json_report.group_heads(fragment.group_entries)
+        fragment.finding_json = [json_report.finding_text(f) for f in fragment.candidates]
         payload = pickle.dumps(fragment, protocol=pickle.HIGHEST_PROTOCOL)
         key = self._key("fragment", unit, hashlib.sha256(payload).hexdigest())
         if not self.cache.has(key):
@@ -514,6 +516,9 @@ class TreeAuditor:
         self.stats.units = self.stats.units_audited = len(unit_records)
         self._save(key, recorded, unit_records, whole, now)
         result.group_json = {k: v for f in parts.values() for k, v in f.group_json.items()}
+        result.finding_json = {
+            id(c): (c, t) for f in parts.values() for c, t in zip(f.candidates, f.finding_json, strict=True)
+        }
         return result
 
     def _unchanged(
@@ -555,12 +560,12 @@ class TreeAuditor:
         """Audit the units that depend on the `touched` ones, with the cluster part and what they
         read; keep the other units' fragments."""
         self.stats.mode = "incremental"
-        everything = {r.unit for r in records} | set(snapshot.units)
+        everything = set(map(_FIELDS[4], records)) | set(snapshot.units)
         reads = {u: rec.reads for u, rec in snapshot.units.items()}
         by_unit: dict[str, list[FileRecord]] = {}
         for r in records:
             by_unit.setdefault(r.unit, []).append(r)
-        position = {r.display: i for i, r in enumerate(records)}
+        position = dict(zip(map(_FIELDS[0], records), range(len(records)), strict=True))
         loaded: dict[str, Loaded] = dict(parsed)
         reread: set[str] = set()
         included: set[str] = set()
@@ -668,5 +673,6 @@ def _file_order(records: Iterable[FileRecord]) -> dict[str, int]:
     """Inventory.file_order of a whole tree, from its records: files with documents in the order
     read, then the others."""
     records = list(records)
-    listed = [r.display for r in records if r.documents] + [r.display for r in records if not r.documents]
-    return {d: i for i, d in enumerate(listed)}
+    displays, documents = list(map(_FIELDS[0], records)), list(map(_FIELDS[5], records))
+    listed = [*compress(displays, documents), *compress(displays, map(operator.not_, documents))]
+    return dict(zip(listed, range(len(listed)), strict=True))

@@ -121,3 +121,33 @@ def test_findings_estimates_of_every_form_render_as_json_does(estimate: float | 
     )
     result = ScanResult([finding], [])
     assert json_report.render(result) == json.dumps(json_report.to_document(result), indent=2) + "\n"
+
+
+def test_kept_texts_are_used_only_for_the_finding_they_were_written_for() -> None:
+    """ScanResult.finding_json holds each text with its finding: an entry whose object is not the
+    finding reported (one the pack re-rated, a recycled id) is ignored, and the report is still
+    json.dumps' text."""
+    from dataclasses import replace
+
+    from auditor.audit.scan import ScanResult
+    from auditor.model.findings import Finding, ObjectRef
+
+    finding = Finding(
+        rule="cross-zone-blocked",
+        severity="critical",
+        certainty="always",
+        symptoms=("blocked",),
+        workload=ObjectRef("kubeflow.org/v1", "PyTorchJob", "ml", "job", "job.yaml", 1),
+        message="blocked → idle GPUs",
+        estimated_monthly_cost_usd=1e-05,
+    )
+    rerated = replace(finding, severity="low")
+    expected = json.dumps(json_report.to_document(ScanResult([rerated], [])), indent=2) + "\n"
+    stale = {id(rerated): (finding, json_report.finding_text(finding))}
+    assert json_report.render(ScanResult([rerated], [], finding_json=stale)) == expected
+    kept = {id(rerated): (rerated, json_report.finding_text(rerated))}
+    assert json_report.render(ScanResult([rerated], [], finding_json=kept)) == expected
+    garbage = {id(rerated): (rerated, "not json")}
+    assert "not json" in json_report.render(ScanResult([rerated], [], finding_json=garbage)), (
+        "the kept text is what is written: the cache, keyed by the code's digest, must hold the right one"
+    )
