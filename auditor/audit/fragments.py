@@ -100,6 +100,7 @@ def partition(audited: Audited, unit_of: Mapping[str, str]) -> tuple[dict[str, F
 
 def assemble(fragments: Iterable[Fragment], whole: Whole, file_order: Mapping[str, int]) -> Audited:
     """The audit these fragments are the parts of (with the tree's `whole` parts and file order)."""
+    fragments = list(fragments)  # read twice
     out = Audited(
         [],
         PackSubjects({}),
@@ -127,10 +128,18 @@ def assemble(fragments: Iterable[Fragment], whole: Whole, file_order: Mapping[st
         out.audited.update(f.audited)
         out.skipped.update(f.skipped)
         out.group_entries.extend(f.group_entries)
-        out.group_json.update(f.group_json)
-        if len(f.finding_json) == len(f.candidates):
-            out.finding_json.update(
-                (id(c), (c, t)) for c, t in zip(f.candidates, f.finding_json, strict=True)
-            )
+    out.group_json, out.finding_json = kept_json(fragments)
     out.subjects = PackSubjects(labels, tuple(waivers), tuple(waiver_errors))
     return out
+
+
+def kept_json(fragments: Iterable[Fragment]) -> tuple[dict[ObjectRef, str], dict[int, tuple[Finding, str]]]:
+    """The JSON report's texts the fragments keep, as Audited.group_json and finding_json (a
+    fragment recorded without its findings' texts contributes none)."""
+    groups: dict[ObjectRef, str] = {}
+    findings: dict[int, tuple[Finding, str]] = {}
+    for f in fragments:
+        groups.update(f.group_json)
+        if len(f.finding_json) == len(f.candidates):
+            findings.update((id(c), (c, t)) for c, t in zip(f.candidates, f.finding_json, strict=True))
+    return groups, findings

@@ -100,27 +100,38 @@ def group_heads(entries: Iterable[GroupEntry]) -> dict[ObjectRef, str]:
 
 
 def _group_tail(g: Group, findings: int) -> str:
-    """The rest of a group's text after its head (and the separator before the next group)."""
+    """The rest of a group's text after its head."""
     reached = (
         _plain([_workload(r) for r in g.reached_from]).replace("\n", _MEMBER) if g.reached_from else "[]"
     )
-    return f',{_MEMBER}"reached_from": {reached},{_MEMBER}"findings": {findings}{_ITEM}}},\n'
+    return f',{_MEMBER}"reached_from": {reached},{_MEMBER}"findings": {findings}{_ITEM}}}'
 
 
 def _listing(result: ScanResult) -> list[str]:
     """The "groups" member's value as json.dumps(..., indent=2) writes it in the report, in
     pieces: each group's head (`ScanResult.group_json` where a cache kept it) and the rest."""
     assert result.groups is not None
-    if not result.groups.groups:
-        return ["[]"]
     by_workload = Counter(f.workload.identity for f in result.findings)
     heads = result.group_json
+    return _list_pieces(
+        (
+            heads.get(g.workload) or group_head(g.workload, g.recognised_as, g.roles, g.edges),
+            _group_tail(g, by_workload[g.workload.identity]),
+        )
+        for g in result.groups.groups
+    )
+
+
+def _list_pieces(items: Iterable[Sequence[str]]) -> list[str]:
+    """A top-level list member's value as json.dumps(..., indent=2) writes it, from each item's
+    text (already indented for its place, in one or more pieces), never joined into one string."""
     pieces = ["[\n"]
-    for g in result.groups.groups:
-        head = heads.get(g.workload)
-        pieces.append(head if head is not None else group_head(g.workload, g.recognised_as, g.roles, g.edges))
-        pieces.append(_group_tail(g, by_workload[g.workload.identity]))
-    pieces[-1] = pieces[-1][:-2] + "\n  ]"  # no separator after the last group
+    for item in items:
+        pieces += item
+        pieces.append(",\n")
+    if len(pieces) == 1:
+        return ["[]"]
+    pieces[-1] = "\n  ]"  # no separator after the last item
     return pieces
 
 
@@ -199,16 +210,13 @@ def finding_text(f: Finding) -> str:
 
 def _findings(result: ScanResult) -> list[str]:
     """The findings' list as json.dumps(..., indent=2) writes it in the report, in pieces."""
-    if not result.findings:
-        return ["[]"]
     known = result.finding_json
-    pieces = ["[\n"]
-    for f in result.findings:
+
+    def text(f: Finding) -> str:
         hit = known.get(id(f))
-        pieces.append(hit[1] if hit is not None and hit[0] is f else finding_text(f))
-        pieces.append(",\n")
-    pieces[-1] = "\n  ]"  # no separator after the last finding
-    return pieces
+        return hit[1] if hit is not None and hit[0] is f else finding_text(f)
+
+    return _list_pieces((text(f),) for f in result.findings)
 
 
 def plain_float(value: float) -> bool:

@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 from auditor import parallel, yamlio
 from auditor.audit import scan as scanning
-from auditor.audit.fragments import Fragment, Unattributable, Whole, assemble, partition
+from auditor.audit.fragments import Fragment, Unattributable, Whole, assemble, kept_json, partition
 from auditor.audit.scan import ScanResult
 from auditor.cache import DocumentCache
 from auditor.inventory import Inventory
@@ -515,10 +515,7 @@ class TreeAuditor:
         }
         self.stats.units = self.stats.units_audited = len(unit_records)
         self._save(key, recorded, unit_records, whole, now)
-        result.group_json = {k: v for f in parts.values() for k, v in f.group_json.items()}
-        result.finding_json = {
-            id(c): (c, t) for f in parts.values() for c, t in zip(f.candidates, f.finding_json, strict=True)
-        }
+        result.group_json, result.finding_json = kept_json(parts.values())
         return result
 
     def _unchanged(

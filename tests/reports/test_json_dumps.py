@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from auditor.model.findings import Finding, ObjectRef
 from auditor.reports import json_report
 from tests.seedrepo import SEED
 
@@ -102,14 +103,9 @@ def test_the_group_listing_holds_no_floats() -> None:
     assert json_report.dumps({"groups": [float("nan")]}) == json.dumps({"groups": [float("nan")]}, indent=2)
 
 
-@pytest.mark.parametrize("estimate", [1e-05, 2.5e-07, 1e17, float("nan"), float("inf"), 0.0, 12.5, None])
-def test_findings_estimates_of_every_form_render_as_json_does(estimate: float | None) -> None:
-    """render() checks the findings' estimates itself instead of searching their JSON: a small,
-    huge or non-finite one still gives json.dumps' exact text."""
-    from auditor.audit.scan import ScanResult
-    from auditor.model.findings import Finding, ObjectRef
-
-    finding = Finding(
+def _finding(estimate: float | None) -> Finding:
+    """A finding with a non-ASCII message and these estimates."""
+    return Finding(
         rule="cross-zone-traffic",
         severity="medium",
         certainty="likely",
@@ -119,7 +115,15 @@ def test_findings_estimates_of_every_form_render_as_json_does(estimate: float | 
         estimated_monthly_cost_usd=estimate,
         estimated_slowdown_pct=estimate,
     )
-    result = ScanResult([finding], [])
+
+
+@pytest.mark.parametrize("estimate", [1e-05, 2.5e-07, 1e17, float("nan"), float("inf"), 0.0, 12.5, None])
+def test_findings_estimates_of_every_form_render_as_json_does(estimate: float | None) -> None:
+    """render() checks the findings' estimates itself instead of searching their JSON: a small,
+    huge or non-finite one still gives json.dumps' exact text."""
+    from auditor.audit.scan import ScanResult
+
+    result = ScanResult([_finding(estimate)], [])
     assert json_report.render(result) == json.dumps(json_report.to_document(result), indent=2) + "\n"
 
 
@@ -130,17 +134,8 @@ def test_kept_texts_are_used_only_for_the_finding_they_were_written_for() -> Non
     from dataclasses import replace
 
     from auditor.audit.scan import ScanResult
-    from auditor.model.findings import Finding, ObjectRef
 
-    finding = Finding(
-        rule="cross-zone-blocked",
-        severity="critical",
-        certainty="always",
-        symptoms=("blocked",),
-        workload=ObjectRef("kubeflow.org/v1", "PyTorchJob", "ml", "job", "job.yaml", 1),
-        message="blocked → idle GPUs",
-        estimated_monthly_cost_usd=1e-05,
-    )
+    finding = _finding(1e-05)
     rerated = replace(finding, severity="low")
     expected = json.dumps(json_report.to_document(ScanResult([rerated], [])), indent=2) + "\n"
     stale = {id(rerated): (finding, json_report.finding_text(finding))}
