@@ -9,7 +9,6 @@ import os
 import random
 import re
 import shutil
-import time
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
@@ -24,6 +23,7 @@ from auditor.settings.config import Settings, load_settings
 from auditor.sources import units
 from auditor.sources.incremental import ScanStats, TreeAuditor
 from auditor.sources.manifests import load_inventory
+from tests.support import age_tree
 
 TODAY = date(2026, 6, 1)
 
@@ -434,24 +434,17 @@ def test_huge_binary_and_hostile_files_give_the_cold_report(repo: Path, tmp_path
     assert "max_nodes" in report and "max_depth" in report
 
 
-def _age(root: Path) -> None:
-    """Everything under root modified a day ago: the snapshot's stats and listings are trusted."""
-    then = time.time() - 86_400
-    for path in [root, *root.rglob("*")]:
-        os.utime(path, (then, then))
-
-
 def test_files_added_and_removed_where_listings_are_trusted(repo: Path, tmp_path: Path) -> None:
     """With the tree's directories older than the snapshot (their listings reused), a file added
     to one, or removed from one whose mtime is put back, is seen: the report is the cold one."""
     tree = Tree(repo, tmp_path / "cache")
-    _age(repo)
+    age_tree(repo)  # the snapshot's stats and listings are trusted
     tree.check("first scan")
     assert tree.check("nothing changed").mode == "unchanged"
     job = tree.files(r"kind: PyTorchJob")[0]
     (job.parent / "added-copy.yaml").write_text(job.read_text().replace("name: ", "name: added-", 1))
     assert tree.check("a file added").mode != "unchanged"
-    _age(repo)
+    age_tree(repo)  # the snapshot's stats and listings are trusted
     tree.check("aged again")
     service = tree.files(r"kind: Service\n")[0]
     before = service.parent.stat()

@@ -25,6 +25,7 @@ from auditor.yamlio import (
     load_paths,
     load_text,
 )
+from tests.support import age_tree, disk_now_ns
 
 _LOADERS: list[type] = [yamlio._PyLoader]
 if hasattr(yamlio, "_CLoader"):
@@ -647,13 +648,6 @@ def test_read_capped_reads_past_a_stale_stat_up_to_one_byte_over_the_limit(tmp_p
     assert not docs and "over the limit" in errors[0].message
 
 
-def _age(root: Path, seconds_ago: int = 86_400) -> None:
-    """Every directory and file under root (and root) modified `seconds_ago`."""
-    then = time.time() - seconds_ago
-    for path in [root, *root.rglob("*")]:
-        os.utime(path, (then, then), follow_symlinks=False)
-
-
 def _listed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The directories os.scandir lists from now on."""
     listed: list[str] = []
@@ -677,8 +671,8 @@ def test_listings_are_reused_only_while_a_directory_is_unchanged(
     for rel in ["a/x.yaml", "a/b/y.yml", "a/b/c/z.json", "d/w.yaml", "d/notes.txt", "e/.hidden/h.yaml"]:
         _touch(root / rel)
     (root / "e" / "empty").mkdir()
-    _age(root)
-    now = time.time_ns()
+    age_tree(root)
+    now = disk_now_ns(tmp_path)
     first = yamlio.Listings({}, now)
     fresh = discover([root])
     assert discover([root], listings=first) == fresh
@@ -700,7 +694,7 @@ def test_listings_are_reused_only_while_a_directory_is_unchanged(
     _touch(root / "a" / "b" / "new.yaml")
     changed = discover([root])
     assert f"{root}/a/b/new.yaml" in [d for _, d in changed[0]]
-    third = yamlio.Listings(first.found, time.time_ns())
+    third = yamlio.Listings(first.found, disk_now_ns(tmp_path))
     listed = _listed(monkeypatch)
     assert discover([root], listings=third) == changed
     assert listed == [str((root / "a" / "b").resolve())]
@@ -710,7 +704,7 @@ def test_listings_are_reused_only_while_a_directory_is_unchanged(
     (root / "d" / "w.yaml").unlink()
     os.utime(root / "d", ns=(before.st_atime_ns, before.st_mtime_ns))
     listed.clear()
-    fourth = yamlio.Listings(third.found, time.time_ns() + 10**10)  # trusts the fresh listing of a/b
+    fourth = yamlio.Listings(third.found, disk_now_ns(tmp_path) + 10**10)  # trusts the fresh listing of a/b
     files, _ = discover([root], listings=fourth)
     assert listed == [str((root / "d").resolve())]
     assert f"{root}/d/w.yaml" not in [d for _, d in files]
@@ -725,8 +719,8 @@ def test_a_directory_holding_a_symlink_or_a_special_file_is_never_recorded(tmp_p
     (root / "links" / "c.yaml").symlink_to("../real/a.yaml")
     (root / "special").mkdir()
     os.mkfifo(root / "special" / "pipe.yaml")
-    _age(root)
-    listings = yamlio.Listings({}, time.time_ns())
+    age_tree(root)
+    listings = yamlio.Listings({}, disk_now_ns(tmp_path))
     files, errors = discover([root], listings=listings)
     assert (files, errors) == discover([root])
     recorded = set(listings.found)
@@ -734,5 +728,5 @@ def test_a_directory_holding_a_symlink_or_a_special_file_is_never_recorded(tmp_p
     assert str((root / "special").resolve()) not in recorded
     assert {str((root / d).resolve()) for d in ("real", "plain")} <= recorded
     # Reused listings give the same walk, symlinks resolved afresh.
-    again = yamlio.Listings(listings.found, time.time_ns())
+    again = yamlio.Listings(listings.found, disk_now_ns(tmp_path))
     assert discover([root], listings=again) == (files, errors)
