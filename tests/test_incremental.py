@@ -13,6 +13,8 @@ from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
+import pytest
+
 from auditor.audit.scan import scan
 from auditor.cache import DocumentCache
 from auditor.cli import main
@@ -451,3 +453,61 @@ def test_files_added_and_removed_where_listings_are_trusted(repo: Path, tmp_path
     service.unlink()
     os.utime(service.parent, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert tree.check("a file removed, the directory's mtime put back").mode != "unchanged"
+
+
+def test_a_few_changed_files_patch_the_snapshot_many_or_a_new_list_rewrite_it(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-scan that changed a few files records a small snapshot patching the last one's Files
+    entry; a file added, more than PATCH_MAX changed, or the Files entry lost make a new one. The
+    report is the cold one after each."""
+    from auditor.sources import incremental
+
+    cache = tmp_path / "cache"
+    tree = Tree(repo, cache)
+    assert tree.check("first scan").records_patched == -1
+    jobs = tree.files(r"kind: PyTorchJob")
+    edit(jobs[0], first_sub(r"replicas: (\d+)", fewer_replicas))
+    stats = tree.check("one job edited")
+    assert stats.mode == "incremental" and stats.records_patched >= 1
+    edit(jobs[1], first_sub(r"replicas: (\d+)", fewer_replicas))
+    # Patches are of the Files entry, not of each other: both edits are in the new one.
+    assert tree.check("another job edited").records_patched >= 2
+    monkeypatch.setattr(incremental, "PATCH_MAX", 1)
+    edit(jobs[2], first_sub(r"replicas: (\d+)", fewer_replicas))
+    assert tree.check("three patched, more than PATCH_MAX").records_patched == -1
+    monkeypatch.undo()
+    (jobs[0].parent / "added-copy.yaml").write_text(jobs[0].read_text().replace("name: ", "name: added-", 1))
+    assert tree.check("a file added").records_patched == -1
+    assert tree.check("nothing changed").mode == "unchanged"
+    # The Files entry lost (evicted): the snapshot is as good as none.
+    auditor = TreeAuditor(DocumentCache(cache), tree.settings, tree.pack)
+    recorded = auditor._read_snapshot(auditor._key("snapshot", f"{repo}\0{repo.resolve()}"))
+    assert recorded is not None and recorded.snapshot.patch == ()
+    (cache / recorded.snapshot.files[:2] / recorded.snapshot.files[2:]).unlink()
+    stats = tree.check("the Files entry evicted")
+    assert stats.mode == "full" and stats.why_full == "no snapshot of these paths"
+
+
+def test_a_patch_that_does_not_fit_its_records_is_no_snapshot(repo: Path, tmp_path: Path) -> None:
+    """A snapshot whose patch names a position outside its Files entry, or another file there,
+    is not used (written with the cache's own secret: only a bug could make it)."""
+    from auditor.sources import incremental
+
+    cache = tmp_path / "cache"
+    tree = Tree(repo, cache)
+    tree.check("first scan")
+    store = DocumentCache(cache)
+    auditor = TreeAuditor(store, tree.settings, tree.pack)
+    key = auditor._key("snapshot", f"{repo}\0{repo.resolve()}")
+    recorded = auditor._read_snapshot(key)
+    assert recorded is not None
+    good = recorded.snapshot
+    record = recorded.files[0]
+    for patch in (
+        ((len(recorded.files), record),),
+        ((1, record),),
+    ):
+        assert store.put_value(key, incremental.Snapshot(good.files, patch, {}, good.units, good.whole, 1))
+        assert TreeAuditor(store, tree.settings, tree.pack)._read_snapshot(key) is None
+        assert tree.check(f"patch {patch[0][0]}").mode == "full"

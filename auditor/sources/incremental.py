@@ -56,7 +56,7 @@ from auditor.sources import units
 from auditor.sources.manifests import load_inventory, renders
 from auditor.sources.objects import NOWHERE, Elsewhere, build_inventory
 
-SNAPSHOT_FORMAT = "6"
+SNAPSHOT_FORMAT = "7"
 """Bump when what a snapshot, a unit's documents or a fragment holds changes shape."""
 RACY_NS = 2_000_000_000
 """A file modified less than this before its stat was recorded is read again on the next scan:
@@ -127,26 +127,39 @@ def _records(columns: Columns) -> list[FileRecord]:
 
 @by_fields
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class Files:
+    """The bulk of a snapshot, kept in an entry of its own (addressed by its content) that
+    snapshots share: the files' records and the directories' listings. A re-scan that changed a
+    few files writes a new small Snapshot patching this one instead of 5 MB of records again."""
+
     columns: Columns  # the files' records, in the order read
+    listings: Mapping[str, yamlio.Listing]  # the directories' listings (yamlio.Listings)
+
+
+@by_fields
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    files: str  # cache key of its Files
+    patch: tuple[tuple[int, FileRecord], ...]  # records that replace those of Files, by position
+    listings_patch: Mapping[str, yamlio.Listing]  # listings that replace those of Files
     units: Mapping[str, UnitRecord]
     whole: Whole
     recorded_ns: int  # the file system's time when the files were stat'ed
-    listings: Mapping[str, yamlio.Listing]  # the directories' listings (yamlio.Listings)
 
-    @staticmethod
-    def of(
-        files: Sequence[FileRecord],
-        units: Mapping[str, UnitRecord],
-        whole: Whole,
-        recorded_ns: int,
-        listings: Mapping[str, yamlio.Listing],
-    ) -> Snapshot:
-        return Snapshot(_columns(files), units, whole, recorded_ns, listings)
 
-    @property
-    def files(self) -> list[FileRecord]:
-        return _records(self.columns)
+PATCH_MAX = 512
+"""The most records a snapshot patches: beyond, its Files entry is written anew."""
+
+
+@dataclass
+class Recorded:
+    """A snapshot read back whole: its records and listings, and those of its Files entry."""
+
+    snapshot: Snapshot
+    files: list[FileRecord]
+    listings: dict[str, yamlio.Listing]
+    base: list[FileRecord]
+    base_listings: Mapping[str, yamlio.Listing]
 
 
 _ALLOWED: Mapping[str, frozenset[str]] = {
@@ -159,7 +172,7 @@ _ALLOWED: Mapping[str, frozenset[str]] = {
     "auditor.audit.fragments": frozenset({"Fragment", "Whole"}),
     "auditor.sources.units": frozenset({"Reads"}),
     "auditor.sources.objects": frozenset({"Elsewhere"}),
-    "auditor.sources.incremental": frozenset({"UnitRecord", "Snapshot"}),
+    "auditor.sources.incremental": frozenset({"UnitRecord", "Snapshot", "Files", "FileRecord"}),
     "datetime": frozenset({"date"}),
 }
 """The classes a snapshot, a unit's documents or a fragment may hold (the cache's unpickler
@@ -176,6 +189,7 @@ class ScanStats:
     files_parsed: int = 0
     units: int = 0
     units_audited: int = 0  # whose fragment was made anew
+    records_patched: int = -1  # file records the new snapshot patches (-1: its Files entry is new)
 
 
 _CODE: dict[str, str] = {}
@@ -252,6 +266,7 @@ class TreeAuditor:
             identity.update(part.encode("utf-8", "surrogateescape") + b"\0")
         self._identity = identity.hexdigest()
         self._listings = yamlio.Listings({}, 0)  # the directory listings of the scan under way
+        self._recorded: Recorded | None = None  # the snapshot of the scan under way, as read
 
     def _key(self, kind: str, *parts: str) -> str:
         digest = hashlib.sha256(f"{kind}\0{self._identity}".encode())
@@ -273,14 +288,16 @@ class TreeAuditor:
         key = self._key("snapshot", *(f"{p}\0{p.resolve()}" for p in paths))
         ready = self.cache.ready()
         now = self._disk_time() if ready else 0
-        found = self._get(key) if ready else None
-        snapshot = found if isinstance(found, Snapshot) else None
+        self._recorded = self._read_snapshot(key) if ready else None
+        snapshot = self._recorded.snapshot if self._recorded is not None else None
         trusted = snapshot.recorded_ns - RACY_NS if snapshot is not None and snapshot.recorded_ns else 0
-        self._listings = yamlio.Listings(snapshot.listings if snapshot is not None else {}, trusted)
+        self._listings = yamlio.Listings(
+            self._recorded.listings if self._recorded is not None else {}, trusted
+        )
         files, problems = yamlio.discover(paths, listings=self._listings)
         if problems or not eligible(files):
             return None
-        recorded = snapshot.files if snapshot is not None else []
+        recorded = self._recorded.files if self._recorded is not None else []
         old = dict(zip(map(_FIELDS[0], recorded), recorded, strict=True))
         current = self._current(files, old, snapshot.recorded_ns if snapshot is not None else 0)
         if current is None or not ready:
@@ -314,6 +331,24 @@ class TreeAuditor:
             for r in records
         ]
         return self._incremental(key, snapshot, records, contents, parsed, touched, today, now)
+
+    def _read_snapshot(self, key: str) -> Recorded | None:
+        """The snapshot recorded under `key` with its Files entry patched; None when either is
+        absent (evicted: the snapshot is then as good as none)."""
+        snapshot = self._get(key)
+        if not isinstance(snapshot, Snapshot):
+            return None
+        base = self._get(snapshot.files)
+        if not isinstance(base, Files):
+            return None
+        base_records = _records(base.columns)
+        records = list(base_records)
+        for position, record in snapshot.patch:
+            if not 0 <= position < len(records) or records[position].display != record.display:
+                return None  # not a patch of these records
+            records[position] = record
+        listings = {**base.listings, **snapshot.listings_patch}
+        return Recorded(snapshot, records, listings, base_records, base.listings)
 
     def _disk_time(self) -> int:
         """The file system's clock now: the time stamp of a file written in the cache directory
@@ -434,8 +469,40 @@ class TreeAuditor:
     def _save(
         self, key: str, files: Sequence[FileRecord], units: Mapping[str, UnitRecord], whole: Whole, now: int
     ) -> None:
-        self.cache.put_value(key, Snapshot.of(files, units, whole, now, self._listings.found))
+        """Record the snapshot: as a patch of the Files entry the last one used when the same files
+        in the same order were listed, with at most PATCH_MAX records changed; else with a new
+        Files entry."""
+        listings = self._listings.found
+        patched = self._patch(files, listings)
+        if patched is None:
+            value = Files(_columns(files), listings)
+            files_key = self._key("files", hashlib.sha256(pickle.dumps(value, protocol=5)).hexdigest())
+            if not self.cache.has(files_key):
+                self.cache.put_value(files_key, value)
+            patched = files_key, (), {}
+        else:
+            self.stats.records_patched = len(patched[1])
+        self.cache.put_value(key, Snapshot(*patched, units, whole, now))
         self.cache.finish()
+
+    def _patch(
+        self, files: Sequence[FileRecord], listings: Mapping[str, yamlio.Listing]
+    ) -> tuple[str, tuple[tuple[int, FileRecord], ...], dict[str, yamlio.Listing]] | None:
+        """The last snapshot's Files entry, with the records and listings that now replace its
+        own; None when it does not list the same files and directories, or too much changed."""
+        last = self._recorded
+        if (
+            last is None
+            or len(last.base) != len(files)
+            or listings.keys() != last.base_listings.keys()
+            or not self.cache.has(last.snapshot.files)
+        ):
+            return None
+        changed = list(compress(range(len(files)), map(operator.ne, files, last.base)))
+        if len(changed) > PATCH_MAX or any(files[i].display != last.base[i].display for i in changed):
+            return None
+        patch = tuple((i, files[i]) for i in changed)
+        return last.snapshot.files, patch, {d: v for d, v in listings.items() if last.base_listings[d] != v}
 
     # --- whole audits ------------------------------------------------------------------------
 
@@ -537,7 +604,8 @@ class TreeAuditor:
             assemble([f for f in fragments if f is not None], snapshot.whole, order), self.pack, today
         )
         # Stats changed, files read again, or directories listed again.
-        if self.stats.files_read or records != recorded or self._listings.found != snapshot.listings:
+        listings = self._recorded.listings if self._recorded is not None else {}
+        if self.stats.files_read or records != recorded or self._listings.found != listings:
             self._save(key, records, snapshot.units, snapshot.whole, now)
         return result
 
