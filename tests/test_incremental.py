@@ -511,3 +511,30 @@ def test_a_patch_that_does_not_fit_its_records_is_no_snapshot(repo: Path, tmp_pa
         assert store.put_value(key, incremental.Snapshot(good.files, patch, {}, good.units, good.whole, 1))
         assert TreeAuditor(store, tree.settings, tree.pack)._read_snapshot(key) is None
         assert tree.check(f"patch {patch[0][0]}").mode == "full"
+
+
+def test_the_code_stamp_changes_with_any_write_to_a_source_file(tmp_path: Path) -> None:
+    """The auditor's code keys every snapshot by its files' stats: a rewrite (even of the same
+    size, with the mtime put back), a file added or removed changes it; bytecode does not."""
+    from auditor.sources.incremental import tree_stamp
+
+    package = tmp_path / "package"
+    (package / "sub" / "__pycache__").mkdir(parents=True)
+    module = package / "sub" / "rules.py"
+    module.write_text("LIMIT = 1\n")
+    (package / "pack.yaml").write_text("rules: []\n")
+    first = tree_stamp([package])
+    assert tree_stamp([package]) == first
+    (package / "sub" / "__pycache__" / "rules.cpython-311.pyc").write_bytes(b"\0" * 16)
+    (package / "notes.txt").write_text("not code\n")
+    assert tree_stamp([package]) == first
+    before = module.stat()
+    module.write_text("LIMIT = 2\n")  # same size
+    os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+    second = tree_stamp([package])
+    assert second != first
+    (package / "sub" / "extra.py").write_text("")
+    third = tree_stamp([package])
+    assert third not in (first, second)
+    (package / "sub" / "extra.py").unlink()
+    assert tree_stamp([package]) not in (first, third)

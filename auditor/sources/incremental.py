@@ -196,17 +196,29 @@ _CODE: dict[str, str] = {}
 
 
 def code_digest() -> str:
-    """SHA-256 of the auditor's code and shipped policy packs (once per process): a snapshot
+    """Digest of the auditor's code and shipped policy packs (once per process): a snapshot
     another version made is never found."""
     if not _CODE:
-        digest = hashlib.sha256()
-        for root in (Path(__file__).resolve().parents[1], policies_dir()):
-            for path in sorted(root.rglob("*")):
-                if path.suffix in (".py", ".yaml", ".yml", ".json") and path.is_file():
-                    digest.update(f"{path.relative_to(root)}\0".encode())
-                    digest.update(path.read_bytes())
-        _CODE["digest"] = digest.hexdigest()
+        _CODE["digest"] = tree_stamp((Path(__file__).resolve().parents[1], policies_dir()))
     return _CODE["digest"]
+
+
+def tree_stamp(roots: Iterable[Path]) -> str:
+    """Digest of the source and data files under `roots` by path and stat (size, mtime, ctime,
+    inode), as Python judges bytecode current by its source's mtime and size — ctime and inode
+    change with any write, rename or copy, so this is the stricter test — instead of reading and
+    hashing 2 MB of source on every start."""
+    digest = hashlib.sha256()
+    for root in roots:
+        for where, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(names):
+                if name.endswith((".py", ".yaml", ".yml", ".json")):
+                    path = Path(where, name)
+                    st = path.stat()
+                    stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                    digest.update(f"{path.relative_to(root)}\0{stamp}\0".encode())
+    return digest.hexdigest()
 
 
 def eligible(files: Sequence[tuple[str, str]]) -> bool:
