@@ -41,8 +41,6 @@ import importlib
 import io
 import os
 import pickle
-import secrets
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +104,19 @@ class _Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a cache entry")
 
 
+def _temporary(directory: Path, prefix: str) -> tuple[int, str]:
+    """A new file only this user may read, under a random name in `directory`, open for writing:
+    what tempfile.mkstemp makes (os.urandom names, O_EXCL), without importing tempfile, shutil and
+    random into every scan's start."""
+    for _ in range(100):
+        path = str(directory / f"{prefix}{os.urandom(8).hex()}")
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {directory}")
+
+
 @dataclass
 class CacheStats:
     hits: int = 0  # files taken from the cache
@@ -155,10 +166,10 @@ class DocumentCache:
             if not path.exists():
                 # Written whole under a temporary name, then linked into place: os.link fails if
                 # another process got there first, so every process ends up reading one secret.
-                fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".secret-")
+                fd, tmp = _temporary(self.directory, ".secret-")
                 try:
                     with os.fdopen(fd, "wb") as handle:
-                        handle.write(secrets.token_bytes(32))
+                        handle.write(os.urandom(32))
                     os.link(tmp, path)
                 except FileExistsError:
                     pass
@@ -166,9 +177,9 @@ class DocumentCache:
                     Path(tmp).unlink()
             secret = path.read_bytes()
             if len(secret) != 32:  # damaged: a new one (the entries it signed are then ignored)
-                fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".secret-")
+                fd, tmp = _temporary(self.directory, ".secret-")
                 with os.fdopen(fd, "wb") as handle:
-                    handle.write(secrets.token_bytes(32))
+                    handle.write(os.urandom(32))
                 Path(tmp).replace(path)
                 secret = path.read_bytes()
             self._secret = secret
@@ -257,7 +268,7 @@ class DocumentCache:
         blob = MAGIC + self._mac(secret, key, payload) + payload
         try:
             path.parent.mkdir(exist_ok=True, mode=0o700)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            fd, tmp = _temporary(path.parent, ".tmp-")
             try:
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(blob)
