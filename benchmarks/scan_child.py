@@ -44,7 +44,7 @@ def child_parse(directory: Path) -> dict[str, Any]:
 
 def child_scan(directory: Path, output: str, jobs: str = "0", *flags: str) -> dict[str, Any]:
     """`flags`: `--no-cache`, `--cache-dir DIR`, or `--base TREE` (import auditor from TREE, whose
-    scan may know neither cache flag)."""
+    scan may know neither cache flag) followed by the flags that tree knows."""
     rest = list(flags)
     if rest[:1] == ["--base"]:
         sys.path.insert(0, rest[1])
