@@ -14,8 +14,7 @@ import orjson
 from auditor import TOOL_NAME, __version__
 from auditor.audit.scan import ScanResult
 from auditor.model.findings import Finding, ObjectRef
-from auditor.rules.groups import GENERIC, Group, GroupEdge, GroupEntry, GroupRole
-from auditor.rules.model import workload_object
+from auditor.rules.groups import Group, GroupEdge, GroupEntry, GroupRole, listed_as
 
 SCHEMA = "placement-auditor/findings/v1"
 
@@ -94,8 +93,8 @@ def group_heads(entries: Iterable[GroupEntry]) -> dict[ObjectRef, str]:
     scan keeps them with the unit's fragment: ScanResult.group_json)."""
     out: dict[ObjectRef, str] = {}
     for e in entries:
-        workload = workload_object(e.workload)
-        out[workload] = group_head(workload, e.kind or GENERIC, e.roles, e.edges)
+        workload, recognised_as = listed_as(e)
+        out[workload] = group_head(workload, recognised_as, e.roles, e.edges)
     return out
 
 

@@ -147,6 +147,11 @@ def group_entries(model: AuditModel) -> list[GroupEntry]:
     return entries
 
 
+def listed_as(entry: GroupEntry) -> tuple[ObjectRef, str]:
+    """The workload and the kind (`recognised_as`) the group of `entry` is listed under."""
+    return workload_object(entry.workload), entry.kind or GENERIC
+
+
 def summarise(entries: Sequence[GroupEntry]) -> Groups:
     """The groups of these entries: a workload is listed when it is a training kind or has an
     edge in or out; listed ones sorted by file, line and identity."""
@@ -166,8 +171,7 @@ def summarise(entries: Sequence[GroupEntry]) -> Groups:
                 continue
         listed.append(
             Group(
-                workload_object(entry.workload),
-                entry.kind or GENERIC,
+                *listed_as(entry),
                 entry.roles,
                 entry.edges,
                 tuple(sorted((workload_object(r) for r in into), key=lambda r: r.identity)),
