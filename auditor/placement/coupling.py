@@ -633,13 +633,17 @@ def place_roles(
         feasible[role] = kept
         rejected[role] = rejected[role] + more
     out: dict[Role, RolePlacement] = {}
-    zone_cache: dict[int, tuple[str, ...]] = {}
+    zone_cache: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
-    def zones_of(ok: list[Node]) -> tuple[str, ...]:
-        # Roles filtered in one pass share their list of nodes: its zones are worked out once.
+    def zones_of(ok: list[Node]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        # Roles filtered in one pass share their list of nodes: its zones and names are worked
+        # out once (thousands of roles, hundreds of nodes each).
         found = zone_cache.get(id(ok))
         if found is None:
-            found = zone_cache[id(ok)] = tuple(sorted({z for n in ok if (z := n.label_map.get(zone_key))}))
+            found = zone_cache[id(ok)] = (
+                tuple(sorted({z for n in ok if (z := n.label_map.get(zone_key))})),
+                tuple(n.name for n in ok),
+            )
         return found
 
     pool_cache: dict[int, _Pools] = {}
@@ -653,7 +657,7 @@ def place_roles(
 
     for role in roles:
         ok = feasible[role]
-        zones = zones_of(ok)
+        zones, names = zones_of(ok)
         m = matches.get(role, _Matches((), False))
         one_zone = _self_colocation(role, zones, m, topology) if ok else ""
         caps: list[_Cap | _FitCap] = [*_caps(role, nodes, index, opts)]
@@ -665,7 +669,7 @@ def place_roles(
         out[role] = RolePlacement(
             role,
             zones,
-            tuple(n.name for n in ok),
+            names,
             tuple((r, names) for r, names in rejected[role]),
             position if len(nodes) else None,
             max_replicas,
