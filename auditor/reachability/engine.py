@@ -301,6 +301,20 @@ class PolicyEngine:
             self._verdicts[key] = cached
         return cached
 
+    def verdict_class(
+        self, endpoint: PodEndpoint
+    ) -> tuple[tuple[int | None, int | None], PodEndpoint] | None:
+        """What `directional` reads of a pod-network pod, as a subject (its shape in each
+        direction) and as a pod peer (its identity without its node): two endpoints of one class
+        get the very same verdicts, against any pod of the pod network and from it. None for a
+        host-network pod, whose node can matter."""
+        mk = self._pod_keys.get(id(endpoint))
+        if mk is None or mk.endpoint is not endpoint:
+            mk = self._pod_key(endpoint)
+        if mk.projected.host_network or None in mk.shapes:
+            return None
+        return mk.shapes, mk.nodeless
+
     def _pod_key(self, endpoint: PodEndpoint) -> _PodKey:
         """What directional reads of a pod endpoint, worked out once per endpoint object: its
         identity, that identity without its node (as a peer), its shape in each direction (as

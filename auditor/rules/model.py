@@ -3,7 +3,7 @@ in every zone placement the constraints allow. Built once per scan; pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
@@ -24,7 +24,7 @@ from auditor.placement.observed import ObservedRole, observed_pair
 from auditor.progress import Progress, silent
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import FlowVerdict, PolicyEngine
-from auditor.reachability.policy import Decider, Direction
+from auditor.reachability.policy import Decider, Direction, DirectionalVerdict
 from auditor.reachability.ports import PortSet
 from auditor.rules.base import RuleMeta
 from auditor.workloads.edges import CommEdge, comm_edges
@@ -277,6 +277,21 @@ def build_model(
         placements = {r: o.placement() for r, o in observed.items() if o.pods}
         edges = [e for e in edges if e.source in placements and e.destination in placements]
     endpoints = RoleEndpoints(inv)
+    classes: dict[tuple[Role, str], object] = {}
+
+    def alike(role: Role, placement: RolePlacement, zones: Iterable[str]) -> bool:
+        # Whether the role's replicas in all of `zones` meet the same verdicts, as subjects and as
+        # peers (PolicyEngine.verdict_class).
+        first: object = None
+        for zone in zones:
+            found = classes.get((role, zone), classes)
+            if found is classes:
+                found = classes[role, zone] = engine.verdict_class(endpoints.get(role, zone, placement))
+            if found is None or (first is not None and found != first):
+                return False
+            first = found
+        return True
+
     analyses = []
     notes = []
     if not inv.nodes:
@@ -295,11 +310,22 @@ def build_model(
         else:
             pp = observed_pair(observed[edge.source], observed[edge.destination])
         verdicts = []
+        # When each end's replicas meet the same verdicts in every zone of the pairs (the common
+        # case: nothing a policy reads differs by zone), the first pair's are every pair's.
+        same = alike(edge.source, a, {p[0]: None for p in pp.pairs}) and alike(
+            edge.destination, b, {p[1]: None for p in pp.pairs}
+        )
+        shared: tuple[DirectionalVerdict, DirectionalVerdict] | None = None
         for za, zb in pp.pairs:
-            src = endpoints.get(edge.source, za, a)
-            dst = endpoints.get(edge.destination, zb, b)
-            egress = engine.directional(src, Direction.EGRESS, dst)
-            ingress = engine.directional(dst, Direction.INGRESS, src)
+            if shared is None:
+                src = endpoints.get(edge.source, za, a)
+                dst = endpoints.get(edge.destination, zb, b)
+                egress = engine.directional(src, Direction.EGRESS, dst)
+                ingress = engine.directional(dst, Direction.INGRESS, src)
+                if same:
+                    shared = egress, ingress
+            else:
+                egress, ingress = shared
             key = (edge.ports, edge.protocol, id(egress), id(ingress))
             known = judged.get(key)
             if known is None:
