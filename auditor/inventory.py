@@ -48,7 +48,8 @@ class Inventory:
     class_zones: dict[str, frozenset[str]] = field(default_factory=dict)
     # Pods a cluster or snapshot reported with their node: where groups actually run.
     live_pods: list[LivePod] = field(default_factory=list)
-    # The manifest each workload was read from (as rendered): remediation patches it.
+    # The manifest each workload was read from (as rendered): remediation patches it. Kept only
+    # when asked (build_inventory's `manifests`).
     manifests: dict[WorkloadRef, Mapping[str, Any]] = field(default_factory=dict)
     _by_name: dict[tuple[str, str], list[Workload]] = field(default_factory=dict, repr=False)
     _by_name_for: list[int] = field(default_factory=list, repr=False)

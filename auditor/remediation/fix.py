@@ -84,7 +84,7 @@ class Workspace:
 def _scan(
     paths: Sequence[Path], settings: Settings, pack: PolicyPack, today: date, tools: Tools
 ) -> tuple[Inventory, ScanResult]:
-    inv = load_inventory(paths, settings, tools)
+    inv = load_inventory(paths, settings, tools, manifests=True)
     return inv, scan(inv, pack, today)
 
 

@@ -252,10 +252,12 @@ def load_inventory(
     root: Path | None = None,
     stream: tuple[str, Sequence[yamlio.Document], Sequence[LoadError]] | None = None,
     cache: DocumentCache | None = None,
+    manifests: bool = False,
 ) -> Inventory:
     """`stream`: documents read from a stream besides the paths (`auditor scan -`): its name,
     documents and read errors (an error makes the audit partial, as for a file). `cache`: the
-    content-addressed cache of loaded files (auditor/cache.py)."""
+    content-addressed cache of loaded files (auditor/cache.py). `manifests`: keep the workloads'
+    manifests for remediation (build_inventory)."""
     collected = collect(paths, tools or Tools.detect(), progress, jobs, settings.sources, root, cache)
     if cache is not None:
         cache.finish()
@@ -265,6 +267,6 @@ def load_inventory(
         collected.errors.extend(errs)
         if errs:
             collected.not_audited.append(NotAudited(name, errs[0].message))
-    inv = build_inventory(collected.documents, settings, collected.errors)
+    inv = build_inventory(collected.documents, settings, collected.errors, manifests=manifests)
     inv.not_audited = sorted(set(collected.not_audited))
     return inv

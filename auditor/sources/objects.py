@@ -257,8 +257,12 @@ def build_inventory(
     settings: AuditView,
     load_errors: Iterable[LoadError] = (),
     elsewhere: Elsewhere = NOWHERE,
+    *,
+    manifests: bool = False,
 ) -> Inventory:
-    """`elsewhere`: what the rest of the tree contributes, when `documents` are part of it."""
+    """`elsewhere`: what the rest of the tree contributes, when `documents` are part of it.
+    `manifests`: keep each workload's manifest (Inventory.manifests), which only remediation
+    reads; an audit lets them go once the inventory is built (half the memory a large scan holds)."""
     settings = AuditSettings.of(settings)  # the core keeps only what it reads
     documents = list(documents)
     load_errors = list(load_errors)
@@ -296,7 +300,7 @@ def build_inventory(
         if id(raw) in owned:
             continue  # created by a controller we also read: audited through its owner
         try:
-            _load_object(raw, inv, default_ns, np_tier)
+            _load_object(raw, inv, default_ns, np_tier, manifests)
         except SelectorError as exc:
             cluster_scoped = raw.kind in (
                 *ADMIN_KINDS,
@@ -573,7 +577,7 @@ def _snapshot_header(raw: RawObject, inv: Inventory) -> None:
             )
 
 
-def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) -> None:
+def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str, manifests: bool) -> None:
     kind = raw.kind
     ns = raw.namespace(default_ns)
     if kind == SNAPSHOT_KIND and raw.api_version.startswith("placement-auditor.io/"):
@@ -639,7 +643,8 @@ def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str) 
     elif kind in ADAPTERS or kind in CONTEXT_KINDS:
         ref = WorkloadRef(raw.api_version, kind, ns, raw.name, raw.source)
         inv.workloads.append(adapt(raw.obj, ref, inv.runtimes))
-        inv.manifests[ref] = raw.obj
+        if manifests:
+            inv.manifests[ref] = raw.obj
 
 
 def parse_node(raw: RawObject) -> Node:

@@ -321,3 +321,17 @@ def test_every_role_of_a_workload_lands_in_its_one_kustomize_patch(
     cli.main(["scan", str(root), "--nodes", str(nodes), "--format", "json", "--fail-on", "none"])
     left = json.loads(capsys.readouterr().out)["findings"]
     assert [f for f in left if f["rule"].startswith("cross-zone")] == []
+
+
+def test_only_remediation_keeps_the_workloads_manifests() -> None:
+    """An audit lets the manifests go once its inventory is built (they were half of a large
+    scan's memory); `auditor fix` asks for them and patches from them."""
+    from auditor.settings.config import Settings
+    from auditor.sources.manifests import load_inventory
+
+    paths = [LAB / "before", LAB / "nodes.yaml", LAB / "policies.yaml"]
+    audited = load_inventory(paths, Settings())
+    kept = load_inventory(paths, Settings(), manifests=True)
+    assert audited.workloads and audited.manifests == {}
+    assert set(kept.manifests) == {w.ref for w in kept.workloads}
+    assert all(kept.manifests[w.ref]["kind"] == w.ref.kind for w in kept.workloads)
