@@ -310,6 +310,25 @@ def _selected(svc: Service, roles: Iterable[Role]) -> list[Role]:
     ]
 
 
+class _RolesByLabel:
+    """The roles carrying each (namespace, label, value), in the order given: a Service's
+    selector is tried only on the roles its first label selects (thousands of Services and roles,
+    most of a namespace's roles unselected by each)."""
+
+    def __init__(self, roles: Iterable[Role]) -> None:
+        self.index: dict[tuple[str, str, str], list[Role]] = {}
+        for r in roles:
+            ns = r.workload.namespace
+            for k, v in r.template.labels:
+                self.index.setdefault((ns, k, v), []).append(r)
+
+    def selected(self, svc: Service) -> list[Role]:
+        if not svc.selector:
+            return []
+        k, v = svc.selector[0]
+        return _selected(svc, self.index.get((svc.namespace, k, v), ()))
+
+
 def _service_targets(svc: Service, port: int | None, selected: Sequence[Role]) -> Iterator[tuple[Role, int]]:
     """The selected roles with the container port each reference reaches: the port written after
     the name (a Service port, mapped to its targetPort) or every Service port."""
@@ -365,15 +384,13 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
     for svc in services:
         for name in _dns_names(svc):
             by_name.setdefault(name, []).append(svc)
-    roles_by_ns: dict[str, list[Role]] = {}
-    for r in roles:
-        roles_by_ns.setdefault(r.workload.namespace, []).append(r)
+    by_label = _RolesByLabel(roles)
     selected: dict[int, list[Role]] = {}  # by id(Service): many roles name the same Service
 
     def selected_by(svc: Service) -> list[Role]:
         found = selected.get(id(svc))
         if found is None:
-            found = selected[id(svc)] = _selected(svc, roles_by_ns.get(svc.namespace, []))
+            found = selected[id(svc)] = by_label.selected(svc)
         return found
 
     for role in roles:
