@@ -76,7 +76,10 @@ class LabelSelector:
     def matches(self, labels: Mapping[str, str]) -> bool:
         if self.impossible:
             return False
-        return all(r.matches(labels) for r in self.requirements)
+        for r in self.requirements:  # a loop, not all(...): no generator per call (hot)
+            if not r.matches(labels):
+                return False
+        return True
 
     def keys(self) -> frozenset[str]:
         return frozenset(r.key for r in self.requirements)

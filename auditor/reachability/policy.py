@@ -444,7 +444,10 @@ class Rule:
     def peer_matches(self, ep: Endpoint, views: Views, subject: PodEndpoint) -> bool:
         if self.local is not None and not self.local.matches(subject, views, subject):
             return False
-        return any(p.matches(ep, views, subject) for p in self.peers)
+        for p in self.peers:  # a loop, not any(...): no generator per call (hot)
+            if p.matches(ep, views, subject):
+                return True
+        return False
 
 
 @value
