@@ -15,7 +15,7 @@ from auditor.reachability.engine import FlowVerdict
 from auditor.reachability.policy import Direction
 from auditor.resources import examples_dir
 from auditor.rules.model import RoleEndpoints, ZoneVerdict, build_model, zone_verdict
-from auditor.settings.config import Settings, TopologySettings
+from auditor.settings.config import NetworkConfig, Settings, TopologySettings
 
 NODES = "\n---\n".join(
     f"""apiVersion: v1
@@ -60,6 +60,9 @@ spec:
     - podSelector: {matchLabels: {topology.kubernetes.io/zone: zb}}
 """
 
+# A host-network agent calls the master through its Service; the master admits only its own
+# node's host (Cilium's `host` entity; other nodes are `remote-node`): the verdict depends on the
+# node the agent runs on, which no verdict class can hide.
 HOST_AGENT = """\
 apiVersion: apps/v1
 kind: DaemonSet
@@ -69,10 +72,25 @@ spec:
   template:
     metadata:
       labels: {app: agent}
-      annotations: {placement-auditor.io/talks-to: "bert-master-0:23456"}
+      annotations: {placement-auditor.io/talks-to: "bert-master:23456"}
     spec:
       hostNetwork: true
       containers: [{name: agent, image: x}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: bert-master, namespace: ml}
+spec:
+  selector: {training.kubeflow.org/replica-type: master}
+  ports: [{port: 23456, targetPort: 23456}]
+---
+apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: master-from-its-host, namespace: ml}
+spec:
+  endpointSelector: {matchLabels: {training.kubeflow.org/replica-type: master}}
+  ingress:
+  - fromEntities: [host]
 """
 
 
@@ -101,6 +119,13 @@ def pair_by_pair(inv: Inventory) -> list[tuple[str, str, tuple[ZoneVerdict, ...]
     return out
 
 
+def verdicts_between(
+    analysed: list[tuple[str, str, tuple[ZoneVerdict, ...]]], source: str, destination: str
+) -> list[ZoneVerdict]:
+    """The zone verdicts of the edges from a role whose name holds `source` to one holding `destination`."""
+    return [v for s, d, verdicts in analysed if source in s and destination in d for v in verdicts]
+
+
 def copying(*labels: str) -> Settings:
     """Settings where binding copies these node labels onto the pod (PodTopologyLabels)."""
     return Settings(topology=TopologySettings(pod_zone_labels=tuple((k, k) for k in labels)))
@@ -109,12 +134,7 @@ def copying(*labels: str) -> Settings:
 def test_a_zone_reading_policy_gives_each_pair_its_own_verdict() -> None:
     inv = inventory(text="\n---\n".join((NODES, JOB, ZONE_POLICY)), settings=copying(ZONE_KEY))
     analysed = pair_by_pair(inv)
-    allowed = {
-        (v.source_zone, v.allowed)
-        for source, destination, verdicts in analysed
-        if "Worker" in source and "Master" in destination
-        for v in verdicts
-    }
+    allowed = {(v.source_zone, v.allowed) for v in verdicts_between(analysed, "Worker", "Master")}
     # Workers in zb reach the master; workers in the other zones do not.
     assert ("zb", True) in allowed and ("za", False) in allowed
 
@@ -122,23 +142,24 @@ def test_a_zone_reading_policy_gives_each_pair_its_own_verdict() -> None:
 def test_without_zone_labels_every_pair_shares_the_verdict() -> None:
     inv = inventory(text="\n---\n".join((NODES, JOB, ZONE_POLICY)), settings=copying())
     analysed = pair_by_pair(inv)
-    worker = [
-        v
-        for source, destination, verdicts in analysed
-        if "Worker" in source and "Master" in destination
-        for v in verdicts
-    ]
+    worker = verdicts_between(analysed, "Worker", "Master")
     assert len(worker) > 1 and len({v.allowed for v in worker}) == 1
 
 
 def test_a_host_network_end_is_evaluated_pair_by_pair() -> None:
-    inv = inventory(text="\n---\n".join((NODES, JOB, ZONE_POLICY, HOST_AGENT)), settings=copying(ZONE_KEY))
+    settings = Settings(topology=TopologySettings(pod_zone_labels=()), network=NetworkConfig(cni="cilium"))
+    inv = inventory(text="\n---\n".join((NODES, JOB, HOST_AGENT)), settings=settings)
     engine = policy_engine(inv)
     agent = next(r for w in inv.workloads for r in w.roles if w.ref.name == "agent")
     placement = build_model(inv).placements[agent]
     endpoint = RoleEndpoints(inv).get(agent, placement.zones[0], placement)
     assert engine.verdict_class(endpoint) is None
-    pair_by_pair(inv)
+    into_master = verdicts_between(pair_by_pair(inv), "agent", "Master")
+    # The agent on the master's node reaches it; from the other zones' nodes it does not.
+    assert {(v.source_zone == v.destination_zone, v.allowed) for v in into_master} == {
+        (True, True),
+        (False, False),
+    }
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
