@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +39,6 @@ class Tools:
 
     @staticmethod
     def detect() -> Tools:
-        import shutil  # only where a tree is rendered (with zlib, bz2, lzma: a scan's start-up)
-
         return Tools(shutil.which("kubectl"), shutil.which("helm"))
 
 
@@ -151,7 +150,7 @@ def renders(files: Sequence[tuple[str, str]]) -> bool:
 
 def collect(
     paths: Sequence[Path],
-    tools: Tools,
+    tools: Tools | None,
     progress: Progress = silent,
     jobs: int | None = None,
     sources: SourcesSettings | None = None,
@@ -159,7 +158,8 @@ def collect(
     cache: DocumentCache | None = None,
 ) -> Collected:
     """Every document under `paths`: raw files, rendered Kustomize directories and Helm charts.
-    `jobs`: worker processes for reading files (None: one per CPU for a large tree; see
+    `tools`: the renderers (None: looked up on PATH if the tree has something to render). `jobs`:
+    worker processes for reading files (None: one per CPU for a large tree; see
     yamlio.load_files). `root`: the repository root nothing may be read outside of (default: each
     path's, see repository_root). `cache`: loaded files by content (auditor.cache); rendered
     Kustomize and Helm output is never cached."""
@@ -207,6 +207,9 @@ def collect(
         out.documents.extend(docs)
         if errs:  # the file, or a document in it, could not be read
             out.not_audited.append(NotAudited(display, errs[0].message))
+    # kubectl and helm are looked up on PATH only when the tree has something to render (`tools`
+    # None: look them up then).
+    renderer = (tools or Tools.detect()) if kroots or charts else Tools(None, None)
     for top in sorted(kroots - included):
         kfile = kustomize.kustomization_file(top) or top / KUSTOMIZATION_FILES[0]
         display = displays.get(kfile.resolve(), str(kfile))
@@ -220,11 +223,11 @@ def collect(
             where = displays.get(first.file.resolve(), str(first.file))
             out.not_audited.append(NotAudited(display, f"Kustomize build refused: {where}: {first.message}"))
             continue
-        if tools.kubectl is None:
+        if renderer.kubectl is None:
             out.skip(display, "Kustomize directory skipped: kubectl is not installed")
             continue
         raw = [d for r in (top, *sorted(included)) for d in raw_by_root.get(r, [])]
-        cmd = [tools.kubectl, "kustomize", "--load-restrictor=LoadRestrictionsRootOnly", str(top)]
+        cmd = [renderer.kubectl, "kustomize", "--load-restrictor=LoadRestrictionsRootOnly", str(top)]
         _render("Kustomize", top, display, cmd, raw, out, sources)
     for chart in sorted(charts):
         display = displays.get((chart / "Chart.yaml").resolve(), str(chart / "Chart.yaml"))
@@ -234,11 +237,11 @@ def collect(
         if escape is not None:
             out.skip(display, f"Helm chart refused: {escape}")
             continue
-        if tools.helm is None:
+        if renderer.helm is None:
             out.skip(display, "Helm chart skipped: helm is not installed")
             continue
         # No --dependency-update and no repositories configured: charts/ is all helm reads.
-        cmd = [tools.helm, "template", chart.name, str(chart)]
+        cmd = [renderer.helm, "template", chart.name, str(chart)]
         _render("Helm", chart, display, cmd, [], out, sources)
     return out
 
@@ -258,7 +261,7 @@ def load_inventory(
     documents and read errors (an error makes the audit partial, as for a file). `cache`: the
     content-addressed cache of loaded files (auditor/cache.py). `manifests`: keep the workloads'
     manifests for remediation (build_inventory)."""
-    collected = collect(paths, tools or Tools.detect(), progress, jobs, settings.sources, root, cache)
+    collected = collect(paths, tools, progress, jobs, settings.sources, root, cache)
     if cache is not None:
         cache.finish()
     if stream is not None:
