@@ -765,10 +765,15 @@ def _checkout_relative(export: dict[str, Any], settings: Settings) -> dict[str, 
 def cmd_version(args: argparse.Namespace) -> int:
     import platform
 
+    from auditor import native
+
+    mode, why = native.mode()
     info = {
         "name": TOOL_NAME,
         "version": __version__,
         "python": platform.python_version(),
+        # Whether the audit's hot modules run compiled (mypyc) or from source, and why.
+        "build": {"mode": mode, "why": why},
         "schemas": {
             "findings": json_report.SCHEMA,
             "sarif": "2.1.0",
@@ -778,7 +783,7 @@ def cmd_version(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(info, indent=2))
     else:
-        print(f"{TOOL_NAME} {__version__} (Python {info['python']})")
+        print(f"{TOOL_NAME} {__version__} (Python {info['python']}; {mode}: {why})")
     return EXIT_OK
 
 

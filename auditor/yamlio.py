@@ -144,7 +144,7 @@ def key_line(obj: object, key: str, default: int = 0) -> int:
     return default
 
 
-@value
+@value(frozen=True)
 class Document:
     """One non-empty YAML document: its data and where it starts (line of its content, 0-based
     index of the document within the file)."""

@@ -119,8 +119,9 @@ def compile_sources(*trees: Path | None) -> None:
             )
 
 
-def run_child(args: list[str], into: Measured) -> None:
-    """Run a measured child (scan_child.py); record its timing and its own peak RSS (wait4)."""
+def run_child(args: list[str], into: Measured, env: dict[str, str] | None = None) -> None:
+    """Run a measured child (scan_child.py); record its timing and its own peak RSS (wait4).
+    `env`: variables added to the child's environment."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
@@ -128,7 +129,7 @@ def run_child(args: list[str], into: Measured) -> None:
             stdout=out,
             stderr=err,
             stdin=subprocess.DEVNULL,
-            env=CHILD_ENV,
+            env={**CHILD_ENV, **(env or {})},
         )
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
@@ -147,15 +148,37 @@ def run_child(args: list[str], into: Measured) -> None:
     into.last = result
 
 
+PURE = {"AUDITOR_PURE_PYTHON": "1"}
+"""The environment that runs the auditor from its Python sources where it is compiled (auditor/native.py)."""
+
+
+def build_mode() -> tuple[str, str]:
+    """("compiled" or "pure", why) of the auditor the children run (a child's `auditor.native`)."""
+    code = "import auditor.native as n; print(*n.mode(), sep='\\n')"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=CHILD_ENV,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=HERE.parent,
+    )
+    mode, why = out.stdout.strip().split("\n", 1)
+    return mode, why
+
+
 def measure(
-    directory: Path, runs: int, report: Path, base: Path | None = None
+    directory: Path, runs: int, report: Path, base: Path | None = None, pure: Measured | None = None
 ) -> tuple[Measured, Measured, Measured, Measured | None]:
     """Parse-only runs, cold scan runs (automatic workers), single-process cold scan runs (`--jobs
-    1`) and, with `base`, the base tree's scan, alternated so that machine noise falls on all alike."""
+    1`), with `base` the base tree's scan and with `pure` the same tree's `--jobs 1` scan from its
+    Python sources (where it is compiled: its report must be the compiled one's), alternated so
+    that machine noise falls on all alike."""
     parse, scan, single = Measured(), Measured(), Measured()
     other = Measured() if base is not None else None
     single_report = report.with_name("scan-jobs1.json")
     base_report = report.with_name("scan-base.json")
+    pure_report = report.with_name("scan-pure.json")
     # Cold, as ours: a base tree that has the cache is told not to use it (one from before the
     # cache has no such flag). Without it the base's runs after the first were re-scans.
     base_flags = ["--no-cache"] if base is not None and _knows_no_cache(base) else []
@@ -175,9 +198,18 @@ def measure(
             out = str(base_report if i == 0 else os.devnull)
             run_child(["scan", str(directory), out, "1", "--base", str(base), *base_flags], other)
             line += f", base --jobs 1 {other.cpu[-1]:.2f} s CPU"
+        if pure is not None:
+            run_child(
+                ["scan", str(directory), str(pure_report if i == 0 else os.devnull), "1", "--no-cache"],
+                pure,
+                PURE,
+            )
+            line += f", from source --jobs 1 {pure.cpu[-1]:.2f} s CPU"
         print(line, flush=True)
     if single_report.read_text() != report.read_text():
         raise WrongAnswer("the report with --jobs 1 differs from the default one")
+    if pure is not None and pure_report.read_text() != report.read_text():
+        raise WrongAnswer("the report of the scan from the Python sources differs from the compiled one's")
     if other is not None and base_report.read_text() != report.read_text():
         print("  note: the base tree's report differs from ours (expected when findings changed since)")
     return parse, scan, single, other
@@ -404,8 +436,12 @@ def _run(args: argparse.Namespace) -> int:
         compile_sources(HERE.parent, args.base)
         load = os.getloadavg()
         print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.busy} busy process(es)")
+        mode, why = build_mode()
+        print(f"auditor build: {mode} ({why})")
+        figures["build"] = {"mode": mode, "why": why}
         if not args.incremental_only:
-            parse, scan, single, base = measure(directory, args.runs, report, args.base)
+            pure = Measured() if mode == "compiled" else None
+            parse, scan, single, base = measure(directory, args.runs, report, args.base, pure)
             ratio = scan.median / parse.median
             single_ratio = single.median / parse.median
             doc = json.loads(report.read_text())
@@ -420,6 +456,14 @@ def _run(args: argparse.Namespace) -> int:
             print(f"ratio scan --jobs 1/parse: {single_ratio:.2f}× (one process; same report)")
             cpu_ratio = single.cpu_median / parse.cpu_median
             print(f"ratio scan --jobs 1/parse, process CPU: {cpu_ratio:.2f}×")
+            if pure is not None:
+                print(f"auditor scan --jobs 1 from its Python sources ({PURE}): {pure.line()}")
+                print(
+                    f"ratio from source/parse: {pure.median / parse.median:.2f}×, process CPU "
+                    f"{pure.cpu_median / parse.cpu_median:.2f}×; compiled/from source, process CPU: "
+                    f"{single.cpu_median / pure.cpu_median:.2f}× (same report)"
+                )
+                figures.update(pure_seconds=pure.seconds, pure_cpu=pure.cpu)
             default_vs_single = statistics.median(scan.wall) / statistics.median(single.wall)
             workers = sorted({w for w in scan.workers if w is not None})
             # With one worker the default mode is --jobs 1's code path: the two differ by noise.

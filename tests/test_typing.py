@@ -55,14 +55,14 @@ def test_mypy_refuses_an_assignment_to_a_value_field(cache: Path, tmp_path: Path
     assert 'mutates.py:6: error: Property "port" defined in "NamedPort" is read-only' in out, out
 
 
-@value
+@value(frozen=True)
 class _Point:
     x: int
     y: int = 0
     tags: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
 
-@value(order=True)
+@value(frozen=True, order=True)
 class _Ranked:
     rank: int
     name: str

@@ -17,7 +17,7 @@ SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 
 @by_fields
-@value(order=True)
+@value(frozen=True, order=True)
 class ObjectRef:
     api_version: str
     kind: str
@@ -54,7 +54,7 @@ class ObjectRef:
 
 
 @by_fields
-@value(order=True)
+@value(frozen=True, order=True)
 class EdgeRef:
     from_role: str
     from_zones: tuple[str, ...]
@@ -84,7 +84,7 @@ class EdgeRef:
 
 
 @by_fields
-@value(order=True)
+@value(frozen=True, order=True)
 class PolicyMention:
     kind: str
     namespace: str
@@ -109,7 +109,7 @@ class PolicyMention:
 
 
 @by_fields
-@value(order=True)
+@value(frozen=True, order=True)
 class Finding:
     sort_key: tuple[int, str, str] = field(init=False, repr=False)
     rule: str

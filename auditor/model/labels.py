@@ -25,7 +25,7 @@ class SelectorError(ValueError):
         self.message = message
 
 
-@value(order=True)
+@value(frozen=True, order=True)
 class Requirement:
     key: str
     operator: str
@@ -55,7 +55,7 @@ class Requirement:
         return f"!{self.key}"
 
 
-@value
+@value(frozen=True)
 class LabelSelector:
     """A conjunction of requirements; `impossible` marks a selector that matches nothing."""
 

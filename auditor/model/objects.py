@@ -24,7 +24,7 @@ def freeze_labels(raw: Mapping[str, Any] | None) -> Labels:
     return tuple(sorted((str(k), "" if v is None else str(v)) for k, v in raw.items()))
 
 
-@value
+@value(frozen=True)
 class NamedPort:
     """A container port with a name (policies may refer to it by name)."""
 
@@ -33,7 +33,7 @@ class NamedPort:
     port: int
 
 
-@value
+@value(frozen=True)
 class Taint:
     key: str
     value: str
@@ -72,7 +72,7 @@ class Node:
         object.__setattr__(self, "label_map", dict(self.labels))
 
 
-@value
+@value(frozen=True)
 class Container:
     """The parts of a container (or init container) that communication edges and data-port
     ranges read: literal env values, command and args (string items, as the API types them)."""
@@ -93,7 +93,7 @@ class Claim:
     storage_class: str | None = None
 
 
-@value
+@value(frozen=True)
 class PodRequests:
     """The pod's effective requests as kube-scheduler computes them (`resourcehelper.PodRequests`),
     summed once when the template is read. `error` names the field of a quantity that does not
@@ -103,7 +103,7 @@ class PodRequests:
     error: str | None = None
 
 
-@value
+@value(frozen=True)
 class PodTemplate:
     """The parts of a pod spec that placement and policy read."""
 
@@ -136,7 +136,7 @@ class PodTemplate:
 
 
 @by_fields
-@value
+@value(frozen=True)
 class WorkloadRef:
     api_version: str
     kind: str
@@ -148,7 +148,7 @@ class WorkloadRef:
         return f"{self.kind} {self.namespace}/{self.name}"
 
 
-@value
+@value(frozen=True)
 class ReplicaLabel:
     """A label its controller sets on each replica with a value derived from the replica's index
     `i` in the role: `prefix` + ((i // stride) % period + offset), `period` 0 meaning unbounded.
@@ -210,7 +210,7 @@ class ReplicaClass:
         return all(t.holds(labels) == o for t, o in zip(self.tests, self.outcome, strict=True))
 
 
-@value
+@value(frozen=True)
 class Role:
     """One pod template × replica count of a workload (PyTorchJob Worker ×8, a Deployment's pods).
 
@@ -305,7 +305,7 @@ class OperatorOptions:
         return next((dict(args) for n, args in self.plugins if n == name), None)
 
 
-@value
+@value(frozen=True)
 class Workload:
     ref: WorkloadRef
     labels: Labels

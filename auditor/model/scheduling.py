@@ -49,7 +49,7 @@ class NodeSelectorTerm:
         return not self.match_expressions and not self.match_fields
 
 
-@value
+@value(frozen=True)
 class NodeAffinity:
     """spec.affinity.nodeAffinity: required terms ORed (expressions ANDed), preferred ones only score.
     `required` None: no required affinity (every node passes)."""
@@ -98,7 +98,7 @@ class AffinityTerm:
         )
 
 
-@value
+@value(frozen=True)
 class PodAffinity:
     """The required and preferred terms of spec.affinity.podAffinity (or podAntiAffinity)."""
 
@@ -133,7 +133,7 @@ class SpreadConstraint:
         return not self.selector.is_everything()
 
 
-@value
+@value(frozen=True)
 class Scheduling:
     """Everything the scheduler reads from a pod template besides labels, tolerations and requests."""
 

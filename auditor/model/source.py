@@ -10,7 +10,7 @@ from auditor.model.values import value
 
 
 @by_fields
-@value(order=True)
+@value(frozen=True, order=True)
 class SourceRef:
     """A location in a scanned file (1-based line, 0-based document index) or a cluster object.
 
@@ -29,7 +29,7 @@ class SourceRef:
 
 
 @by_fields
-@value(order=True)
+@value(frozen=True, order=True)
 class LoadError:
     """One thing we could not read or understand. The rest of the scan goes on without it.
 

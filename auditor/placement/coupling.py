@@ -328,7 +328,7 @@ def _feasible(
     return ok, rejected
 
 
-@value
+@value(frozen=True)
 class _Matches:
     """The roles whose pods a role's required podAffinity terms select (all terms at once)."""
 
@@ -757,7 +757,7 @@ def _zone_nested_key(role: Role, topology: Topology) -> str:
 # --- per pair ---------------------------------------------------------------------------------
 
 
-@value
+@value(frozen=True)
 class PairPlacement:
     pairs: tuple[tuple[str, str], ...]  # allowed (source zone, destination zone)
     split: str | None  # always | likely | possible; None when no allowed placement splits

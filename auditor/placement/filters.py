@@ -30,7 +30,7 @@ UNSCHEDULABLE = "Unschedulable"
 UNRESOLVABLE = "UnschedulableAndUnresolvable"
 
 
-@value
+@value(frozen=True)
 class FilterResult:
     node: str
     ok: bool

@@ -53,6 +53,9 @@ from auditor.reachability.policy import (
 from auditor.reachability.ports import PROTOCOLS, ConnSet, PortSet
 from auditor.reachability.specs import PolicyError
 
+_PROTOCOL_NAMES = frozenset((*PROTOCOLS, "ANY", "ICMP", "ICMPV6", "VRRP", "IGMP"))
+"""What a Cilium toPorts protocol may say (ANY, and the protocols whose ports carry no L4 port)."""
+
 CNP = "CiliumNetworkPolicy"
 CCNP = "CiliumClusterwideNetworkPolicy"
 
@@ -272,7 +275,7 @@ def _to_ports(raw: list[Any], field: str, deny: bool) -> tuple[PortMatch, str]:
             pf = f"{f}.ports[{j}]"
             pb = specs.mapping(port, pf, ("port", "endPort", "protocol"))
             proto_raw = str(pb.get("protocol") or "ANY").upper()
-            if proto_raw not in (*PROTOCOLS, "ANY", "ICMP", "ICMPV6", "VRRP", "IGMP"):
+            if proto_raw not in _PROTOCOL_NAMES:
                 raise PolicyError(f"{pf}.protocol", f"unknown protocol {pb.get('protocol')!r}")
             protocols = PROTOCOLS if proto_raw == "ANY" else ((proto_raw,) if proto_raw in PROTOCOLS else ())
             value = pb.get("port")

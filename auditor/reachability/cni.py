@@ -16,8 +16,8 @@ from functools import lru_cache
 
 from auditor.reachability.endpoints import PodEndpoint
 
-CNI_KINDS = ("generic", "cilium", "calico")
-ENFORCEMENT_MODES = ("default", "always", "never")
+CNI_KINDS: tuple[str, ...] = ("generic", "cilium", "calico")
+ENFORCEMENT_MODES: tuple[str, ...] = ("default", "always", "never")
 
 # Cilium's identity pseudo-labels (pkg/k8s/apis/cilium.io const.go).
 CILIUM_NS_LABEL = "io.kubernetes.pod.namespace"

@@ -12,7 +12,7 @@ from auditor.model.values import value
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-@value
+@value(frozen=True)
 class PodEndpoint:
     """A pod (or one replica of a workload role) with the labels policies can see.
 

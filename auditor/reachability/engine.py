@@ -86,7 +86,7 @@ def standard_tiers(
     return sorted(tiers, key=lambda t: t.order)
 
 
-@value
+@value(frozen=True)
 class FlowVerdict:
     """Source egress and destination ingress for one (source, destination) pair."""
 

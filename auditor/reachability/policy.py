@@ -47,7 +47,7 @@ class Action(StrEnum):
     PASS = "pass"
 
 
-@value(order=True)
+@value(frozen=True, order=True)
 class PolicyRef:
     kind: str
     namespace: str
@@ -58,7 +58,7 @@ class PolicyRef:
         return f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
 
 
-@value
+@value(frozen=True)
 class RuleRef:
     policy: PolicyRef
     rule: str  # "ingress[0]", "egressDeny[1]", an ANP rule name, ...
@@ -94,7 +94,7 @@ class AnyPeer:
         return "any peer"
 
 
-@value
+@value(frozen=True)
 class K8sPodPeer:
     """Pods by namespace (fixed name or namespace selector) AND pod selector.
 
@@ -310,7 +310,7 @@ Peer = AnyPeer | K8sPodPeer | CIDRPeer | CiliumEndpointPeer | CiliumEntityPeer |
 # Ports
 
 
-@value
+@value(frozen=True)
 class PortMatch:
     """Ports a rule covers: numbers and ranges, plus named ports resolved on the destination pod.
 
@@ -430,7 +430,7 @@ Subject = K8sSubject | CiliumSubject | CalicoSubject
 # Rules and policies
 
 
-@value
+@value(frozen=True)
 class Rule:
     ref: RuleRef
     action: Action
@@ -451,7 +451,7 @@ class Rule:
         return False
 
 
-@value
+@value(frozen=True)
 class DirectionRules:
     """A policy's rules in one direction.
 
@@ -482,7 +482,7 @@ class CompiledPolicy:
 # Verdicts
 
 
-@value
+@value(frozen=True)
 class Decider:
     """One policy (and rule, when a rule decided) behind a verdict."""
 
@@ -510,7 +510,7 @@ class Decider:
         return f"{self.policy} {verb} it by rule {self.rule} ({where})"
 
 
-@value
+@value(frozen=True)
 class Segment:
     conns: ConnSet
     allowed: bool
@@ -518,7 +518,7 @@ class Segment:
     reason: str
 
 
-@value
+@value(frozen=True)
 class DirectionalVerdict:
     """Egress of the source or ingress of the destination, partitioned into decided pieces."""
 
@@ -526,6 +526,11 @@ class DirectionalVerdict:
     segments: tuple[Segment, ...]
     # One verdict answers many flows (it is shared by every pod of an identity): union once.
     _allowed: ConnSet | None = field(default=None, init=False, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Set here, not only by the field's default: mypyc's compiled __init__ leaves a field that
+        # is not an argument and has no factory unset (auditor/native.py).
+        object.__setattr__(self, "_allowed", None)
 
     def allowed_conns(self) -> ConnSet:
         if self._allowed is None:

@@ -32,7 +32,7 @@ def _normalise(intervals: Iterable[Interval]) -> tuple[Interval, ...]:
     return tuple((lo, hi) for lo, hi in merged)
 
 
-@value
+@value(frozen=True)
 class PortSet:
     """A set of ports, as sorted disjoint inclusive intervals within 1..65535."""
 
@@ -108,7 +108,7 @@ _ALL_PORTS = PortSet(((MIN_PORT, MAX_PORT),))
 _NO_PORTS = PortSet(())
 
 
-@value
+@value(frozen=True)
 class ConnSet:
     """Connections as protocol → ports. Protocols with no ports are left out, so equality works."""
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -58,5 +60,18 @@ def rules_markdown() -> str:
         doc = (rule.__doc__ or "").strip()
         parts.append(f"\n## `{rule.META.id}` — {rule.META.title}\n\n{doc}\n")
     # The edge rules' certainty comes from the one placement model; its own words say how.
-    parts.append(f"\n## Where a group can land (certainty)\n\n{(coupling.__doc__ or '').strip()}\n")
+    parts.append(f"\n## Where a group can land (certainty)\n\n{module_doc(coupling).strip()}\n")
     return "\n".join(parts)
+
+
+def module_doc(module: ModuleType) -> str:
+    """A module's docstring; read from its source beside it when the module is compiled (mypyc
+    keeps no module docstring: auditor/native.py)."""
+    if module.__doc__:
+        return module.__doc__
+    where = Path(module.__file__ or "")
+    source = where.with_name(module.__name__.rpartition(".")[2] + ".py")
+    try:
+        return ast.get_docstring(ast.parse(source.read_text(encoding="utf-8")), clean=False) or ""
+    except (OSError, SyntaxError, ValueError):
+        return ""

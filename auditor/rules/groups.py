@@ -21,7 +21,7 @@ GENERIC = "generic"
 
 
 @by_fields
-@value
+@value(frozen=True)
 class GroupRole:
     name: str
     replicas: int
@@ -30,7 +30,7 @@ class GroupRole:
 
 
 @by_fields
-@value
+@value(frozen=True)
 class GroupEdge:
     """One communication edge from a role of the group, with what the audit concluded about it."""
 
@@ -50,7 +50,7 @@ class GroupEdge:
     coupling: str  # the constraint that decided the zone pairs, in words
 
 
-@value
+@value(frozen=True)
 class Group:
     workload: ObjectRef
     recognised_as: str  # the training kind, or GENERIC
@@ -61,7 +61,7 @@ class Group:
     reached_from: tuple[ObjectRef, ...]
 
 
-@value
+@value(frozen=True)
 class Groups:
     groups: tuple[Group, ...]
     # Every workload with roles but no edge in or out, listed or not.
@@ -109,7 +109,7 @@ def _role(role: Role, model: AuditModel) -> GroupRole:
 
 
 @by_fields
-@value
+@value(frozen=True)
 class GroupEntry:
     """What the scan understood of one workload with roles, from its own side: its roles, its
     edges, and the other workloads they lead to (`reaches`). Whether it is listed, and who

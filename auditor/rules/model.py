@@ -30,7 +30,7 @@ from auditor.rules.base import RuleMeta
 from auditor.workloads.edges import CommEdge, comm_edges
 
 
-@value
+@value(frozen=True)
 class ZoneVerdict:
     """One zone placement of an edge. `allowed`: the edge's port, or for a data-plane edge at least
     one port of its range, is allowed (the kernel picks a port per connection, so a range edge is
@@ -56,7 +56,7 @@ class ZoneVerdict:
 Blocked = Literal["traffic-blocked", "cross-zone-blocked"]
 
 
-@value
+@value(frozen=True)
 class EdgeClass:
     """What an edge's verdicts add up to, decided once per edge (rules filter on it).
 
@@ -86,7 +86,7 @@ def classify(placement: PairPlacement, verdicts: Sequence[ZoneVerdict]) -> EdgeC
     return EdgeClass("cross-zone-blocked", "possible", crosses)
 
 
-@value
+@value(frozen=True)
 class EdgeAnalysis:
     edge: CommEdge
     placement: PairPlacement

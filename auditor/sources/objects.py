@@ -77,7 +77,7 @@ RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 SNAPSHOT_KIND = "ClusterSnapshot"  # the header of `auditor snapshot` files
 
 
-@value
+@value(frozen=True)
 class RawObject:
     obj: Mapping[str, Any]
     source: SourceRef
@@ -302,12 +302,7 @@ def build_inventory(
         try:
             _load_object(raw, inv, default_ns, np_tier, manifests)
         except SelectorError as exc:
-            cluster_scoped = raw.kind in (
-                *ADMIN_KINDS,
-                "CiliumClusterwideNetworkPolicy",
-                "GlobalNetworkPolicy",
-                "Node",
-            )
+            cluster_scoped = raw.kind in _CLUSTER_SCOPED_SELECTING
             inv.errors.append(_error(raw, exc, None if cluster_scoped else raw.namespace(default_ns)))
     _split_per_replica(objects, inv, elsewhere)
     return inv
@@ -322,6 +317,10 @@ def file_order(documents: Iterable[yamlio.Document], errors: Iterable[LoadError]
 
 
 POLICY_KINDS = ("NetworkPolicy", "GlobalNetworkPolicy", *CILIUM_KINDS, *ADMIN_KINDS)
+_CLUSTER_SCOPED_SELECTING = frozenset(
+    (*ADMIN_KINDS, "CiliumClusterwideNetworkPolicy", "GlobalNetworkPolicy", "Node")
+)
+"""Kinds with selectors that have no namespace: a selector error in one names no namespace."""
 
 
 def replica_facts(

@@ -40,7 +40,7 @@ EdgeOrigin = Literal[
 ]
 
 
-@value
+@value(frozen=True)
 class CommEdge:
     source: Role
     destination: Role

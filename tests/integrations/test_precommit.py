@@ -56,6 +56,9 @@ def _env(home: Path) -> dict[str, str]:
     if not os.environ.get("AUDITOR_TEST_PRECOMMIT_FULL"):
         env["PIP_NO_DEPS"] = "1"
         env["PYTHONPATH"] = os.pathsep.join(site.getsitepackages())
+        # The hook's behaviour, not the build: its install skips mypyc's two minutes (setup.py;
+        # tests/test_native.py compares the compiled build with the sources).
+        env["AUDITOR_PURE_PYTHON_BUILD"] = "1"
     return env
 
 
