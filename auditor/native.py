@@ -101,6 +101,12 @@ def _source(package: Path, module: str) -> Path:
     return package.joinpath(*module.split(".")[1:]).with_suffix(".py")
 
 
+def source(module: str) -> Path:
+    """The source file of one of the auditor's modules (an absolute path, whatever the working
+    directory: a module imported through a relative sys.path entry has a relative __file__)."""
+    return _source(HERE, module)
+
+
 def _compiled(package: Path, modules: Sequence[str]) -> bool:
     """Whether every module listed has its extension beside its source."""
     suffixes = importlib.machinery.EXTENSION_SUFFIXES

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from auditor import native
 from auditor.model.findings import FINDING_ORDER, Finding
 from auditor.placement import coupling
 from auditor.rules import (
@@ -69,9 +69,8 @@ def module_doc(module: ModuleType) -> str:
     keeps no module docstring: auditor/native.py)."""
     if module.__doc__:
         return module.__doc__
-    where = Path(module.__file__ or "")
-    source = where.with_name(module.__name__.rpartition(".")[2] + ".py")
     try:
-        return ast.get_docstring(ast.parse(source.read_text(encoding="utf-8")), clean=False) or ""
+        text = native.source(module.__name__).read_text(encoding="utf-8")
+        return ast.get_docstring(ast.parse(text), clean=False) or ""
     except (OSError, SyntaxError, ValueError):
         return ""
