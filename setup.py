@@ -8,9 +8,10 @@ compiled parts:
   and auditor.yamlio does the same work in Python (tests compare the two);
 * the audit's hot modules (auditor/native.py NATIVE_MODULES) compiled by mypyc, mypy's compiler
   of type-annotated Python to C extensions (the code passes mypy --strict, which mypyc needs):
-  one shared library, auditor._native__mypyc, and a small extension per module. About a fifth off a cold
-  scan (docs/performance.md). Built when a C compiler works and AUDITOR_PURE_PYTHON_BUILD is not
-  set; all or nothing (a module compiled and another not would call each other's stale code).
+  one shared library, auditor._native__mypyc, and a small extension per module. About a fifth
+  off a cold scan's CPU (docs/architecture.md#compiled-modules). Built when a C compiler works
+  and AUDITOR_PURE_PYTHON_BUILD is not set; all or nothing (a module compiled and another not
+  would call each other's stale code).
   auditor/native.py runs the Python sources instead when they changed after the build (an editable
   install being edited) or AUDITOR_PURE_PYTHON=1 says so; the build records what it compiled in
   auditor/_native.json for that check.
