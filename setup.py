@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -44,15 +45,11 @@ def _native_module() -> ModuleType:
     return module
 
 
-NATIVE_MODULES = [f"{name.replace('.', '/')}.py" for name in _native_module().NATIVE_MODULES]
-
-
-NATIVE_GROUP = "auditor._native"
-MANIFEST = "auditor/_native.json"
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+NATIVE = _native_module()
+"""auditor/native.py: the modules to compile, mypyc's group, where the manifest goes and what it
+holds (the same module reads them back at run time)."""
+NATIVE_SOURCES = [str(NATIVE.source(name).relative_to(ROOT)) for name in NATIVE.NATIVE_MODULES]
+MANIFEST = NATIVE.MANIFEST.relative_to(ROOT)
 
 
 class BuildExt(build_ext):
@@ -86,7 +83,7 @@ class BuildExt(build_ext):
             config = Path(tmp, "mypy.ini")
             config.write_text("[mypy]\nignore_missing_imports = True\n", encoding="utf-8")
             flags = [f"--config-file={config}"]
-            self._native = mypycify([*flags, *NATIVE_MODULES], group_name=NATIVE_GROUP, opt_level="3")
+            self._native = mypycify([*flags, *NATIVE_SOURCES], group_name=NATIVE.GROUP, opt_level="3")
         # Before setuptools' own finalizing, which takes the distribution's extensions.
         self.distribution.ext_modules = [*(self.distribution.ext_modules or []), *self._native]
         super().finalize_options()
@@ -102,8 +99,6 @@ class BuildExt(build_ext):
             source = Path(tmp, "probe.c")
             source.write_text("#include <Python.h>\nint probe(void) { return 0; }\n")
             try:
-                import sysconfig
-
                 objects = compiler.compile(
                     [str(source)], output_dir=tmp, include_dirs=[sysconfig.get_paths()["include"]]
                 )
@@ -121,7 +116,8 @@ class BuildExt(build_ext):
         # What was compiled, beside it: auditor/native.py runs these sources when they differ.
         manifest = {
             "modules": {
-                path.removesuffix(".py").replace("/", "."): _digest(ROOT / path) for path in NATIVE_MODULES
+                name: hashlib.sha256(NATIVE.source(name).read_bytes()).hexdigest()
+                for name in NATIVE.NATIVE_MODULES
             }
         }
         where = ROOT if self.inplace else Path(self.build_lib)

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
-from auditor import TOOL_NAME, __version__, codecache, gcpause, progress
+from auditor import TOOL_NAME, __version__, codecache, gcpause, native, progress
 from auditor.audit.scan import ScanResult, apply_baseline, scan
 from auditor.cache import DEFAULT_MAX_BYTES, DocumentCache, user_cache_dir
 from auditor.clock import system_clock, utc_date
@@ -764,8 +764,6 @@ def _checkout_relative(export: dict[str, Any], settings: Settings) -> dict[str, 
 
 def cmd_version(args: argparse.Namespace) -> int:
     import platform
-
-    from auditor import native
 
     mode, why = native.mode()
     info = {

@@ -31,6 +31,8 @@ from types import ModuleType
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "_native.json"
 ENV = "AUDITOR_PURE_PYTHON"
+GROUP = "auditor._native"
+"""mypyc's group: its shared library is `_native__mypyc` in the package (setup.py builds it)."""
 
 NATIVE_MODULES = (
     "auditor.inventory",
@@ -133,15 +135,15 @@ def decide(package: Path, environ: Mapping[str, str]) -> tuple[str, str]:
     """("compiled" or "pure", why) for the auditor's package directory `package`: "compiled" only
     when its mypyc build is there, whole, made from the sources beside it, and `environ` does not
     ask for the sources."""
-    if not any(package.glob("_native__mypyc*")):
+    if not any(package.glob(GROUP.rpartition(".")[2] + "__mypyc*")):
         return "pure", "not compiled"
+    if environ.get(ENV, "") not in ("", "0"):
+        return "pure", f"{ENV} is set"
     try:
         manifest = json.loads((package / MANIFEST.name).read_text(encoding="utf-8"))
         recorded = {str(name): str(digest) for name, digest in manifest["modules"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         recorded = {}
-    if environ.get(ENV, "") not in ("", "0"):
-        return "pure", f"{ENV} is set"
     if set(recorded) != set(NATIVE_MODULES):
         return (
             "pure",
