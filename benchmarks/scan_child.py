@@ -49,6 +49,9 @@ def child_scan(directory: Path, output: str, jobs: str = "0", *flags: str) -> di
     if rest[:1] == ["--base"]:
         sys.path.insert(0, rest[1])
         rest = rest[2:]
+    # Imported as the `auditor` program imports it (its script is auditor.__main__:entry, which
+    # imports the CLI with the collector paused; a --base tree may predate that).
+    import auditor.__main__  # noqa: F401
     from auditor import cli
 
     argv = ["scan", str(directory), "--format", "json", "--output", output, "--fail-on", "none"]

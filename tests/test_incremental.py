@@ -538,3 +538,40 @@ def test_the_code_stamp_changes_with_any_write_to_a_source_file(tmp_path: Path) 
     assert third not in (first, second)
     (package / "sub" / "extra.py").unlink()
     assert tree_stamp([package]) not in (first, third)
+
+
+def test_a_units_documents_are_recorded_the_second_time_they_are_needed(repo: Path, tmp_path: Path) -> None:
+    """The first incremental audit of a namespace parses its unchanged files and does not record
+    them (READ_ONCE); the second parses them again and records them; the third reads them back
+    and parses only the file that changed. Every report is the cold one."""
+    from auditor.sources import incremental
+
+    tree = Tree(repo, tmp_path / "cache")
+    tree.check("first scan")
+    by_dir: dict[Path, list[Path]] = {}
+    for job in tree.files(r"kind: PyTorchJob"):
+        by_dir.setdefault(job.parent, []).append(job)
+    jobs = max(by_dir.values(), key=len)
+    assert len(jobs) >= 3
+
+    def unit_docs() -> str:
+        auditor = TreeAuditor(DocumentCache(tree.cache), tree.settings, tree.pack)
+        recorded = auditor._read_snapshot(auditor._key("snapshot", f"{repo}\0{repo.resolve()}"))
+        assert recorded is not None
+        display = str(jobs[0])
+        unit = next(r.unit for r in recorded.files if r.display == display)
+        return recorded.snapshot.units[unit].docs
+
+    assert unit_docs() == ""
+    parsed = []
+    for n, job in enumerate(jobs[:3]):
+        edit(job, first_sub(r"replicas: (\d+)", fewer_replicas))
+        stats = tree.check(f"edit {n + 1}")
+        assert stats.mode == "incremental"
+        parsed.append(stats.files_parsed)
+        if n == 0:
+            assert unit_docs() == incremental.READ_ONCE
+        else:
+            assert unit_docs() not in ("", incremental.READ_ONCE)
+    # Parsed whole twice (the unit's files: more than one), then only the changed file.
+    assert parsed[0] == parsed[1] > 1 and parsed[2] == 1

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,8 @@ class Tools:
 
     @staticmethod
     def detect() -> Tools:
+        import shutil  # only where a tree has something to render (2 ms of every start)
+
         return Tools(shutil.which("kubectl"), shutil.which("helm"))
 
 

@@ -241,4 +241,4 @@ def test_builder_context_builds_the_wheel(stages: list[Stage], tmp_path: Path) -
     ):
         assert expected in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "auditor = auditor.cli:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "auditor = auditor.__main__:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()
