@@ -1204,12 +1204,15 @@ class Listings:
     removing or renaming a child; a mount shows as another inode or device), and one holding
     a symlink or anything but plain files and directories is never recorded: it is always
     listed, and its symlinks resolved, afresh. The walk puts every listing it used or made in
-    `found`."""
+    `found`, and counts in `visited` the directories it went through: when the two agree, every
+    directory of the walk is recorded, and a walk whose listings are all still trusted yields what
+    this one yielded (auditor/sources/incremental.py then skips the walk)."""
 
     known: Mapping[str, Listing]
     trusted_ns: int
     suffixes: tuple[str, ...] = SUFFIXES
     found: dict[str, Listing] = field(default_factory=dict)
+    visited: int = 0
 
 
 def _walk(
@@ -1254,6 +1257,8 @@ def _walk(
         if directory in visited:
             continue
         visited.add(directory)
+        if listings is not None:
+            listings.visited += 1
         # Resolved, absolute, without a trailing separator but for the root itself: joined by hand
         # (os.path.join per entry was a third of listing a tree of 17,000 files).
         prefix = directory if directory.endswith(os.sep) else directory + os.sep
@@ -1341,6 +1346,33 @@ def _walk(
         # Reversed so the stack pops them in name order.
         pending.extend(reversed(kept))
     return found, errors, followed
+
+
+def relist(directory: str, suffixes: tuple[str, ...] = SUFFIXES) -> Listing | None:
+    """The listing a walk (`_walk` with Listings) would record for `directory` if it listed it
+    now, or None where it would record none (a symlink, anything but plain files and directories
+    among what it reads, an error). Its stat is taken before it is listed, as the walk does. An
+    incremental scan re-lists a changed directory this way to tell whether its entries did (a
+    file replaced by a new one changes its directory's times, not its listing)."""
+    try:
+        st = os.stat(directory)  # noqa: PTH116
+        with os.scandir(directory) as listing:
+            children = sorted(listing, key=_NAME)
+        names: list[str] = []
+        for entry in children:
+            name = entry.name
+            if entry.is_symlink():
+                return None
+            if entry.is_dir(follow_symlinks=False):
+                if not name.startswith("."):
+                    names.append(name + "/")
+            elif _has_suffix(name, suffixes):
+                if not entry.is_file(follow_symlinks=False):
+                    return None
+                names.append(name)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev), "\0".join(names)
 
 
 def _display(given: str, tail: str) -> str:

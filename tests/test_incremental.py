@@ -575,3 +575,58 @@ def test_a_units_documents_are_recorded_the_second_time_they_are_needed(repo: Pa
             assert unit_docs() not in ("", incremental.READ_ONCE)
     # Parsed whole twice (the unit's files: more than one), then only the changed file.
     assert parsed[0] == parsed[1] > 1 and parsed[2] == 1
+
+
+def test_a_tree_whose_recorded_walk_holds_is_not_walked(repo: Path, tmp_path: Path) -> None:
+    """When every directory of the recorded walk keeps its stat, a re-scan takes the recorded
+    file list instead of walking (ScanStats.walked False) and still sees every edit made in place,
+    one that moves a file to another namespace included; a directory that changed, or a tree with
+    a symlink (whose walk is never recorded), is walked. Every report is the cold one."""
+    tree = Tree(repo, tmp_path / "cache")
+    age_tree(repo)
+    assert tree.check("first scan").walked
+    stats = tree.check("nothing changed")
+    assert stats.mode == "unchanged" and not stats.walked and stats.files_read == 0
+    jobs = tree.files(r"kind: PyTorchJob")
+    edit(jobs[0], first_sub(r"replicas: (\d+)", fewer_replicas))
+    stats = tree.check("a job edited in place")
+    assert stats.mode == "incremental" and not stats.walked and stats.files_read == 1
+    other = next(j for j in jobs if re.search(r"namespace: (\S+)", j.read_text()))
+    edit(other, first_sub(r"namespace: (\S+)", r"namespace: \1-moved"))
+    stats = tree.check("a job moved to another namespace")
+    assert not stats.walked and stats.mode in ("incremental", "full")
+    # Touched, with the content put back: read and hashed again, nothing to audit.
+    age_tree(repo)
+    tree.check("aged")
+    os.utime(jobs[1])
+    stats = tree.check("a job touched")
+    assert stats.mode == "unchanged" and not stats.walked and stats.files_read == 1
+    # A file replaced by a new one (as editors save, and the benchmark edits): its directory's
+    # times changed, not its entries: listed again, not walked.
+    text = jobs[2].read_text()
+    jobs[2].unlink()
+    jobs[2].write_text(re.sub(r"replicas: (\d+)", fewer_replicas, text, count=1))
+    stats = tree.check("a job replaced")
+    # (and the job touched above, whose stat is still too recent to trust: read again)
+    assert stats.mode == "incremental" and not stats.walked and stats.files_read == 2
+    # A file added, or one removed: its directory's entries changed, the tree is walked.
+    (jobs[2].parent / "added-copy.yaml").write_text(jobs[2].read_text().replace("name: ", "name: added-", 1))
+    assert tree.check("a file added").walked
+    age_tree(repo)
+    tree.check("aged again")
+    (jobs[2].parent / "added-copy.yaml").unlink()
+    assert tree.check("a file removed").walked
+    # A directory renamed in place of another of the same name: its entries are compared.
+    age_tree(repo)
+    tree.check("aged once more")
+    moved = jobs[4].parent
+    shutil.copytree(moved, moved.with_name(moved.name + ".new"))
+    shutil.rmtree(moved)
+    moved.with_name(moved.name + ".new").rename(moved)
+    stats = tree.check("a directory replaced by a copy")
+    assert stats.mode == "unchanged" and not stats.walked
+    # A symlink inside the tree: its directory is never recorded, so neither is the walk.
+    (repo / "linked").symlink_to(jobs[3].parent, target_is_directory=True)
+    age_tree(repo)
+    tree.check("a symlinked directory")
+    assert tree.check("again, with the symlink").walked

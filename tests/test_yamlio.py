@@ -730,3 +730,39 @@ def test_a_directory_holding_a_symlink_or_a_special_file_is_never_recorded(tmp_p
     # Reused listings give the same walk, symlinks resolved afresh.
     again = yamlio.Listings(listings.found, disk_now_ns(tmp_path))
     assert discover([root], listings=again) == (files, errors)
+
+
+def test_relist_gives_the_listing_a_walk_records(tmp_path: Path) -> None:
+    """yamlio.relist (an incremental scan's check of a changed directory) gives, for every
+    directory, what a walk records for it, and None exactly where the walk records nothing: a
+    symlink or a special file among what it reads. Files of other suffixes, hidden directories
+    and a FIFO without a YAML suffix are not part of a listing."""
+    root = tmp_path / "repo"
+    for rel in [
+        "a/x.yaml",
+        "a/B.YML",
+        "a/b/y.yml",
+        "a/b/c/z.json",
+        "d/w.yaml",
+        "d/notes.txt",
+        "e/.hidden/h.yaml",
+    ]:
+        _touch(root / rel)
+    (root / "e" / "empty").mkdir()
+    (root / "e" / ".git").mkdir()
+    os.mkfifo(root / "d" / "pipe")  # no suffix: not read, so not in the way
+    (root / "links").mkdir()
+    (root / "links" / "to-a").symlink_to("../a", target_is_directory=True)
+    (root / "special").mkdir()
+    os.mkfifo(root / "special" / "pipe.yaml")
+    age_tree(root)
+    listings = yamlio.Listings({}, disk_now_ns(tmp_path))
+    discover([root], listings=listings)
+    directories = {str(p.resolve()) for p in [root, *root.rglob("*")] if p.is_dir() and not p.is_symlink()}
+    directories -= {str((root / "e" / d).resolve()) for d in (".hidden", ".git")}
+    assert listings.visited == len(directories)
+    for directory in directories:
+        assert yamlio.relist(directory) == listings.found.get(directory), directory
+    assert yamlio.relist(str(root / "links")) is None and yamlio.relist(str(root / "special")) is None
+    assert yamlio.relist(str(root / "missing")) is None
+    assert listings.visited == len(listings.found) + 2  # links/ and special/: walked, not recorded

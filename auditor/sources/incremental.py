@@ -34,8 +34,9 @@ import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
+from functools import cached_property
 from itertools import chain, compress
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -102,6 +103,10 @@ counts. Made and read back by C-level joins, splits and zips: 17,000 records pic
 or rebuilt one by one in Python, took a tenth of a re-scan."""
 
 _FIELDS = [itemgetter(i) for i in range(6)]  # a FileRecord's fields by position
+_FILE_STAT = attrgetter("st_size", "st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev")  # → Stat
+_FILE_MTIME = itemgetter(1)  # of a Stat
+_DIR_STAMP = attrgetter("st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev")  # → a Listing's stamp
+_DIR_MTIME = itemgetter(0)  # of a Listing's stamp
 
 
 def _columns(files: Sequence[FileRecord]) -> Columns:
@@ -153,6 +158,10 @@ class Snapshot:
     units: Mapping[str, UnitRecord]
     whole: Whole
     recorded_ns: int  # the file system's time when the files were stat'ed
+    # Every directory of the walk that found the files was recorded (yamlio.Listings.visited),
+    # and the paths scanned were all directories: while their listings stay trusted, the files
+    # are those recorded, in the order recorded (TreeAuditor._quick).
+    walked: bool = False
 
 
 PATCH_MAX = 512
@@ -161,13 +170,33 @@ PATCH_MAX = 512
 
 @dataclass
 class Recorded:
-    """A snapshot read back whole: its records and listings, and those of its Files entry."""
+    """A snapshot read back whole: its records and listings, and those of its Files entry.
+
+    The records are kept by column (patched: `displays`, `reals`, `stats`, `documents`) and made
+    into FileRecords only when a scan needs them (`files`, `base`): a re-scan that finds no file
+    changed never does (17,000 records were a twentieth of it)."""
 
     snapshot: Snapshot
-    files: list[FileRecord]
+    base_columns: Columns
     listings: dict[str, yamlio.Listing]
-    base: list[FileRecord]
     base_listings: Mapping[str, yamlio.Listing]
+    displays: list[str]
+    reals: list[str]
+    stats: list[Stat]
+    documents: list[int]
+
+    @cached_property
+    def base(self) -> list[FileRecord]:
+        """The Files entry's records, unpatched."""
+        return _records(self.base_columns)
+
+    @cached_property
+    def files(self) -> list[FileRecord]:
+        """The snapshot's records: its Files entry's, patched."""
+        records = list(self.base)
+        for position, record in self.snapshot.patch:
+            records[position] = record
+        return records
 
 
 _ALLOWED: Mapping[str, frozenset[str]] = {
@@ -198,6 +227,7 @@ class ScanStats:
     units: int = 0
     units_audited: int = 0  # whose fragment was made anew
     records_patched: int = -1  # file records the new snapshot patches (-1: its Files entry is new)
+    walked: bool = True  # the tree was walked (False: the recorded walk still held, TreeAuditor._quick)
 
 
 _CODE: dict[str, str] = {}
@@ -287,6 +317,7 @@ class TreeAuditor:
         self._identity = identity.hexdigest()
         self._listings = yamlio.Listings({}, 0)  # the directory listings of the scan under way
         self._recorded: Recorded | None = None  # the snapshot of the scan under way, as read
+        self._walked = False  # see Snapshot.walked, for the scan under way
 
     def _key(self, kind: str, *parts: str) -> str:
         digest = hashlib.sha256(f"{kind}\0{self._identity}".encode())
@@ -314,22 +345,38 @@ class TreeAuditor:
         self._listings = yamlio.Listings(
             self._recorded.listings if self._recorded is not None else {}, trusted
         )
-        files, problems = yamlio.discover(paths, listings=self._listings)
-        if problems or not eligible(files):
-            return None
-        recorded = self._recorded.files if self._recorded is not None else []
-        old = dict(zip(map(_FIELDS[0], recorded), recorded, strict=True))
-        current = self._current(files, old, snapshot.recorded_ns if snapshot is not None else 0)
-        if current is None or not ready:
-            self.stats.mode, self.stats.why_full = "full", "a file could not be read, or no cache"
-            return self._cold(paths, today)
-        records, contents = current
-        if snapshot is None:
-            return self._full(key, records, contents, None, today, now, "no snapshot of these paths")
-        present = {r.display for r in records}
-        removed = [r for d, r in old.items() if d not in present]
+        quick = self._quick(self._recorded, trusted) if self._recorded is not None else None
+        removed: list[FileRecord] = []
+        if quick is not None and snapshot is not None and self._recorded is not None:
+            # The files recorded, none added or removed (see _quick).
+            self._walked, self.stats.walked = True, False
+            changed, contents = quick
+            if not changed:
+                return self._unchanged(key, snapshot, self._recorded, None, today, now)
+            records = list(self._recorded.files)
+            old = {records[i].display: records[i] for i in changed}
+            for position, record in changed.items():
+                records[position] = record
+        else:
+            files, problems = yamlio.discover(paths, listings=self._listings)
+            if problems or not eligible(files):
+                return None
+            self._walked = self._listings.visited == len(self._listings.found) and all(
+                p.is_dir() for p in paths
+            )
+            recorded = self._recorded.files if self._recorded is not None else []
+            old = dict(zip(map(_FIELDS[0], recorded), recorded, strict=True))
+            current = self._current(files, old, snapshot.recorded_ns if snapshot is not None else 0)
+            if current is None or not ready:
+                self.stats.mode, self.stats.why_full = "full", "a file could not be read, or no cache"
+                return self._cold(paths, today)
+            records, contents = current
+            if snapshot is None or self._recorded is None:
+                return self._full(key, records, contents, None, today, now, "no snapshot of these paths")
+            present = {r.display for r in records}
+            removed = [r for d, r in old.items() if d not in present]
         if not contents and not removed:
-            return self._unchanged(key, snapshot, recorded, records, today, now)
+            return self._unchanged(key, snapshot, self._recorded, records, today, now)
         parsed = self._load([r for r in records if r.display in contents], contents)
         if any(errors for _, errors in parsed.values()):
             return self._full(
@@ -361,14 +408,26 @@ class TreeAuditor:
         base = self._get(snapshot.files)
         if not isinstance(base, Files):
             return None
-        base_records = _records(base.columns)
-        records = list(base_records)
+        displays, reals, stats, _, _, documents = base.columns
+        count = len(documents)
+        if len(stats) != 5 * count:
+            return None  # damaged
+        columns = (
+            displays.split("\0") if count else [],
+            reals.split("\0") if count else [],
+            list(zip(*[iter(stats)] * 5, strict=True)),
+            list(documents),
+        )
+        if any(len(column) != count for column in columns):
+            return None  # damaged
+        display_of, real_of, stat_of, documents_of = columns
         for position, record in snapshot.patch:
-            if not 0 <= position < len(records) or records[position].display != record.display:
+            if not 0 <= position < count or display_of[position] != record.display:
                 return None  # not a patch of these records
-            records[position] = record
+            real_of[position], stat_of[position] = record.real, record.stat
+            documents_of[position] = record.documents
         listings = {**base.listings, **snapshot.listings_patch}
-        return Recorded(snapshot, records, listings, base_records, base.listings)
+        return Recorded(snapshot, base.columns, listings, base.listings, *columns)
 
     def _disk_time(self) -> int:
         """The file system's clock now: the time stamp of a file written in the cache directory
@@ -394,27 +453,89 @@ class TreeAuditor:
         stat_of, recorded, keep = os.stat, known.get, records.append
         for where, display in files:
             try:
-                st = stat_of(where)
+                stat: Stat = _FILE_STAT(stat_of(where))
             except OSError:
                 return None
-            stat: Stat = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
             old = recorded(display)
             same_file = old is not None and old.real == where
             if same_file and old is not None and old.stat == stat and stat[1] < trusted:
                 keep(old)
                 continue
-            try:
-                raw = yamlio.read_capped(where, self.limits.max_file_bytes, st.st_size)
-            except OSError:
+            checked = self._check(display, where, stat, old if same_file else None, contents)
+            if checked is None:
                 return None
-            self.stats.files_read += 1
-            digest = hashlib.sha256(raw).hexdigest()
-            if old is not None and same_file and old.digest == digest:
-                records.append(old._replace(stat=stat))
-            else:
-                records.append(FileRecord(display, where, stat, digest, "?", 0))
-                contents[display] = raw
+            keep(checked)
         return records, contents
+
+    def _check(
+        self, display: str, where: str, stat: Stat, old: FileRecord | None, contents: dict[str, bytes]
+    ) -> FileRecord | None:
+        """The record of a file whose stat is not the recorded one (or too recent to trust): read
+        and hashed; its bytes put in `contents` when they are not those recorded in `old` (None:
+        a file new at this path). None when it cannot be read."""
+        try:
+            raw = yamlio.read_capped(where, self.limits.max_file_bytes, stat[0])
+        except OSError:
+            return None
+        self.stats.files_read += 1
+        digest = hashlib.sha256(raw).hexdigest()
+        if old is not None and old.digest == digest:
+            return old._replace(stat=stat)
+        contents[display] = raw
+        return FileRecord(display, where, stat, digest, "?", 0)
+
+    def _quick(
+        self, recorded: Recorded, trusted: int
+    ) -> tuple[dict[int, FileRecord], dict[str, bytes]] | None:
+        """What _current finds, without walking the tree: the records that changed (by position)
+        and the bytes of the changed files. The walk that found the recorded files went through
+        recorded directories only (Snapshot.walked); when each of them still has its recorded
+        stat, older than `trusted`, or is listed again (yamlio.relist: its stat changed when a
+        file in it was replaced) with the same entries, a walk now would yield exactly the files
+        recorded, in their order (yamlio.Listings). Stats are taken and compared column by column
+        in C (os.stat and attrgetter mapped, lists compared); only the directories and files
+        whose stat differs, or is too recent to trust, are looked at one by one. None when this
+        cannot tell (a directory's entries changed, something cannot be stat'ed): the caller
+        walks the tree."""
+        if not recorded.snapshot.walked or trusted <= 0 or not recorded.listings:
+            return None
+        listings = recorded.listings
+        directories = list(listings)
+        relisted: dict[str, yamlio.Listing] = {}
+        try:
+            stamps = list(map(_DIR_STAMP, map(os.stat, directories)))
+            before = [listing[0] for listing in listings.values()]
+            if stamps != before or max(map(_DIR_MTIME, stamps)) >= trusted:
+                for i in compress(range(len(stamps)), map(operator.ne, stamps, before)):
+                    relisted[directories[i]] = (stamps[i], "")
+                relisted.update(
+                    {d: (s, "") for d, s in zip(directories, stamps, strict=True) if s[0] >= trusted}
+                )
+                for directory in relisted:
+                    fresh = yamlio.relist(directory)
+                    if fresh is None or fresh[1] != listings[directory][1]:
+                        return None  # its entries changed: the walk would find other files
+                    relisted[directory] = fresh
+            stats: list[Stat] = list(map(_FILE_STAT, map(os.stat, recorded.reals)))
+        except OSError:
+            return None
+        changed = set(compress(range(len(stats)), map(operator.ne, stats, recorded.stats)))
+        if stats and max(map(_FILE_MTIME, stats)) >= trusted:
+            changed.update(i for i, stat in enumerate(stats) if stat[1] >= trusted)
+        out: dict[int, FileRecord] = {}
+        contents: dict[str, bytes] = {}
+        if changed:
+            files = recorded.files
+            read = self.stats.files_read
+            for position in sorted(changed):
+                old = files[position]
+                checked = self._check(old.display, old.real, stats[position], old, contents)
+                if checked is None:
+                    self.stats.files_read = read  # the walk reads them again
+                    return None
+                out[position] = checked
+        self._listings.found = {**listings, **relisted}
+        return out, contents
 
     def _load(self, records: Sequence[FileRecord], contents: Mapping[str, bytes] = {}) -> dict[str, Loaded]:
         """The files loaded: from the bytes in `contents` when they are there (read to hash them),
@@ -502,7 +623,7 @@ class TreeAuditor:
             patched = files_key, (), {}
         else:
             self.stats.records_patched = len(patched[1])
-        self.cache.put_value(key, Snapshot(*patched, units, whole, now))
+        self.cache.put_value(key, Snapshot(*patched, units, whole, now, self._walked))
         self.cache.finish()
 
     def _patch(
@@ -513,15 +634,19 @@ class TreeAuditor:
         last = self._recorded
         if (
             last is None
-            or len(last.base) != len(files)
+            or len(last.displays) != len(files)
             or listings.keys() != last.base_listings.keys()
             or not self.cache.has(last.snapshot.files)
         ):
             return None
-        changed = list(compress(range(len(files)), map(operator.ne, files, last.base)))
-        if len(changed) > PATCH_MAX or any(files[i].display != last.base[i].display for i in changed):
+        # Where they differ from the last snapshot's records, and where those differ from its
+        # Files entry's (its patch; compared with the snapshot's own records, which are made
+        # anyway, instead of making the Files entry's too).
+        changed = set(compress(range(len(files)), map(operator.ne, files, last.files)))
+        changed.update(i for i, _ in last.snapshot.patch)
+        if len(changed) > PATCH_MAX or any(files[i].display != last.displays[i] for i in changed):
             return None
-        patch = tuple((i, files[i]) for i in changed)
+        patch = tuple((i, files[i]) for i in sorted(changed))
         return last.snapshot.files, patch, {d: v for d, v in listings.items() if last.base_listings[d] != v}
 
     # --- whole audits ------------------------------------------------------------------------
@@ -609,24 +734,34 @@ class TreeAuditor:
         self,
         key: str,
         snapshot: Snapshot,
-        recorded: list[FileRecord],
-        records: list[FileRecord],
+        recorded: Recorded,
+        records: list[FileRecord] | None,
         today: date | None,
         now: int,
     ) -> ScanResult:
-        """No file changed: the report from the recorded fragments."""
+        """No file changed: the report from the recorded fragments. `records`: the files' records
+        now (None: those recorded, stats and all)."""
         fragments = [self._fragment(r) for r in snapshot.units.values()]
         if any(f is None for f in fragments):
-            return self._full(key, records, {}, snapshot, today, now, "a recorded fragment was evicted")
+            why = "a recorded fragment was evicted"
+            return self._full(
+                key, recorded.files if records is None else records, {}, snapshot, today, now, why
+            )
         self.stats.mode, self.stats.units = "unchanged", len(fragments)
-        order = _file_order(recorded)
+        order = _file_order(recorded.displays, recorded.documents)
         result = scanning.finish(
             assemble([f for f in fragments if f is not None], snapshot.whole, order), self.pack, today
         )
-        # Stats changed, files read again, or directories listed again.
-        listings = self._recorded.listings if self._recorded is not None else {}
-        if self.stats.files_read or records != recorded or self._listings.found != listings:
-            self._save(key, records, snapshot.units, snapshot.whole, now)
+        # Stats changed, files read again, directories listed again, or the walk now recorded.
+        if (
+            self.stats.files_read
+            or (records is not None and records != recorded.files)
+            or self._listings.found != recorded.listings
+            or self._walked != snapshot.walked
+        ):
+            self._save(
+                key, recorded.files if records is None else records, snapshot.units, snapshot.whole, now
+            )
         return result
 
     # --- the incremental audit -----------------------------------------------------------------
@@ -735,7 +870,8 @@ class TreeAuditor:
                 unit_records[unit] = replace(snapshot.units[unit], docs=docs)
             fragments.append(fragment)
         self.stats.units = len(unit_records)
-        result = scanning.finish(assemble(fragments, whole, _file_order(records)), self.pack, today)
+        order = _file_order(list(map(_FIELDS[0], records)), list(map(_FIELDS[5], records)))
+        result = scanning.finish(assemble(fragments, whole, order), self.pack, today)
         self._save(key, records, unit_records, whole, now)
         return result
 
@@ -756,10 +892,8 @@ def _packs_digest(paths: Sequence[Path]) -> str:
     return digest.hexdigest()
 
 
-def _file_order(records: Iterable[FileRecord]) -> dict[str, int]:
-    """Inventory.file_order of a whole tree, from its records: files with documents in the order
-    read, then the others."""
-    records = list(records)
-    displays, documents = list(map(_FIELDS[0], records)), list(map(_FIELDS[5], records))
+def _file_order(displays: Sequence[str], documents: Sequence[int]) -> dict[str, int]:
+    """Inventory.file_order of a whole tree, from its records' display names and document counts:
+    files with documents in the order read, then the others."""
     listed = [*compress(displays, documents), *compress(displays, map(operator.not_, documents))]
     return dict(zip(listed, range(len(listed)), strict=True))
