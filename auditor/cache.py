@@ -100,8 +100,15 @@ class _Unpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         if name in self.allowed.get(module, ()):
-            return getattr(importlib.import_module(module), name)
+            found = _CLASSES.get((module, name))
+            if found is None:
+                found = _CLASSES[module, name] = getattr(importlib.import_module(module), name)
+            return found
         raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a cache entry")
+
+
+_CLASSES: dict[tuple[str, str], Any] = {}
+"""The allowed classes found so far (a re-scan reads a hundred entries naming the same ten)."""
 
 
 def _temporary(directory: Path, prefix: str) -> tuple[int, str]:
@@ -287,7 +294,7 @@ class DocumentCache:
         self.stats.writes += 1
         return True
 
-    def _entries(self) -> Iterator[tuple[float, int, Path]]:
+    def _entries(self) -> Iterator[tuple[float, int, str]]:
         try:
             shards = list(os.scandir(self.directory))
         except OSError:
@@ -302,7 +309,7 @@ class DocumentCache:
                             st = entry.stat(follow_symlinks=False)
                         except OSError:
                             continue
-                        yield st.st_mtime, st.st_size, Path(entry.path)
+                        yield st.st_mtime, st.st_size, entry.path
             except OSError:
                 continue
 
@@ -311,16 +318,17 @@ class DocumentCache:
 
     def evict(self) -> None:
         """Remove the least recently used entries until the cache is under 90% of its cap."""
-        entries = sorted(self._entries(), key=lambda e: e[0])
+        entries = list(self._entries())
         total = sum(size for _, size, _ in entries)
         if total <= self.max_bytes:
-            return
+            return  # (the common case: nothing sorted)
+        entries.sort(key=lambda e: e[0])
         goal = self.max_bytes * 9 // 10
         for _, size, path in entries:
             if total <= goal:
                 break
             try:
-                path.unlink()
+                os.unlink(path)  # noqa: PTH108
             except OSError:
                 continue
             total -= size

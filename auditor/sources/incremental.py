@@ -34,7 +34,7 @@ import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
-from functools import cached_property
+from functools import cached_property, partial
 from itertools import chain, compress
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -103,6 +103,9 @@ counts. Made and read back by C-level joins, splits and zips: 17,000 records pic
 or rebuilt one by one in Python, took a tenth of a re-scan."""
 
 _FIELDS = [itemgetter(i) for i in range(6)]  # a FileRecord's fields by position
+# A FileRecord from a row of its six fields: FileRecord._make without its Python-level call per
+# row (the rows come from zips of the columns, six fields each).
+_RECORD = partial(tuple.__new__, FileRecord)
 _FILE_STAT = attrgetter("st_size", "st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev")  # → Stat
 _FILE_MTIME = itemgetter(1)  # of a Stat
 _DIR_STAMP = attrgetter("st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev")  # → a Listing's stamp
@@ -135,7 +138,7 @@ def _records(columns: Columns) -> list[FileRecord]:
         documents,
         strict=True,
     )
-    return list(map(FileRecord._make, rows))
+    return list(map(_RECORD, rows))
 
 
 @by_fields
@@ -192,11 +195,14 @@ class Recorded:
 
     @cached_property
     def files(self) -> list[FileRecord]:
-        """The snapshot's records: its Files entry's, patched."""
-        records = list(self.base)
+        """The snapshot's records: its Files entry's, patched (from the columns already split)."""
+        _, _, _, digests, units_of, _ = self.base_columns
+        digest_of = digests.split("\0") if self.documents else []
+        unit_of = units_of.split("\0") if self.documents else []
         for position, record in self.snapshot.patch:
-            records[position] = record
-        return records
+            digest_of[position], unit_of[position] = record.digest, record.unit
+        rows = zip(self.displays, self.reals, self.stats, digest_of, unit_of, self.documents, strict=True)
+        return list(map(_RECORD, rows))
 
 
 _ALLOWED: Mapping[str, frozenset[str]] = {
@@ -408,9 +414,9 @@ class TreeAuditor:
         base = self._get(snapshot.files)
         if not isinstance(base, Files):
             return None
-        displays, reals, stats, _, _, documents = base.columns
+        displays, reals, stats, digests, units_of, documents = base.columns
         count = len(documents)
-        if len(stats) != 5 * count:
+        if len(stats) != 5 * count or any(c.count("\0") != count - 1 for c in (digests, units_of) if count):
             return None  # damaged
         columns = (
             displays.split("\0") if count else [],
