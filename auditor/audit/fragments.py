@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from auditor.audit.scan import Audited
-from auditor.model.findings import Finding, ObjectRef
+from auditor.model.findings import Finding
 from auditor.model.source import LoadError
 from auditor.rules.groups import GroupEntry
 from auditor.rules.packs import PackSubjects, Waiver
@@ -35,8 +35,9 @@ class Fragment:
     audited: dict[str, int] = field(default_factory=dict)
     skipped: dict[tuple[str, str], int] = field(default_factory=dict)
     group_entries: list[GroupEntry] = field(default_factory=list)
-    # The JSON report's text of its groups' own members (Audited.group_json), when recorded.
-    group_json: dict[ObjectRef, str] = field(default_factory=dict)
+    # The JSON report's text of each group entry's own members, in their order (Audited.group_heads),
+    # when recorded (a list, not keyed by workload: reading 5,000 keys back was a fifth of this).
+    group_heads: list[str] = field(default_factory=list)
     # The JSON report's text of each of its candidates, in their order (Audited.finding_json).
     finding_json: list[str] = field(default_factory=list)
 
@@ -128,18 +129,20 @@ def assemble(fragments: Iterable[Fragment], whole: Whole, file_order: Mapping[st
         out.audited.update(f.audited)
         out.skipped.update(f.skipped)
         out.group_entries.extend(f.group_entries)
-    out.group_json, out.finding_json = kept_json(fragments)
+    out.group_heads, out.finding_json = kept_json(fragments)
     out.subjects = PackSubjects(labels, tuple(waivers), tuple(waiver_errors))
     return out
 
 
-def kept_json(fragments: Iterable[Fragment]) -> tuple[dict[ObjectRef, str], dict[int, tuple[Finding, str]]]:
-    """The JSON report's texts the fragments keep, as Audited.group_json and finding_json (a
-    fragment recorded without its findings' texts contributes none)."""
-    groups: dict[ObjectRef, str] = {}
+def kept_json(fragments: Iterable[Fragment]) -> tuple[list[str], dict[int, tuple[Finding, str]]]:
+    """The JSON report's texts the fragments keep, as Audited.group_heads (for their group
+    entries joined in the same order; empty when none kept any) and finding_json (a fragment
+    recorded without its texts contributes none)."""
+    heads: list[str] = []
     findings: dict[int, tuple[Finding, str]] = {}
     for f in fragments:
-        groups.update(f.group_json)
+        kept = len(f.group_heads) == len(f.group_entries)
+        heads.extend(f.group_heads if kept else [""] * len(f.group_entries))
         if len(f.finding_json) == len(f.candidates):
             findings.update((id(c), (c, t)) for c, t in zip(f.candidates, f.finding_json, strict=True))
-    return groups, findings
+    return (heads if any(heads) else []), findings

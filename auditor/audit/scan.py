@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from auditor.inventory import Inventory, kinds_skipped
-from auditor.model.findings import SEVERITY_RANK, Finding, ObjectRef
+from auditor.model.findings import SEVERITY_RANK, Finding
 from auditor.model.source import LoadError, NotAudited
 from auditor.placement.observed import Observation, observe
 from auditor.progress import Progress, silent
@@ -50,11 +50,9 @@ class ScanResult:
     model: AuditModel | None = field(default=None, repr=False, compare=False)
     # The policy packs the scan ran under (SARIF lists their custom rules and severity overrides).
     pack: PolicyPack | None = field(default=None, repr=False, compare=False)
-    # The JSON report's text of groups' own members (json_report.group_head), by workload, where
-    # an incremental scan's cache kept it: the report uses it instead of writing those again.
-    group_json: Mapping[ObjectRef, str] = field(default_factory=dict, repr=False, compare=False)
     # The JSON report's text of findings (json_report.finding_text), by the id of the finding
-    # object it was written for (kept with it, so the id cannot be another's), likewise.
+    # object it was written for (kept with it, so the id cannot be another's), where an
+    # incremental scan's cache kept it: the report uses it instead of writing it again.
     finding_json: Mapping[int, tuple[Finding, str]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -120,8 +118,11 @@ class Audited:
     file_order: dict[str, int]
     observation: Observation | None = None
     model: AuditModel | None = field(default=None, repr=False, compare=False)
-    # See ScanResult.group_json (only an audit put together from fragments has any).
-    group_json: dict[ObjectRef, str] = field(default_factory=dict, repr=False, compare=False)
+    # The JSON report's text of each group entry's own members (json_report.group_head), in the
+    # entries' order, where an incremental scan's cache kept it ("" where not; empty: none).
+    # `finish` puts them in Group.head: the report uses them instead of writing those again.
+    group_heads: list[str] = field(default_factory=list, repr=False, compare=False)
+    # See ScanResult.finding_json (only an audit put together from fragments has any).
     finding_json: dict[int, tuple[Finding, str]] = field(default_factory=dict, repr=False, compare=False)
 
 
@@ -198,11 +199,10 @@ def finish(audited: Audited, pack: PolicyPack | None = None, today: date | None 
         list(applied.expired),
         audited.observation,
         labels,
-        summarise(audited.group_entries),
+        summarise(audited.group_entries, audited.group_heads),
         sorted(set(audited.not_audited)),
         audited.model,
         pack,
-        audited.group_json,
         audited.finding_json,
     )
 

@@ -88,13 +88,13 @@ def group_head(
     return "    " + text[:-2].replace("\n", _ITEM)  # without the closing "\n}"
 
 
-def group_heads(entries: Iterable[GroupEntry]) -> dict[ObjectRef, str]:
-    """`group_head` of the group each entry would be listed as, by its workload (an incremental
-    scan keeps them with the unit's fragment: ScanResult.group_json)."""
-    out: dict[ObjectRef, str] = {}
+def group_heads(entries: Iterable[GroupEntry]) -> list[str]:
+    """`group_head` of the group each entry would be listed as, in their order (an incremental
+    scan keeps them with the unit's fragment, and `summarise` puts them in Group.head)."""
+    out: list[str] = []
     for e in entries:
         workload, recognised_as = listed_as(e)
-        out[workload] = group_head(workload, recognised_as, e.roles, e.edges)
+        out.append(group_head(workload, recognised_as, e.roles, e.edges))
     return out
 
 
@@ -108,13 +108,12 @@ def _group_tail(g: Group, findings: int) -> str:
 
 def _listing(result: ScanResult) -> list[str]:
     """The "groups" member's value as json.dumps(..., indent=2) writes it in the report, in
-    pieces: each group's head (`ScanResult.group_json` where a cache kept it) and the rest."""
+    pieces: each group's head (`Group.head` where a cache kept it) and the rest."""
     assert result.groups is not None
     by_workload = Counter(f.workload.identity for f in result.findings)
-    heads = result.group_json
     return _list_pieces(
         (
-            heads.get(g.workload) or group_head(g.workload, g.recognised_as, g.roles, g.edges),
+            g.head or group_head(g.workload, g.recognised_as, g.roles, g.edges),
             _group_tail(g, by_workload[g.workload.identity]),
         )
         for g in result.groups.groups
@@ -177,7 +176,7 @@ def render_pieces(result: ScanResult) -> list[str]:
     """The report's text in pieces, to be written one after the other (joined, they are
     `render`'s text): a large report is never copied whole. The findings' list and the group
     listing are put together from each finding's and group's text (an incremental scan's cache
-    keeps most of them: ScanResult.finding_json, group_json); the members around them are
+    keeps most of them: ScanResult.finding_json, Group.head); the members around them are
     written as `dumps` writes them."""
     doc = to_document(result, groups=False, findings=False)
     # The members before the findings (schema, tool, summary), then those after them.

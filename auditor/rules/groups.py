@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import field
 
 from auditor.model.findings import ObjectRef
 from auditor.model.objects import Role, Workload, WorkloadRef
@@ -59,6 +60,9 @@ class Group:
     # Other workloads with an edge into this one, e.g. workers that reach this coordinator through
     # its Service: their edges are listed under them.
     reached_from: tuple[ObjectRef, ...]
+    # The JSON report's text of its own members (json_report.group_head) where an incremental
+    # scan's cache kept it, else "": how it is written, not what it is (never compared).
+    head: str = field(default="", compare=False, repr=False)
 
 
 @value(frozen=True)
@@ -152,9 +156,10 @@ def listed_as(entry: GroupEntry) -> tuple[ObjectRef, str]:
     return workload_object(entry.workload), entry.kind or GENERIC
 
 
-def summarise(entries: Sequence[GroupEntry]) -> Groups:
+def summarise(entries: Sequence[GroupEntry], heads: Sequence[str] = ()) -> Groups:
     """The groups of these entries: a workload is listed when it is a training kind or has an
-    edge in or out; listed ones sorted by file, line and identity."""
+    edge in or out; listed ones sorted by file, line and identity. `heads`: the JSON report's
+    text of each entry's group where it was kept ("" where not; none at all: empty)."""
     reached: dict[WorkloadRef, set[WorkloadRef]] = {}
     for entry in entries:
         for other in entry.reaches:
@@ -162,7 +167,7 @@ def summarise(entries: Sequence[GroupEntry]) -> Groups:
     listed: list[Group] = []
     without_edges = 0
     unlisted: Counter[str] = Counter()
-    for entry in entries:
+    for i, entry in enumerate(entries):
         into = reached.get(entry.workload, set())
         if not entry.edges and not into:
             without_edges += 1
@@ -175,6 +180,7 @@ def summarise(entries: Sequence[GroupEntry]) -> Groups:
                 entry.roles,
                 entry.edges,
                 tuple(sorted((workload_object(r) for r in into), key=lambda r: r.identity)),
+                heads[i] if heads else "",
             )
         )
     listed.sort(key=lambda g: (g.workload.file, g.workload.line, g.workload.identity))

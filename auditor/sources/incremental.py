@@ -601,7 +601,7 @@ class TreeAuditor:
     def _record_fragment(self, unit: str, fragment: Fragment) -> str:
         """Record a unit's fragment, with the JSON report's text of its groups and findings (written
         once here: most of the report, kept for the scans that reuse the fragment)."""
-        fragment.group_json = json_report.group_heads(fragment.group_entries)
+        fragment.group_heads = json_report.group_heads(fragment.group_entries)
         fragment.finding_json = [json_report.finding_text(f) for f in fragment.candidates]
         payload = pickle.dumps(fragment, protocol=pickle.HIGHEST_PROTOCOL)
         key = self._key("fragment", unit, hashlib.sha256(payload).hexdigest())
@@ -704,13 +704,13 @@ class TreeAuditor:
         ordered = [loaded[r.display] for r in records]
         inv = self._inventory([r.display for r in records], ordered)
         audited = scanning.audit(inv, self.pack, self.progress)
-        result = scanning.finish(audited, self.pack, today)
         documents = [d for docs, _ in ordered for d in docs]
         unit_of = units.file_units(documents, [r.display for r in records], self.default_namespace)
         try:
             parts, whole = partition(audited, unit_of)
         except Unattributable:
-            return result  # nothing recorded: the next scan is a full one too
+            # Nothing recorded: the next scan is a full one too.
+            return scanning.finish(audited, self.pack, today)
         facts = units.unit_facts(documents, inv, unit_of)
         reads = units.unit_reads(inv, unit_of)
         recorded: list[FileRecord] = []
@@ -733,8 +733,13 @@ class TreeAuditor:
         }
         self.stats.units = self.stats.units_audited = len(unit_records)
         self._save(key, recorded, unit_records, whole, now)
-        result.group_json, result.finding_json = kept_json(parts.values())
-        return result
+        # The report's texts just written for the fragments, for this report too.
+        heads = {
+            id(e): h for f in parts.values() for e, h in zip(f.group_entries, f.group_heads, strict=True)
+        }
+        audited.group_heads = [heads.get(id(e), "") for e in audited.group_entries]
+        audited.finding_json = kept_json(parts.values())[1]
+        return scanning.finish(audited, self.pack, today)
 
     def _unchanged(
         self,
