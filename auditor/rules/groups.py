@@ -86,9 +86,19 @@ class Groups:
         return sum(1 for g in self.groups if g.recognised_as != GENERIC)
 
 
-def _edge(edge: CommEdge, analysis: EdgeAnalysis | None, own: Workload) -> GroupEdge:
+ZonePairs = tuple[tuple[str, str], ...]
+
+
+def _edge(
+    edge: CommEdge, analysis: EdgeAnalysis | None, own: Workload, shared: dict[ZonePairs, ZonePairs]
+) -> GroupEdge:
+    """`shared`: one object per distinct set of zone pairs among the edges of an audit (most
+    edges allow the same few): a fragment of an incremental scan pickles each once, and reads it
+    back once, instead of nine pairs per edge."""
     other = edge.destination.workload
     verdicts = analysis.verdicts if analysis is not None else ()
+    allowed = tuple((v.source_zone, v.destination_zone) for v in verdicts if v.allowed)
+    denied = tuple((v.source_zone, v.destination_zone) for v in verdicts if not v.allowed)
     return GroupEdge(
         source=edge.source.name,
         destination=edge.destination.name,
@@ -99,8 +109,8 @@ def _edge(edge: CommEdge, analysis: EdgeAnalysis | None, own: Workload) -> Group
         origin=edge.origin,
         reason=edge.reason,
         analysed=analysis is not None,
-        allowed=tuple((v.source_zone, v.destination_zone) for v in verdicts if v.allowed),
-        denied=tuple((v.source_zone, v.destination_zone) for v in verdicts if not v.allowed),
+        allowed=shared.setdefault(allowed, allowed),
+        denied=shared.setdefault(denied, denied),
         split=analysis.placement.split if analysis is not None else None,
         coupling=analysis.placement.coupling if analysis is not None else "",
     )
@@ -132,6 +142,7 @@ def group_entries(model: AuditModel) -> list[GroupEntry]:
     outgoing: dict[WorkloadRef, list[CommEdge]] = {}
     for e in model.comm_edges:
         outgoing.setdefault(e.source.workload, []).append(e)
+    shared: dict[ZonePairs, ZonePairs] = {}
     entries: list[GroupEntry] = []
     for w in model.workloads():
         if not w.roles:
@@ -142,7 +153,7 @@ def group_entries(model: AuditModel) -> list[GroupEntry]:
                 w.ref,
                 training_kind(w.ref),
                 tuple(_role(r, model) for r in w.roles),
-                tuple(_edge(e, analyses.get(e), w) for e in edges),
+                tuple(_edge(e, analyses.get(e), w, shared) for e in edges),
                 tuple(
                     dict.fromkeys(e.destination.workload for e in edges if e.destination.workload != w.ref)
                 ),

@@ -992,6 +992,7 @@ def apply_pack_to(
     expired: list[ExpiredWaiver] = []
     used: set[int] = set()
     filtered = 0
+    rerated = False  # a severity changed: `kept` is no longer in order
     for finding in sorted(findings, key=FINDING_ORDER):
         settings = pack.settings(finding.rule)
         labels = subjects.labels.get(finding.workload.identity, {})
@@ -1003,6 +1004,7 @@ def apply_pack_to(
         if settings.severity is not None and settings.severity != finding.severity:
             # Severity is not a fingerprint input, so history and baselines still recognise it.
             finding = replace(finding, severity=settings.severity)
+            rerated = True
         matching = [(i, w) for i, w in enumerate(waivers) if w.matches(finding)]
         used.update(i for i, _ in matching)
         active = next((w for _, w in matching if w.active(today)), None)
@@ -1019,7 +1021,7 @@ def apply_pack_to(
             f"{len(expired)} waiver(s) expired, {len(unused)} waiver(s) unused"
         )
     return PackResult(
-        tuple(sorted(kept, key=FINDING_ORDER)),
+        tuple(sorted(kept, key=FINDING_ORDER)) if rerated else tuple(kept),
         tuple(waived),
         tuple(expired),
         unused,

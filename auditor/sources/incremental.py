@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 from functools import cached_property, partial
-from itertools import chain, compress
+from itertools import chain, compress, groupby
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import NamedTuple
@@ -363,6 +363,7 @@ class TreeAuditor:
             old = {records[i].display: records[i] for i in changed}
             for position, record in changed.items():
                 records[position] = record
+            at = sorted(i for i, r in changed.items() if r.display in contents)
         else:
             files, problems = yamlio.discover(paths, listings=self._listings)
             if problems or not eligible(files):
@@ -381,9 +382,11 @@ class TreeAuditor:
                 return self._full(key, records, contents, None, today, now, "no snapshot of these paths")
             present = {r.display for r in records}
             removed = [r for d, r in old.items() if d not in present]
+            at = [i for i, r in enumerate(records) if r.display in contents]
         if not contents and not removed:
             return self._unchanged(key, snapshot, self._recorded, records, today, now)
-        parsed = self._load([r for r in records if r.display in contents], contents)
+        # `at`: the positions of the changed files (those in `contents`), in order.
+        parsed = self._load([records[i] for i in at], contents)
         if any(errors for _, errors in parsed.values()):
             return self._full(
                 key, records, contents, snapshot, today, now, "a changed file has errors", parsed
@@ -397,12 +400,9 @@ class TreeAuditor:
             return self._full(
                 key, records, contents, snapshot, today, now, "the cluster part changed", parsed
             )
-        records = [
-            r._replace(unit=unit_of[r.display], documents=len(parsed[r.display][0]))
-            if r.display in parsed
-            else r
-            for r in records
-        ]
+        for i in at:
+            r = records[i]
+            records[i] = r._replace(unit=unit_of[r.display], documents=len(parsed[r.display][0]))
         return self._incremental(key, snapshot, records, contents, parsed, touched, today, now)
 
     def _read_snapshot(self, key: str) -> Recorded | None:
@@ -794,8 +794,10 @@ class TreeAuditor:
         everything = set(map(_FIELDS[4], records)) | set(snapshot.units)
         reads = {u: rec.reads for u, rec in snapshot.units.items()}
         by_unit: dict[str, list[FileRecord]] = {}
-        for r in records:
-            by_unit.setdefault(r.unit, []).append(r)
+        # By runs of one unit (a namespace's files are mostly listed together): a step per run,
+        # not per file.
+        for unit, run in groupby(records, key=_FIELDS[4]):
+            by_unit.setdefault(unit, []).extend(run)
         position = dict(zip(map(_FIELDS[0], records), range(len(records)), strict=True))
         loaded: dict[str, Loaded] = dict(parsed)
         reread: set[str] = set()
