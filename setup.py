@@ -6,6 +6,8 @@ compiled parts:
 * the optional C extension auditor/_fastyaml.c (the loader's common case against the system
   libyaml; Debian: libyaml-dev). Without a compiler or the headers the package installs without it
   and auditor.yamlio does the same work in Python (tests compare the two);
+* the optional C extension auditor/_faststat.c (an incremental re-scan's stats of every file,
+  without os.stat's stat_result per path); without it, os.stat (tests compare the two);
 * the audit's hot modules (auditor/native.py NATIVE_MODULES) compiled by mypyc, mypy's compiler
   of type-annotated Python to C extensions (the code passes mypy --strict, which mypyc needs):
   one shared library, auditor._native__mypyc, and a small extension per module. About a fifth
@@ -148,6 +150,9 @@ setup(
         "auditor._migrations",
         "auditor._migrations.versions",
     ],
-    ext_modules=[Extension("auditor._fastyaml", ["auditor/_fastyaml.c"], libraries=["yaml"], optional=True)],
+    ext_modules=[
+        Extension("auditor._fastyaml", ["auditor/_fastyaml.c"], libraries=["yaml"], optional=True),
+        Extension("auditor._faststat", ["auditor/_faststat.c"], optional=True),
+    ],
     cmdclass={"build_ext": BuildExt},
 )

@@ -630,3 +630,30 @@ def test_a_tree_whose_recorded_walk_holds_is_not_walked(repo: Path, tmp_path: Pa
     age_tree(repo)
     tree.check("a symlinked directory")
     assert tree.check("again, with the symlink").walked
+
+
+def test_stats_in_c_are_os_stat_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """auditor/_faststat.c gives each path's stat tuple exactly as os.stat does (symlinks
+    followed, a name that is not UTF-8, times before 1970 and after 2262), and None where one
+    cannot be stat'ed; the fallback without it gives the same."""
+    from auditor.sources import incremental
+
+    if not incremental.STATS_IN_C:
+        pytest.skip("auditor._faststat is not built here (no C compiler)")
+    files = []
+    for i, name in enumerate(["a.yaml", "b c.yaml", "é.yaml", os.fsdecode(b"\xff-not-utf8.yaml")]):
+        path = tmp_path / name
+        path.write_text("x" * i)
+        files.append(str(path))
+    (tmp_path / "link.yaml").symlink_to(files[0])
+    files.append(str(tmp_path / "link.yaml"))
+    os.utime(files[1], ns=(0, -1_500_000_000_123))  # before 1970
+    os.utime(files[2], ns=(0, 10**19 + 7))  # after 2262: past a 64-bit count of nanoseconds
+    directories = [str(tmp_path), str(tmp_path.parent)]
+    found = (incremental.file_stats(files), incremental.directory_stamps(directories))
+    assert found[0] is not None and found[0][4] == found[0][0]  # the link's is its target's
+    assert incremental.file_stats([*files, str(tmp_path / "missing")]) is None
+    assert incremental.directory_stamps([str(tmp_path / "missing")]) is None
+    monkeypatch.setattr(incremental, "STATS_IN_C", False)
+    assert (incremental.file_stats(files), incremental.directory_stamps(directories)) == found
+    assert incremental.file_stats([*files, str(tmp_path / "missing")]) is None

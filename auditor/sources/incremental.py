@@ -57,6 +57,13 @@ from auditor.sources import units
 from auditor.sources.manifests import load_inventory, renders
 from auditor.sources.objects import NOWHERE, Elsewhere, build_inventory
 
+try:
+    from auditor._faststat import stats as _stats_in_c
+
+    STATS_IN_C = True
+except ImportError:  # built without a C compiler: os.stat does the same
+    STATS_IN_C = False
+
 SNAPSHOT_FORMAT = "8"
 """Bump when what a snapshot, a unit's documents or a fragment holds changes shape."""
 READ_ONCE = "-"
@@ -110,6 +117,28 @@ _FILE_STAT = attrgetter("st_size", "st_mtime_ns", "st_ctime_ns", "st_ino", "st_d
 _FILE_MTIME = itemgetter(1)  # of a Stat
 _DIR_STAMP = attrgetter("st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev")  # → a Listing's stamp
 _DIR_MTIME = itemgetter(0)  # of a Listing's stamp
+
+
+def file_stats(paths: list[str]) -> list[Stat] | None:
+    """Each file's Stat, as os.stat gives it (symlinks followed); None when one cannot be stat'ed.
+    In C where auditor/_faststat.c was built (a stat_result per path was a quarter of the time)."""
+    if STATS_IN_C:
+        return _stats_in_c(paths, False)
+    try:
+        return list(map(_FILE_STAT, map(os.stat, paths)))
+    except OSError:
+        return None
+
+
+def directory_stamps(paths: list[str]) -> list[tuple[int, int, int, int]] | None:
+    """Each directory's stamp as a Listing records it (mtime_ns, ctime_ns, inode, device); None
+    when one cannot be stat'ed."""
+    if STATS_IN_C:
+        return _stats_in_c(paths, True)
+    try:
+        return list(map(_DIR_STAMP, map(os.stat, paths)))
+    except OSError:
+        return None
 
 
 def _columns(files: Sequence[FileRecord]) -> Columns:
@@ -508,26 +537,25 @@ class TreeAuditor:
         listings = recorded.listings
         directories = list(listings)
         relisted: dict[str, yamlio.Listing] = {}
-        try:
-            stamps = list(map(_DIR_STAMP, map(os.stat, directories)))
-            before = [listing[0] for listing in listings.values()]
-            if stamps != before or max(map(_DIR_MTIME, stamps)) >= trusted:
-                for i in compress(range(len(stamps)), map(operator.ne, stamps, before)):
-                    relisted[directories[i]] = (stamps[i], "")
-                relisted.update(
-                    {d: (s, "") for d, s in zip(directories, stamps, strict=True) if s[0] >= trusted}
-                )
-                for directory in relisted:
-                    fresh = yamlio.relist(directory)
-                    if fresh is None or fresh[1] != listings[directory][1]:
-                        return None  # its entries changed: the walk would find other files
-                    relisted[directory] = fresh
-            stats: list[Stat] = list(map(_FILE_STAT, map(os.stat, recorded.reals)))
-        except OSError:
+        stamps = directory_stamps(directories)
+        if stamps is None:
+            return None
+        before = [listing[0] for listing in listings.values()]
+        if stamps != before or max(map(_DIR_MTIME, stamps)) >= trusted:
+            for i in compress(range(len(stamps)), map(operator.ne, stamps, before)):
+                relisted[directories[i]] = (stamps[i], "")
+            relisted.update({d: (s, "") for d, s in zip(directories, stamps, strict=True) if s[0] >= trusted})
+            for directory in relisted:
+                fresh = yamlio.relist(directory)
+                if fresh is None or fresh[1] != listings[directory][1]:
+                    return None  # its entries changed: the walk would find other files
+                relisted[directory] = fresh
+        stats = file_stats(recorded.reals)
+        if stats is None:
             return None
         changed = set(compress(range(len(stats)), map(operator.ne, stats, recorded.stats)))
         if stats and max(map(_FILE_MTIME, stats)) >= trusted:
-            changed.update(i for i, stat in enumerate(stats) if stat[1] >= trusted)
+            changed.update(compress(range(len(stats)), map(trusted.__le__, map(_FILE_MTIME, stats))))
         out: dict[int, FileRecord] = {}
         contents: dict[str, bytes] = {}
         if changed:
