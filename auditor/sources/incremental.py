@@ -826,7 +826,6 @@ class TreeAuditor:
         # not per file.
         for unit, run in groupby(records, key=_FIELDS[4]):
             by_unit.setdefault(unit, []).extend(run)
-        position = dict(zip(map(_FIELDS[0], records), range(len(records)), strict=True))
         loaded: dict[str, Loaded] = dict(parsed)
         reread: set[str] = set()
         included: set[str] = set()
@@ -842,9 +841,8 @@ class TreeAuditor:
                     for display, (_, found) in self._read_back(snapshot.units[unit]).items():
                         loaded.setdefault(display, found)
             included = wanted
-            members = sorted(
-                (r for u in included for r in by_unit.get(u, [])), key=lambda r: position[r.display]
-            )
+            # Their records in the tree's order (picked in C: a pass, no index of every file).
+            members = list(compress(records, map(included.__contains__, map(_FIELDS[4], records))))
             missing = [r for r in members if r.display not in loaded]
             if missing:  # documents not recorded yet, or evicted: read again (and recorded below)
                 loaded.update(self._load(missing))
