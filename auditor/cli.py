@@ -849,12 +849,23 @@ EPILOGS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # argparse makes a formatter for every argument added (to check its help), and each asks the
+    # terminal for its width: 120 ioctls and environment reads per start. Asked once here, as
+    # argparse asks it (the columns less two).
+    import shutil
+
+    width = shutil.get_terminal_size().columns - 2
+
+    class Formatter(argparse.RawDescriptionHelpFormatter):
+        def __init__(self, prog: str) -> None:
+            super().__init__(prog, width=width)
+
     parser = argparse.ArgumentParser(
         prog="auditor",
         description="Placement Auditor: where training pods can "
         "land, and which network-policy doors are closed.",
         epilog=EPILOGS["auditor"] + EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Formatter,
     )
     parser.add_argument("--version", action="version", version=f"{TOOL_NAME} {__version__}")
     parser.add_argument(
@@ -865,7 +876,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
         kwargs.setdefault("epilog", EPILOGS.get(name, "") + EXIT_CODES)
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("formatter_class", Formatter)
         if "help" in kwargs:
             kwargs.setdefault("description", kwargs["help"])
         return original_add(name, **kwargs)
