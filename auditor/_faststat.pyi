@@ -1,8 +1,5 @@
-"""Types of the optional C extension auditor/_faststat.c (see there and incremental._stats)."""
+"""Types of the optional C extension auditor/_faststat.c (see there and incremental.stat_changes)."""
 
-from typing import Literal, overload
-
-@overload
-def stats(paths: list[str], directories: Literal[False]) -> list[tuple[int, int, int, int, int]] | None: ...
-@overload
-def stats(paths: list[str], directories: Literal[True]) -> list[tuple[int, int, int, int]] | None: ...
+def changes(
+    paths: list[str], recorded: list[tuple[int, ...]], trusted: int, directories: bool
+) -> dict[int, tuple[int, ...]] | None: ...

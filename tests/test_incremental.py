@@ -632,10 +632,11 @@ def test_a_tree_whose_recorded_walk_holds_is_not_walked(repo: Path, tmp_path: Pa
     assert tree.check("again, with the symlink").walked
 
 
-def test_stats_in_c_are_os_stat_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """auditor/_faststat.c gives each path's stat tuple exactly as os.stat does (symlinks
-    followed, a name that is not UTF-8, times before 1970 and after 2262), and None where one
-    cannot be stat'ed; the fallback without it gives the same."""
+def test_stat_changes_in_c_are_os_stat_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """auditor/_faststat.c finds exactly the paths whose stat differs from the recorded one, or is
+    too recent to trust, with their stats as os.stat gives them (symlinks followed, a name that is
+    not UTF-8, times before 1970 and after 2262), and None where a path cannot be stat'ed; the
+    fallback without it finds the same."""
     from auditor.sources import incremental
 
     if not incremental.STATS_IN_C:
@@ -650,10 +651,37 @@ def test_stats_in_c_are_os_stat_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     os.utime(files[1], ns=(0, -1_500_000_000_123))  # before 1970
     os.utime(files[2], ns=(0, 10**19 + 7))  # after 2262: past a 64-bit count of nanoseconds
     directories = [str(tmp_path), str(tmp_path.parent)]
-    found = (incremental.file_stats(files), incremental.directory_stamps(directories))
-    assert found[0] is not None and found[0][4] == found[0][0]  # the link's is its target's
-    assert incremental.file_stats([*files, str(tmp_path / "missing")]) is None
-    assert incremental.directory_stamps([str(tmp_path / "missing")]) is None
+    never: list[tuple[int, ...]] = [()] * len(files)
+    # Every stat older but the one after 2262 (past a 64-bit count of nanoseconds: never trusted,
+    # read again on every scan): only those that differ come back, and that one.
+    late = 2**63 - 1
+
+    def found() -> list[object]:
+        every = incremental.stat_changes(files, never, late)
+        assert every is not None
+        now = [every[i] for i in range(len(files))]
+        stamps = incremental.stat_changes(directories, [()] * 2, late, directories=True)
+        assert stamps is not None
+        before = [stamps[0], (0, 0, 0, 0)]
+        edited = list(now)
+        edited[3] = (now[3][0] + 1, *now[3][1:])  # another size
+        return [
+            now,
+            stamps,
+            incremental.stat_changes(files, now, late),  # none changed
+            incremental.stat_changes(files, edited, late),  # the one edited
+            incremental.stat_changes(files, now, now[0][1]),  # the file at `trusted` or later
+            incremental.stat_changes(directories, before, late, directories=True),
+            incremental.stat_changes([*files, str(tmp_path / "missing")], [*now, ()], late),
+        ]
+
+    in_c = found()
+    now = in_c[0]
+    assert isinstance(now, list) and now[4] == now[0]  # the link's is its target's
+    assert now[1][1] == -1_500_000_000_123 and now[2][1] == 10**19 + 7
+    assert in_c[2] == {2: now[2]} and in_c[3] == {2: now[2], 3: now[3]}
+    assert in_c[5] == {1: in_c[1][1]}  # type: ignore[index]
+    assert 0 in in_c[4] and 2 in in_c[4] and 1 not in in_c[4]  # type: ignore[operator]
+    assert in_c[6] is None
     monkeypatch.setattr(incremental, "STATS_IN_C", False)
-    assert (incremental.file_stats(files), incremental.directory_stamps(directories)) == found
-    assert incremental.file_stats([*files, str(tmp_path / "missing")]) is None
+    assert found() == in_c

@@ -38,7 +38,7 @@ from functools import cached_property, partial
 from itertools import chain, compress, groupby
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from auditor import parallel, yamlio
 from auditor.audit import scan as scanning
@@ -58,7 +58,7 @@ from auditor.sources.manifests import load_inventory, renders
 from auditor.sources.objects import NOWHERE, Elsewhere, build_inventory
 
 try:
-    from auditor._faststat import stats as _stats_in_c
+    from auditor._faststat import changes as _changes_in_c
 
     STATS_IN_C = True
 except ImportError:  # built without a C compiler: os.stat does the same
@@ -119,26 +119,24 @@ _DIR_STAMP = attrgetter("st_mtime_ns", "st_ctime_ns", "st_ino", "st_dev")  # →
 _DIR_MTIME = itemgetter(0)  # of a Listing's stamp
 
 
-def file_stats(paths: list[str]) -> list[Stat] | None:
-    """Each file's Stat, as os.stat gives it (symlinks followed); None when one cannot be stat'ed.
-    In C where auditor/_faststat.c was built (a stat_result per path was a quarter of the time)."""
+def stat_changes(
+    paths: list[str], recorded: Sequence[tuple[int, ...]], trusted: int, directories: bool = False
+) -> dict[int, tuple[int, ...]] | None:
+    """{position: stat now} for each path whose stat is not its `recorded` one, or whose mtime is
+    `trusted` or later (too recent to trust); None when one cannot be stat'ed. A file's stat is a
+    Stat, a directory's (`directories`) a Listing's stamp: os.stat's values, symlinks followed.
+    In C where auditor/_faststat.c was built (a stat_result per path, and comparing in Python,
+    were a third of the time), else os.stat."""
     if STATS_IN_C:
-        return _stats_in_c(paths, False)
+        return _changes_in_c(paths, list(recorded), trusted, directories)
+    getter, mtime = (_DIR_STAMP, _DIR_MTIME) if directories else (_FILE_STAT, _FILE_MTIME)
     try:
-        return list(map(_FILE_STAT, map(os.stat, paths)))
+        now: list[tuple[int, ...]] = list(map(getter, map(os.stat, paths)))
     except OSError:
         return None
-
-
-def directory_stamps(paths: list[str]) -> list[tuple[int, int, int, int]] | None:
-    """Each directory's stamp as a Listing records it (mtime_ns, ctime_ns, inode, device); None
-    when one cannot be stat'ed."""
-    if STATS_IN_C:
-        return _stats_in_c(paths, True)
-    try:
-        return list(map(_DIR_STAMP, map(os.stat, paths)))
-    except OSError:
-        return None
+    changed = set(compress(range(len(now)), map(operator.ne, now, recorded)))
+    changed.update(compress(range(len(now)), map(trusted.__le__, map(mtime, now))))
+    return {i: now[i] for i in sorted(changed)}
 
 
 def _columns(files: Sequence[FileRecord]) -> Columns:
@@ -536,26 +534,18 @@ class TreeAuditor:
             return None
         listings = recorded.listings
         directories = list(listings)
+        moved = stat_changes(directories, [listing[0] for listing in listings.values()], trusted, True)
+        if moved is None:
+            return None
         relisted: dict[str, yamlio.Listing] = {}
-        stamps = directory_stamps(directories)
-        if stamps is None:
+        for i in moved:
+            fresh = yamlio.relist(directories[i])
+            if fresh is None or fresh[1] != listings[directories[i]][1]:
+                return None  # its entries changed: the walk would find other files
+            relisted[directories[i]] = fresh
+        changed = stat_changes(recorded.reals, recorded.stats, trusted)
+        if changed is None:
             return None
-        before = [listing[0] for listing in listings.values()]
-        if stamps != before or max(map(_DIR_MTIME, stamps)) >= trusted:
-            for i in compress(range(len(stamps)), map(operator.ne, stamps, before)):
-                relisted[directories[i]] = (stamps[i], "")
-            relisted.update({d: (s, "") for d, s in zip(directories, stamps, strict=True) if s[0] >= trusted})
-            for directory in relisted:
-                fresh = yamlio.relist(directory)
-                if fresh is None or fresh[1] != listings[directory][1]:
-                    return None  # its entries changed: the walk would find other files
-                relisted[directory] = fresh
-        stats = file_stats(recorded.reals)
-        if stats is None:
-            return None
-        changed = set(compress(range(len(stats)), map(operator.ne, stats, recorded.stats)))
-        if stats and max(map(_FILE_MTIME, stats)) >= trusted:
-            changed.update(compress(range(len(stats)), map(trusted.__le__, map(_FILE_MTIME, stats))))
         out: dict[int, FileRecord] = {}
         contents: dict[str, bytes] = {}
         if changed:
@@ -563,7 +553,7 @@ class TreeAuditor:
             read = self.stats.files_read
             for position in sorted(changed):
                 old = files[position]
-                checked = self._check(old.display, old.real, stats[position], old, contents)
+                checked = self._check(old.display, old.real, cast(Stat, changed[position]), old, contents)
                 if checked is None:
                     self.stats.files_read = read  # the walk reads them again
                     return None
