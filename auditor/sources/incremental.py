@@ -9,7 +9,9 @@ scanned, the auditor's code, the settings and the policy packs. The next scan:
 
 1. stats every file: one whose size, times, inode and device are those recorded (and that was
    not modified within `RACY_NS` of the recording, as git does for its index) keeps its recorded
-   digest; any other is read and hashed, and parsed if its digest changed;
+   digest; any other is read and hashed, and parsed if its digest changed. The tree is not even
+   walked while the recorded walk holds (every directory's stat, or its entries, as recorded:
+   TreeAuditor._quick), and the stats are compared in C where auditor/_faststat.c was built;
 2. when no file changed, puts the report together from the fragments;
 3. when only files of namespaces changed (not the cluster part: nodes, namespaces, cluster-wide
    policies, ...), audits the units that depend on those namespaces (units.dependencies) with the
@@ -525,11 +527,10 @@ class TreeAuditor:
         recorded directories only (Snapshot.walked); when each of them still has its recorded
         stat, older than `trusted`, or is listed again (yamlio.relist: its stat changed when a
         file in it was replaced) with the same entries, a walk now would yield exactly the files
-        recorded, in their order (yamlio.Listings). Stats are taken and compared column by column
-        in C (os.stat and attrgetter mapped, lists compared); only the directories and files
-        whose stat differs, or is too recent to trust, are looked at one by one. None when this
-        cannot tell (a directory's entries changed, something cannot be stat'ed): the caller
-        walks the tree."""
+        recorded, in their order (yamlio.Listings). Every directory's and file's stat is compared
+        with the recorded one by `stat_changes` (in C where it was built); only those that differ,
+        or are too recent to trust, are looked at one by one. None when this cannot tell (a
+        directory's entries changed, something cannot be stat'ed): the caller walks the tree."""
         if not recorded.snapshot.walked or trusted <= 0 or not recorded.listings:
             return None
         listings = recorded.listings
@@ -583,9 +584,9 @@ class TreeAuditor:
         return out
 
     def _read_back(self, record: UnitRecord) -> dict[str, tuple[str, Loaded]]:
-        """A unit's recorded documents: display → (digest, loaded); empty when not recorded (only
-        the cluster part's are, by a full audit: the others' when an incremental one needs them)
-        or evicted."""
+        """A unit's recorded documents: display → (digest, loaded); empty when not recorded (the
+        cluster part's are, by a full audit; a namespace's the second time incremental audits
+        need them: READ_ONCE) or evicted."""
         if record.docs in ("", READ_ONCE):
             return {}
         found = self._get(record.docs)
