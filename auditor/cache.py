@@ -152,13 +152,13 @@ class DocumentCache:
         digest.update(raw)
         return digest.hexdigest()
 
-    def _path(self, key: str) -> Path:
-        return self.directory / key[:2] / key[2:]
-
     def _where(self, key: str) -> str:
-        """_path as a plain string, for the reads (an incremental re-scan reads a hundred entries:
-        three Path objects each were 2 % of it)."""
+        """Where the entry for `key` lives, as a plain string (an incremental re-scan reads a
+        hundred entries: three Path objects each were 2 % of it)."""
         return os.path.join(self.directory, key[:2], key[2:])  # noqa: PTH118
+
+    def _path(self, key: str) -> Path:
+        return Path(self._where(key))
 
     def ready(self) -> bool:
         """Whether the cache can be used (its directory and secret exist or were made); loads the

@@ -153,23 +153,6 @@ def _columns(files: Sequence[FileRecord]) -> Columns:
     )
 
 
-def _records(columns: Columns) -> list[FileRecord]:
-    displays, reals, stats, digests, units_of, documents = columns
-    if not documents:
-        return []
-    stat = iter(stats)
-    rows = zip(
-        displays.split("\0"),
-        reals.split("\0"),
-        zip(stat, stat, stat, stat, stat, strict=True),
-        digests.split("\0"),
-        units_of.split("\0"),
-        documents,
-        strict=True,
-    )
-    return list(map(_RECORD, rows))
-
-
 @by_fields
 @dataclass(frozen=True, slots=True)
 class Files:
@@ -205,7 +188,7 @@ class Recorded:
     """A snapshot read back whole: its records and listings, and those of its Files entry.
 
     The records are kept by column (patched: `displays`, `reals`, `stats`, `documents`) and made
-    into FileRecords only when a scan needs them (`files`, `base`): a re-scan that finds no file
+    into FileRecords only when a scan needs them (`files`): a re-scan that finds no file
     changed never does (17,000 records were a twentieth of it)."""
 
     snapshot: Snapshot
@@ -216,11 +199,6 @@ class Recorded:
     reals: list[str]
     stats: list[Stat]
     documents: list[int]
-
-    @cached_property
-    def base(self) -> list[FileRecord]:
-        """The Files entry's records, unpatched."""
-        return _records(self.base_columns)
 
     @cached_property
     def files(self) -> list[FileRecord]:
@@ -481,25 +459,25 @@ class TreeAuditor:
         None when a file cannot be read. `known`: the records of the snapshot, made at
         `recorded_ns` (0: none)."""
         trusted = recorded_ns - RACY_NS if recorded_ns else 0
-        records: list[FileRecord] = []
+        # Each file's record when it is the same file (same display name and real path), whose
+        # stat `stat_changes` compares with the one now; () for a file new here: never equal.
+        olds = [
+            old if (old := known.get(display)) is not None and old.real == where else None
+            for where, display in files
+        ]
+        changed = stat_changes(
+            [where for where, _ in files], [() if old is None else old.stat for old in olds], trusted
+        )
+        if changed is None:
+            return None
+        records = cast(list[FileRecord], olds)  # the unchanged ones' (not None: their stats matched)
         contents: dict[str, bytes] = {}
-        # Plain strings and os calls, bound once: a Path per file was a tenth of a re-scan of
-        # 17,000 files.
-        stat_of, recorded, keep = os.stat, known.get, records.append
-        for where, display in files:
-            try:
-                stat: Stat = _FILE_STAT(stat_of(where))
-            except OSError:
-                return None
-            old = recorded(display)
-            same_file = old is not None and old.real == where
-            if same_file and old is not None and old.stat == stat and stat[1] < trusted:
-                keep(old)
-                continue
-            checked = self._check(display, where, stat, old if same_file else None, contents)
+        for i in sorted(changed):
+            where, display = files[i]
+            checked = self._check(display, where, cast(Stat, changed[i]), olds[i], contents)
             if checked is None:
                 return None
-            keep(checked)
+            records[i] = checked
         return records, contents
 
     def _check(
