@@ -1,7 +1,7 @@
-"""The daily digest per team: a summary first, then the top groups, the changes, waivers expiring
-soon and audit coverage, each list capped (LIST_LIMIT) so the HTML stays far below the ~100 KB at
-which Gmail clips a message; maps are links, never inline SVG (docs/reports.md, "Daily digest").
-Pure: the caller passes the store's data and the time."""
+"""The daily digest per team: a summary first, then the top groups, what the admission webhook
+stopped, the changes, waivers expiring soon and audit coverage, each list capped (LIST_LIMIT) so the
+HTML stays far below the ~100 KB at which Gmail clips a message; maps are links, never inline SVG
+(docs/reports.md, "Daily digest"). Pure: the caller passes the store's data and the time."""
 
 from __future__ import annotations
 
@@ -40,6 +40,37 @@ def routed(team: Team, finding: Mapping[str, Any]) -> bool:
     return all(key in labels and fnmatchcase(labels[key], pattern) for key, pattern in team.labels)
 
 
+def routed_answer(team: Team, answer: Mapping[str, Any]) -> bool:
+    """Whether the team gets an admission answer (or a count of them): its cluster is one of the
+    team's targets and its namespace matches, as for findings. An answer carries no workload labels,
+    so a team that routes by label gets none."""
+    if team.targets and answer["cluster"] not in team.targets:
+        return False
+    if team.namespaces and not any(fnmatchcase(answer["namespace"], p) for p in team.namespaces):
+        return False
+    return not team.labels
+
+
+def stopped_at_admission(team: Team, summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The team's "Stopped at admission" section of an admission summary (AdmissionSummary's
+    JSON): the denials (LIST_LIMIT of them), how many were warned, and how many dry runs would
+    have been denied; None when there is none of the three."""
+    if summary is None:
+        return None
+    counts = {"denied": 0, "warned": 0, "would_deny": 0}
+    for c in summary["by_namespace"]:
+        if not routed_answer(team, c):
+            continue
+        if c["outcome"] == "denied":
+            counts["would_deny" if c["dry_run"] else "denied"] += c["answers"]
+        elif c["outcome"] == "warned" and not c["dry_run"]:
+            counts["warned"] += c["answers"]
+    if not any(counts.values()):
+        return None
+    denied = [d for d in summary["denied"] if routed_answer(team, d)][:LIST_LIMIT]
+    return {**counts, "listed": denied, "more": max(0, counts["denied"] - len(denied))}
+
+
 def _blocked_first(findings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return sorted(
         findings, key=lambda f: (f["rule"] not in BLOCKED_RULES, SEVERITY_RANK.get(f["severity"], 9), f["id"])
@@ -55,8 +86,10 @@ def build(
     since: datetime,
     now: datetime,
     first: bool = False,
+    admission: Mapping[str, Any] | None = None,
 ) -> Digest:
-    """`first`: the team has had no digest yet (so nothing is "since the last digest")."""
+    """`first`: the team has had no digest yet (so nothing is "since the last digest").
+    `admission`: the admission webhook's answers since `since` (AdmissionSummary's JSON)."""
     active = [f for f in export["findings"] if f["status"] in ACTIVE and routed(team, f)]
     new = _blocked_first([f for f in changes.get("new", []) if routed(team, f)])
     reopened = _blocked_first([f for f in changes.get("reopened", []) if routed(team, f)])
@@ -107,6 +140,7 @@ def build(
     }
     groups, _ = overview.top_groups(items, len(items) or 1)
     groups.sort(key=lambda g: (g.target, g.kind, g.namespace, g.name) not in blocked_groups)  # stable
+    stopped = stopped_at_admission(team, admission)
     values = {
         "team": team,
         "since": since,
@@ -127,11 +161,14 @@ def build(
         "expiring": expiring,
         "coverage": coverage,
         "base_url": settings.base_url,
+        "admission": stopped,
     }
+    denied_at_admission = stopped["denied"] if stopped else 0
     subject = (
         f"[placement-auditor] {team.name}: {len(blocked_groups)} blocked, {len(new)} new,"
         f" {len(resolved)} resolved"
         f", ${total:,.0f}/month inter-AZ"
+        + (f", {denied_at_admission} denied at admission" if denied_at_admission else "")
     )
     text = _env(False).get_template("digest.txt.j2").render(**values)
     html = _env(True).get_template("digest.html.j2").render(**values)
@@ -140,6 +177,7 @@ def build(
         "reopened": len(reopened),
         "resolved": len(resolved),
         "blocked": len(blocked_groups),
+        "admission_denied": denied_at_admission,
     }
     return Digest(team, subject, text, html, counts)
 

@@ -21,6 +21,7 @@ import binascii
 import hmac
 import ipaddress
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from enum import StrEnum
@@ -34,18 +35,26 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor import __version__
+from auditor.admission.record import OUTCOMES
 from auditor.errors import ConfigError
 from auditor.service import web, wire
 from auditor.service.metrics import registry_for
 from auditor.service.runner import AuditRunner, TargetBusy
 from auditor.store import database
-from auditor.store.records import FindingRecord, Page, RunRecord
+from auditor.store.records import AdmissionDecisionRecord, FindingRecord, Page, RunRecord
 from auditor.store.repository import BadCursor, FindingFilter, SlotTaken, Store, UnknownTarget
 
 log = logging.getLogger("auditor.api")
 
 MAX_PAGE = 500
 Text = Annotated[str | None, Query(max_length=253, pattern=r"^[\w./:@-]+$")]
+# One of the admission webhook's outcomes (auditor/admission/record.py OUTCOMES).
+Outcome = Annotated[
+    str | None,
+    Query(
+        pattern="^(" + "|".join(map(re.escape, OUTCOMES)) + ")$", json_schema_extra={"enum": list(OUTCOMES)}
+    ),
+]
 
 
 class Severity(StrEnum):
@@ -193,7 +202,9 @@ def create_app(
                 401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
             )
 
-    def paged(read: Callable[[], Page[FindingRecord] | Page[RunRecord]]) -> dict[str, Any]:
+    def paged(
+        read: Callable[[], Page[FindingRecord] | Page[RunRecord] | Page[AdmissionDecisionRecord]],
+    ) -> dict[str, Any]:
         try:
             return wire.record_json(read())
         except BadCursor as exc:
@@ -267,6 +278,22 @@ def create_app(
     def targets() -> dict[str, Any]:
         """The targets, with their schedule and last successful run."""
         return {"items": [wire.record_json(t) for t in store.targets()]}
+
+    @app.get("/api/v1/admission", tags=["admission"])
+    def admission(
+        cluster: Text = None,
+        outcome: Outcome = None,
+        since: datetime | None = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+        cursor: Annotated[str | None, Query(max_length=64)] = None,
+    ) -> dict[str, Any]:
+        """The admission webhook's answers, newest first, of one cluster or outcome, at or after
+        `since`; dry runs (`dry_run: true`) changed nothing. `next_cursor` fetches the next page."""
+        return paged(
+            lambda: store.admission_decisions(
+                cluster=cluster, outcome=outcome, since=since, limit=limit, cursor=cursor
+            )
+        )
 
     @app.post(
         "/api/v1/targets/{name}/runs",

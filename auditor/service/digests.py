@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from auditor.reports import digest as digests
 from auditor.service import mailer, wire
@@ -25,11 +26,25 @@ def build_all(settings: Settings, store: Store) -> list[tuple[digests.Digest, da
     export = wire.record_json(stored)
     trends = {t.name: [wire.record_json(r) for r in store.trend(t.name)] for t in stored.targets}
     out: list[tuple[digests.Digest, datetime, datetime]] = []
+    # The admission webhook's answers of each digest window (teams mostly share one).
+    admission: dict[datetime, dict[str, Any]] = {}
     for team in settings.digest.teams:
         last = store.last_digest_end(team.name)
         since = last or now - timedelta(days=1)
         changes = wire.record_json(store.changes_since(since))
-        built = digests.build(team, settings.digest, export, changes, trends, since, now, first=last is None)
+        if since not in admission:
+            admission[since] = wire.record_json(store.admission_summary(since))
+        built = digests.build(
+            team,
+            settings.digest,
+            export,
+            changes,
+            trends,
+            since,
+            now,
+            first=last is None,
+            admission=admission[since],
+        )
         out.append((built, since, now))
     return out
 

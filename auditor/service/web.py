@@ -2,7 +2,9 @@
 (`/targets/{name}`), its cluster map (`/targets/{name}/map`) and group maps
 (`/targets/{name}/groups/{namespace}/{workload}`), findings with filters sorted by severity then
 cost (`/findings`), a finding with its map, history and source link (`/findings/{id}`) and its
-proposed fix (`/findings/{id}/fix`). Server-rendered HTML (Jinja, autoescaped) and SVG; no script and
+proposed fix (`/findings/{id}/fix`). The overview's "Admission" section lists the admission
+webhook's latest denials and warnings and counts its answers of the last 24 hours (by the store's
+clock). Server-rendered HTML (Jinja, autoescaped) and SVG; no script and
 no external asset; usable at phone width.
 
 Maps and fixes need the target's manifests: they come from `Analyser` (the runner: a fresh read of
@@ -17,6 +19,7 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated, Any, Protocol, TypeVar
 
 from fastapi import FastAPI, HTTPException, Path, Query
@@ -31,7 +34,13 @@ from auditor.reports import clustermap, links, overview, zonemap
 from auditor.rules import RULES
 from auditor.service import wire
 from auditor.service.runner import Analysis, FixPreview
-from auditor.store.records import FindingRecord, RunRecord, TargetRecord
+from auditor.store.records import (
+    AdmissionDecisionRecord,
+    AdmissionSummary,
+    FindingRecord,
+    RunRecord,
+    TargetRecord,
+)
 from auditor.store.repository import FindingFilter, Store
 
 Name = Annotated[str | None, Query(max_length=253, pattern=r"^[\w./:@-]*$")]
@@ -39,6 +48,8 @@ Choice = Annotated[str | None, Query(max_length=20, pattern=r"^[a-z-]*$")]
 TargetName = Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 K8sName = Annotated[str, Path(max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 PER_PAGE = 100
+ADMISSION_SHOWN = 20  # denials and warnings listed on the overview
+ADMISSION_WINDOW = timedelta(hours=24)  # the overview counts the webhook's answers of this long
 K = TypeVar("K")
 V = TypeVar("V")
 # Two zones and a shut door, as the tab's icon (browsers ask for /favicon.ico).
@@ -195,6 +206,30 @@ def _item(f: FindingRecord) -> overview.Item:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class AdmissionView:
+    """The overview's "Admission" section: the answers of the last ADMISSION_WINDOW and the latest
+    denials and warnings (dry runs among them, marked)."""
+
+    summary: AdmissionSummary
+    recent: list[AdmissionDecisionRecord]
+
+    @property
+    def shown(self) -> bool:
+        return bool(self.recent or self.summary.outcomes or self.summary.dry_run)
+
+
+def admission_view(store: Store) -> AdmissionView:
+    summary = store.admission_summary(store.clock() - ADMISSION_WINDOW, denied_limit=0)
+    latest = [
+        d
+        for outcome in ("denied", "warned")
+        for d in store.admission_decisions(outcome=outcome, limit=ADMISSION_SHOWN).items
+    ]
+    latest.sort(key=lambda d: (d.at, d.id), reverse=True)
+    return AdmissionView(summary, latest[:ADMISSION_SHOWN])
+
+
 def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
     env = templating.sandbox("web", autoescape=True)
     env.filters["iso"] = wire.iso
@@ -259,6 +294,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
             info=evidence(),
             findings_chart=Markup(chart),
             cost_chart=Markup(cost),
+            admission=admission_view(store),
         )
 
     @app.get("/findings", response_class=HTMLResponse, include_in_schema=False)

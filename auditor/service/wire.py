@@ -10,7 +10,16 @@ from dataclasses import fields, is_dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
-from auditor.store.records import Changes, Export, FindingRecord, Page, RunRecord, TargetRecord
+from auditor.store.records import (
+    AdmissionDecisionRecord,
+    AdmissionSummary,
+    Changes,
+    Export,
+    FindingRecord,
+    Page,
+    RunRecord,
+    TargetRecord,
+)
 
 
 def iso(value: datetime | None) -> str | None:
@@ -51,11 +60,23 @@ def _plain(value: Any) -> Any:
     return value
 
 
-Record = FindingRecord | RunRecord | TargetRecord | Page[FindingRecord] | Page[RunRecord] | Export | Changes
+Record = (
+    FindingRecord
+    | RunRecord
+    | TargetRecord
+    | Page[FindingRecord]
+    | Page[RunRecord]
+    | Export
+    | Changes
+    | AdmissionDecisionRecord
+    | Page[AdmissionDecisionRecord]
+    | AdmissionSummary
+)
 
 
 def record_json(record: Record) -> dict[str, Any]:
     """A record as the API's JSON: a finding or a run (GET /api/v1/findings/{id} and
     /api/v1/runs/{id}, with the extras read), a target (GET /api/v1/targets), a page (`items` and
-    `next_cursor`), the export compliance reports and digests read, or a digest's changes."""
+    `next_cursor`), the export compliance reports and digests read, a digest's changes, or the
+    admission webhook's answers (GET /api/v1/admission) and their summary (digests)."""
     return dict(_plain(record))

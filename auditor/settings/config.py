@@ -19,6 +19,7 @@ from auditor.errors import ConfigError
 from auditor.model.cost import DEFAULT_PRICES, NetworkModel, Price
 from auditor.model.objects import REGION_KEY, ZONE_KEY
 from auditor.reachability import cni as cni_settings
+from auditor.settings.admission import AdmissionSettings
 from auditor.settings.schema import Invalid, Where, field_docs, json_schema, read, setting
 from auditor.settings.service import (
     HTTP_URL,
@@ -425,6 +426,9 @@ class Settings:
     reports: ReportSettings = setting(doc="Compliance reports.", factory=ReportSettings)
     sources: SourcesSettings = setting(doc="Rendering Kustomize and Helm.", factory=SourcesSettings)
     cluster: ClusterSettings = setting(doc="Live cluster reads.", factory=ClusterSettings)
+    admission: AdmissionSettings = setting(
+        doc="The admission webhook (`auditor admit`).", factory=AdmissionSettings
+    )
     # Settings that work but expose a secret (service_config.warnings_for); the CLI prints them.
     warnings: tuple[str, ...] = field(default=(), compare=False, metadata={"internal": True})
 

@@ -197,3 +197,55 @@ class MetricsSnapshot:
     open_findings: tuple[tuple[str, str, int], ...]  # (severity, rule, count)
     cost: Mapping[str, float]
     blocked: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecisionRecord:
+    """One stored answer of the admission webhook (auditor/admission/record.py says each field)."""
+
+    id: int
+    cluster: str
+    uid: str
+    at: datetime
+    operation: str
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    user: str
+    mode: str
+    outcome: str
+    dry_run: bool
+    latency_ms: float
+    rules: tuple[str, ...]
+    groups: tuple[str, ...]
+    messages: tuple[str, ...]
+    reason: str
+    fingerprints: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionCount:
+    """How many answers of one outcome the webhook gave in one namespace of one cluster."""
+
+    cluster: str
+    namespace: str
+    outcome: str
+    dry_run: bool
+    answers: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionSummary:
+    """The admission webhook's answers since a time (the web page's counts, the digest).
+
+    A dry run (`kubectl apply --dry-run=server`) changes nothing, so its answers are counted apart:
+    a dry-run `denied` is a request that *would have been* denied, never a denial."""
+
+    since: datetime
+    outcomes: Mapping[str, int]  # answers that took effect, per outcome
+    dry_run: Mapping[str, int]  # dry-run answers, per outcome
+    by_rule: tuple[tuple[str, str, int], ...]  # (outcome, rule, answers) of those that took effect
+    dry_run_by_rule: tuple[tuple[str, str, int], ...]  # the same of the dry runs
+    by_namespace: tuple[AdmissionCount, ...]  # every count, per cluster and namespace (digest routing)
+    denied: tuple[AdmissionDecisionRecord, ...]  # denials (no dry run), newest first, capped

@@ -13,10 +13,24 @@ import binascii
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from datetime import UTC, date, datetime
-from typing import Any, TypeVar
+from datetime import UTC, date, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Engine, Select, func, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Select,
+    String,
+    and_,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -25,6 +39,9 @@ from auditor.clock import Clock
 from auditor.model.findings import Finding
 from auditor.store import lifecycle, writes
 from auditor.store.records import (
+    AdmissionCount,
+    AdmissionDecisionRecord,
+    AdmissionSummary,
     Changes,
     DigestRecord,
     Export,
@@ -43,6 +60,7 @@ from auditor.store.records import (
 )
 from auditor.store.schema import (
     ACTIVE_STATUSES,
+    AdmissionDecision,
     CostEstimate,
     Digest,
     Observation,
@@ -52,6 +70,10 @@ from auditor.store.schema import (
     Waiver,
 )
 from auditor.store.schema import Finding as FindingRow
+
+if TYPE_CHECKING:
+    # Only its shape: the store reads the record's attributes and needs nothing else of the webhook.
+    from auditor.admission.record import AdmissionRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +162,27 @@ def decode_cursor(cursor: str) -> int:
     return int(number)
 
 
+def encode_admission_cursor(at: datetime, last_id: int) -> str:
+    """The cursor after an answer: its time (microseconds since the epoch) and id."""
+    micros = round((at - _EPOCH) / timedelta(microseconds=1))
+    return base64.urlsafe_b64encode(f"a1:{micros}:{last_id}".encode()).decode().rstrip("=")
+
+
+def decode_admission_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise BadCursor("cursor is not one this API returned") from None
+    parts = raw.split(":")
+    if len(parts) != 3 or parts[0] != "a1" or not all(p.isdigit() and len(p) <= 18 for p in parts[1:]):
+        raise BadCursor("cursor is not one this API returned")
+    micros, number = parts[1:]
+    try:
+        return _EPOCH + timedelta(microseconds=int(micros)), int(number)
+    except OverflowError:
+        raise BadCursor("cursor is not one this API returned") from None
+
+
 def _as_utc(value: datetime | None) -> datetime | None:
     """SQLite returns naive datetimes for timezone-aware columns; they were stored as UTC."""
     if value is None:
@@ -147,6 +190,13 @@ def _as_utc(value: datetime | None) -> datetime | None:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
+def _utc(value: datetime) -> datetime:
+    """An aware time in UTC (naive: taken as UTC). SQLite stores a time's wall clock without its
+    offset, so every time is written and compared in UTC."""
+    return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 R = TypeVar("R")
 
 
@@ -650,6 +700,121 @@ class Store:
         with self.sessions() as session:
             return [record(PullRequestRecord, r) for r in session.scalars(query)]
 
+    # -- admission decisions ------------------------------------------------------------------
+
+    def record_admission(self, decision: AdmissionRecord) -> bool:
+        """Store one answer of the admission webhook: True, or False when its (cluster, uid) is
+        stored already (the API server retried the request, or another replica answered it).
+        A duplicate never raises, also when two replicas insert it at the same moment."""
+        values = _admission_values(decision)
+        table, key, dialect = AdmissionDecision, ["cluster", "uid"], self.engine.dialect.name
+        if dialect == "postgresql":
+            statement: Any = postgresql.insert(table).on_conflict_do_nothing(index_elements=key)
+        elif dialect == "sqlite":
+            statement = sqlite.insert(table).on_conflict_do_nothing(index_elements=key)
+        else:
+            try:
+                with self.engine.begin() as connection:
+                    connection.execute(insert(table), values)
+                return True
+            except IntegrityError:
+                return False
+        # RETURNING rather than rowcount, which some drivers leave at -1: a skipped row returns none.
+        with self.engine.begin() as connection:
+            return connection.execute(statement.returning(table.id), values).first() is not None
+
+    def admission_decisions(
+        self,
+        *,
+        cluster: str | None = None,
+        outcome: str | None = None,
+        since: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[AdmissionDecisionRecord]:
+        """A page of the webhook's answers, newest first (keyset pagination on time, then id),
+        of one cluster, of one outcome, at or after `since`."""
+        query = select(*_ADMISSION_COLUMNS)
+        if cluster is not None:
+            query = query.where(AdmissionDecision.cluster == cluster)
+        if outcome is not None:
+            query = query.where(AdmissionDecision.outcome == outcome)
+        if since is not None:
+            query = query.where(AdmissionDecision.at >= _utc(since))
+        if cursor is not None:
+            at, last_id = decode_admission_cursor(cursor)
+            query = query.where(
+                or_(
+                    AdmissionDecision.at < at,
+                    and_(AdmissionDecision.at == at, AdmissionDecision.id < last_id),
+                )
+            )
+        query = query.order_by(AdmissionDecision.at.desc(), AdmissionDecision.id.desc()).limit(limit + 1)
+        with self._reads.connect() as connection:
+            items = [record(AdmissionDecisionRecord, row) for row in connection.execute(query)]
+        more = len(items) > limit
+        last = items[limit - 1] if more else None
+        return Page(items[:limit], encode_admission_cursor(last.at, last.id) if last else None)
+
+    def admission_summary(
+        self, since: datetime, cluster: str | None = None, denied_limit: int = 100
+    ) -> AdmissionSummary:
+        """The answers at or after `since` (of one cluster): counts per outcome and per (outcome,
+        rule), dry runs apart, counts per namespace, and the `denied_limit` latest denials."""
+        since = _utc(since)
+        where: list[ColumnElement[bool]] = [AdmissionDecision.at >= since]
+        if cluster is not None:
+            where.append(AdmissionDecision.cluster == cluster)
+        d = AdmissionDecision
+        with self._reads.connect() as connection:
+            counts = [
+                AdmissionCount(str(c), str(ns), str(o), bool(dry), int(n))
+                for c, ns, o, dry, n in connection.execute(
+                    select(d.cluster, d.namespace, d.outcome, d.dry_run, func.count())
+                    .where(*where)
+                    .group_by(d.cluster, d.namespace, d.outcome, d.dry_run)
+                    .order_by(d.cluster, d.namespace, d.outcome, d.dry_run)
+                )
+            ]
+            # Rules are a JSON list: counted here, the same way on every backend.
+            by_rule: dict[tuple[bool, str, str], int] = {}
+            for o, dry, rules in connection.execute(
+                select(d.outcome, d.dry_run, d.rules).where(*where, d.outcome.in_(("warned", "denied")))
+            ):
+                for rule in rules or ():
+                    key = (bool(dry), str(o), str(rule))
+                    by_rule[key] = by_rule.get(key, 0) + 1
+            denied = tuple(
+                record(AdmissionDecisionRecord, row)
+                for row in connection.execute(
+                    select(*_ADMISSION_COLUMNS)
+                    .where(*where, d.outcome == "denied", d.dry_run == false())
+                    .order_by(d.at.desc(), d.id.desc())
+                    .limit(denied_limit)
+                )
+            )
+
+        def per_outcome(dry: bool) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for c in counts:
+                if c.dry_run is dry:
+                    out[c.outcome] = out.get(c.outcome, 0) + c.answers
+            return dict(sorted(out.items()))
+
+        def rules_of(dry: bool) -> tuple[tuple[str, str, int], ...]:
+            found = [(o, rule, n) for (was_dry, o, rule), n in by_rule.items() if was_dry is dry]
+            return tuple(sorted(found, key=lambda t: (t[0], -t[2], t[1])))
+
+        return AdmissionSummary(
+            since,
+            per_outcome(False),
+            per_outcome(True),
+            rules_of(False),
+            rules_of(True),
+            tuple(counts),
+            denied,
+        )
+
     # -- aggregates for metrics ---------------------------------------------------------------
 
     def active_by_severity(self, target: str) -> dict[str, int]:
@@ -735,6 +900,31 @@ _ListedRow = namedtuple(
     ),
 )
 _LISTED = (*(getattr(FindingRow, name) for name in _ListedRow._fields[:-1]), Target.name)
+
+
+_ADMISSION_COLUMNS = tuple(AdmissionDecision.__table__.columns)
+# The length of each bounded text column: a longer value is cut to it (PostgreSQL would refuse it).
+_ADMISSION_LENGTHS = {
+    c.name: c.type.length for c in _ADMISSION_COLUMNS if isinstance(c.type, String) and c.type.length
+}
+
+
+def _admission_values(decision: AdmissionRecord) -> dict[str, Any]:
+    """The row of an answer: its fields, times in UTC, tuples as lists, texts cut to their column
+    (`user` to 256 characters)."""
+    values: dict[str, Any] = {}
+    for c in _ADMISSION_COLUMNS:
+        if c.name == "id":
+            continue
+        value = getattr(decision, c.name)
+        if isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, datetime):
+            value = _utc(value)
+        elif isinstance(value, str) and c.name in _ADMISSION_LENGTHS:
+            value = value[: _ADMISSION_LENGTHS[c.name]]
+        values[c.name] = value
+    return values
 
 
 def _finding_record(

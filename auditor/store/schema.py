@@ -15,6 +15,9 @@
   `check_runs` keeps the check run id per (repository, head SHA, kind), so it is updated, never
   created twice.
 - 0008: findings (namespace, rule, id), for pages filtered on both.
+- `admission_decisions` (0009): one row per answer of the admission webhook
+  (auditor/admission/record.py), unique per (cluster, request uid) so a retried request is stored
+  once; read newest first per cluster or per outcome (the web page, the API, the digest).
 
 Times are timezone-aware UTC. Migrations (migrations/) must match these models; a test compares them.
 """
@@ -27,6 +30,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Date,
     DateTime,
     Float,
@@ -320,3 +324,36 @@ class AppRepository(Base):
     installation_id: Mapped[int] = mapped_column(BigInteger)
     active: Mapped[bool] = mapped_column(default=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AdmissionDecision(Base):
+    """One answer of the admission webhook: what was asked (operation, object, requester) and what
+    it answered. `user` is the requester's username only: its groups and extra are never stored (a
+    token can sit in them). Lists are JSON lists, as everywhere in this schema."""
+
+    __tablename__ = "admission_decisions"
+    __table_args__ = (
+        UniqueConstraint("cluster", "uid"),
+        Index(None, "cluster", "at"),
+        Index(None, "outcome", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(200))
+    uid: Mapped[str] = mapped_column(String(128))  # the AdmissionReview request uid (a UUID)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    operation: Mapped[str] = mapped_column(String(20))  # CREATE | UPDATE | DELETE | CONNECT
+    api_version: Mapped[str] = mapped_column(String(320))  # group/version of the object
+    kind: Mapped[str] = mapped_column(String(120))
+    namespace: Mapped[str] = mapped_column(String(253))  # "" for a cluster-scoped object
+    name: Mapped[str] = mapped_column(String(253))
+    user: Mapped[str] = mapped_column(String(256))  # userInfo.username, cut at 256 characters
+    mode: Mapped[str] = mapped_column(String(10))  # warn | deny | off
+    outcome: Mapped[str] = mapped_column(String(20))  # allowed | warned | denied | failed-open | ignored
+    dry_run: Mapped[bool] = mapped_column(Boolean)
+    latency_ms: Mapped[float] = mapped_column(Float)
+    rules: Mapped[list[str]] = mapped_column(JSON)
+    groups: Mapped[list[str]] = mapped_column(JSON)  # namespace/name of the workloads with findings
+    messages: Mapped[list[str]] = mapped_column(JSON)  # the warnings, or the denial, as sent
+    reason: Mapped[str] = mapped_column(Text)  # why it failed open or was ignored; "" otherwise
+    fingerprints: Mapped[list[str]] = mapped_column(JSON)

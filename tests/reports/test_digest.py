@@ -12,11 +12,12 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC
+from datetime import UTC, timedelta
 from email.message import Message
 from pathlib import Path
 
 import pytest
+from admissionsupport import HOSTILE_MESSAGE, decision
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, Envelope, Session
 from dbsupport import engine_for
@@ -446,3 +447,70 @@ def test_the_largest_digest_stays_under_the_clipping_size(tmp_path: Path, smtp: 
             and text.count("map and details: http://auditor.example:8080/findings/") == 10
         )
         assert html.count('class="group"') == 10 and "more" in html
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_denials_at_admission_since_the_window_are_listed(
+    tmp_path: Path, smtp: tuple[Inbox, int], backend: str
+) -> None:
+    """A `kubectl apply` the webhook denied in the window reaches the team of its namespace, in both
+    parts and escaped; warnings and dry runs are counted, not listed; a denial before the window,
+    or in another team's namespace, is not there; a team with nothing stopped gets no section."""
+    inbox, port = smtp
+    with engine_for(backend, tmp_path) as engine:
+        store, clock, settings = seeded_store(tmp_path, engine, _config(port))
+        now = clock()
+        answers = [
+            decision("apply-1", now - timedelta(hours=2), name="evil-apply", messages=(HOSTILE_MESSAGE,)),
+            decision("warn-1", now - timedelta(hours=3), "warned"),
+            decision("warn-2", now - timedelta(hours=4), "warned"),
+            decision("dry-1", now - timedelta(hours=1), "denied", dry_run=True, name="dry-job"),
+            decision("old-1", now - timedelta(hours=30), "denied", name="before-the-window"),
+            decision("web-1", now - timedelta(hours=1), "denied", namespace="web", name="other-team"),
+        ]
+        for a in answers:
+            assert store.record_admission(a)
+        assert digests.run(settings, store, {})[:2] == (2, 2)  # type: ignore[arg-type]
+        by_rcpt = {tuple(r): m for r, m in inbox.messages}
+        ml = by_rcpt[("ml@example.com",)]
+        text, html = _parts(ml)["text/plain"], _parts(ml)["text/html"]
+        assert "STOPPED AT ADMISSION: 1 denied since" in text
+        assert (
+            "CREATE PyTorchJob ml-research/evil-apply [prod-eu] by alice@example.com: cross-zone-blocked"
+            in text
+        )
+        assert "Warned (allowed with warnings): 2; dry runs that would have been denied: 1" in text
+        assert "dry-job" not in text and "before-the-window" not in text and "other-team" not in text
+        assert text.index("STOPPED AT ADMISSION") < text.index("CHANGES")
+        assert 'class="admission"' in html and "evil-apply" in html and "dry-job" not in html
+        assert "<script>alert" not in html and "&lt;script&gt;alert(&#34;admit&#34;)" in html
+        assert "<img src=x" not in html
+        assert ml["Subject"].endswith(", 1 denied at admission")
+        lab = _parts(by_rcpt[("lab@example.com", "oncall@example.com")])
+        assert "STOPPED AT ADMISSION" not in lab["text/plain"] and 'class="admission"' not in lab["text/html"]
+        assert "at admission" not in by_rcpt[("lab@example.com", "oncall@example.com")]["Subject"]
+        # The next digest covers only what came after this one.
+        clock.advance(days=1)
+        assert digests.run(settings, store, {})[:2] == (2, 2)  # type: ignore[arg-type]
+        latest = {tuple(r): m for r, m in inbox.messages[-2:]}
+        later = _parts(latest[("ml@example.com",)])
+        assert (
+            "STOPPED AT ADMISSION" not in later["text/plain"]
+            and 'class="admission"' not in later["text/html"]
+        )
+
+
+def test_no_admission_answer_no_section(tmp_path: Path, smtp: tuple[Inbox, int]) -> None:
+    inbox, port = smtp
+    with engine_for("sqlite", tmp_path) as engine:
+        store, clock, settings = seeded_store(tmp_path, engine, _config(port))
+        # Allowed and failed-open answers are nothing a team must act on.
+        store.record_admission(decision("ok-1", clock() - timedelta(hours=1), "allowed"))
+        store.record_admission(
+            decision("fo-1", clock() - timedelta(hours=1), "failed-open", reason="not synced")
+        )
+        assert digests.run(settings, store, {})[:2] == (2, 2)  # type: ignore[arg-type]
+        for _, message in inbox.messages:
+            parts = _parts(message)
+            assert "STOPPED AT ADMISSION" not in parts["text/plain"]
+            assert 'class="admission"' not in parts["text/html"]
