@@ -1,0 +1,231 @@
+"""What an apply would do to placement and reachability: the webhook's decisions (pure, given
+the warm model's snapshot).
+
+A **workload** (CREATE or UPDATE of a kind the scan audits) is audited with the policies, nodes
+and Services in force and the workloads it can have edges with (`WarmModel.related`): the
+findings that concern it are its answer. On UPDATE, a finding the old object had as well is
+reported but never denies: the change did not make it. Pods are not read for a workload being
+applied: it has none yet, and where the scheduler has not placed them the answer is the scan's
+("can split", with its certainty).
+
+A **policy** (CREATE, UPDATE or DELETE of a kind the reachability engine reads) is judged by
+auditing the groups it can touch twice, with the policies in force and with the change, with
+the pods that run now (a running group's observed placement decides): the findings the change
+adds are its answer, and they name the groups it cuts. A namespaced policy touches the workloads
+of its namespace and those with edges into it; a cluster-scoped one every namespace.
+
+Only these rules decide: `cross-zone-blocked`, `traffic-blocked`, `data-ports-partly-denied`
+and `cross-zone-traffic` when it carries a cost. The policy pack's scopes, severities and waivers
+apply as in a scan (a waived finding does not warn or deny).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+from auditor import yamlio
+from auditor.admission.review import Review
+from auditor.admission.warm import POLICY_KINDS, WORKLOAD_KINDS, WarmModel, WorkloadId, identity
+from auditor.audit.scan import audit, finish
+from auditor.model.findings import Finding
+from auditor.model.source import SourceRef
+from auditor.rules.model import AuditModel, object_ref
+from auditor.rules.packs import PolicyPack
+from auditor.settings.config import Settings
+from auditor.sources.objects import Elsewhere, build_inventory
+
+BLOCKING = ("cross-zone-blocked", "traffic-blocked", "data-ports-partly-denied")
+COSTED = "cross-zone-traffic"
+
+
+def decides(finding: Finding) -> bool:
+    """Whether a finding is one admission answers about."""
+    if finding.rule in BLOCKING:
+        return True
+    return finding.rule == COSTED and finding.estimated_monthly_cost_usd is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a change would do: the findings it brings, those it keeps (UPDATE), the groups."""
+
+    subject: str  # "workload" | "policy" | "ignored"
+    findings: tuple[Finding, ...] = ()  # made by this change: these warn or deny
+    kept: tuple[Finding, ...] = ()  # present before the change too: they warn, never deny
+    groups: tuple[str, ...] = ()  # "namespace/name" of the workloads the findings concern
+    running: frozenset[str] = frozenset()  # of those, the ones with pods now
+    reason: str = ""  # ignored: why
+    fixes: Mapping[str, str] = field(default_factory=dict)  # fingerprint -> fix in short
+
+
+def _prepared(obj: Mapping[str, Any], review: Review) -> dict[str, Any]:
+    """The object as the model keeps it: apiVersion/kind set, namespace and name filled in from
+    the request (a CREATE may carry only generateName), no managedFields, no status."""
+    out = dict(obj)
+    out.setdefault("apiVersion", review.kind.api_version)
+    out.setdefault("kind", review.kind.kind)
+    meta = dict(out.get("metadata") or {}) if isinstance(out.get("metadata"), Mapping) else {}
+    meta.pop("managedFields", None)
+    if review.namespace and not meta.get("namespace"):
+        meta["namespace"] = review.namespace
+    if not meta.get("name"):
+        meta["name"] = review.name or f"{meta.get('generateName') or 'unnamed-'}<generated>"
+    out["metadata"] = meta
+    out.pop("status", None)
+    return out
+
+
+def _subject(obj: Mapping[str, Any], review: Review) -> SourceRef:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    where = f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+    return SourceRef(f"admission:{review.kind.kind}/{where}", 0, 0)
+
+
+def _ref_identity(wid: WorkloadId) -> str:
+    ns, group, kind, name = wid
+    return f"{group}/{kind}/{ns}/{name}"
+
+
+def _names_role(role: str, wid: WorkloadId) -> bool:
+    ns, _, _, name = wid
+    return any(role == p or role.startswith(p + "/") for p in (name, f"{ns}/{name}"))
+
+
+def _concerns(finding: Finding, wid: WorkloadId) -> bool:
+    if finding.workload.identity == _ref_identity(wid):
+        return True
+    edge = finding.edge
+    return edge is not None and (_names_role(edge.from_role, wid) or _names_role(edge.to_role, wid))
+
+
+def _group(finding: Finding) -> str:
+    return f"{finding.workload.namespace}/{finding.workload.name}"
+
+
+class Checker:
+    """Decisions over a warm model, under one config and policy pack."""
+
+    def __init__(self, settings: Settings, pack: PolicyPack, model: WarmModel) -> None:
+        self.settings = settings
+        self.pack = pack
+        self.model = model
+
+    def check(self, review: Review, today: date) -> Verdict:
+        key = (review.kind.group, review.kind.kind)
+        if review.sub_resource:
+            return Verdict("ignored", reason=f"subresource {review.sub_resource} is not checked")
+        if key in WORKLOAD_KINDS:
+            if review.operation not in ("CREATE", "UPDATE"):
+                return Verdict("ignored", reason=f"{review.operation} of a workload is not checked")
+            return self._workload(review, today)
+        if key in POLICY_KINDS:
+            if review.operation not in ("CREATE", "UPDATE", "DELETE"):
+                return Verdict("ignored", reason=f"{review.operation} of a policy is not checked")
+            return self._policy(review, today)
+        return Verdict("ignored", reason=f"{review.kind.kind} ({review.kind.api_version}) is not checked")
+
+    # -- the audit of a subset of the cluster --------------------------------------------------
+
+    def _elsewhere(self) -> Elsewhere:
+        cilium, calico = self.model.cni_kinds()
+        return Elsewhere(cilium_kinds=cilium, calico_policies=calico)
+
+    def _findings(
+        self, documents: list[yamlio.Document], today: date
+    ) -> tuple[list[Finding], AuditModel | None, frozenset[str]]:
+        inv = build_inventory(documents, self.settings, (), self._elsewhere())
+        audited = audit(inv, self.pack)
+        result = finish(audited, self.pack, today)
+        running: frozenset[str] = frozenset()
+        if audited.observation is not None:
+            refs = (object_ref(r) for r, o in audited.observation.roles.items() if o.pods)
+            running = frozenset(f"{ref.namespace}/{ref.name}" for ref in refs)
+        return [f for f in result.findings if decides(f)], audited.model, running
+
+    def _fixes(self, model: AuditModel | None, findings: Sequence[Finding]) -> dict[str, str]:
+        if model is None:
+            return {}
+        from auditor.remediation.plan import plan
+
+        out: dict[str, str] = {}
+        for f in findings:
+            try:
+                plans = plan(model, f, "pin-zone")
+            except Exception:  # a fix is a hint: never let it cost the answer
+                continue
+            if isinstance(plans, list) and plans:
+                out[f.fingerprint] = plans[0].describe()
+        return out
+
+    # -- workloads -----------------------------------------------------------------------------
+
+    def _workload_findings(
+        self, obj: dict[str, Any], review: Review, today: date
+    ) -> tuple[list[Finding], AuditModel | None]:
+        ns = str(obj["metadata"].get("namespace") or review.namespace)
+        wid = identity(obj, ns)
+        related = self.model.related(obj, ns, skip=wid)
+        namespaces = {ns, *(r[0] for r in related)}
+        documents = self.model.documents(namespaces, related, skip=[wid])
+        documents.append(yamlio.Document(obj, _subject(obj, review)))
+        findings, model, _ = self._findings(documents, today)
+        return [f for f in findings if _concerns(f, wid)], model
+
+    def _workload(self, review: Review, today: date) -> Verdict:
+        assert review.object is not None
+        obj = _prepared(review.object, review)
+        findings, model = self._workload_findings(obj, review, today)
+        kept: list[Finding] = []
+        if findings and review.operation == "UPDATE" and review.old_object is not None:
+            old = _prepared(review.old_object, review)
+            before = {f.fingerprint for f in self._workload_findings(old, review, today)[0]}
+            kept = [f for f in findings if f.fingerprint in before]
+            findings = [f for f in findings if f.fingerprint not in before]
+        groups = tuple(sorted({_group(f) for f in (*findings, *kept)}))
+        return Verdict("workload", tuple(findings), tuple(kept), groups, fixes=self._fixes(model, findings))
+
+    # -- policies ------------------------------------------------------------------------------
+
+    def _policy(self, review: Review, today: date) -> Verdict:
+        source = review.object if review.object is not None else review.old_object
+        if source is None:
+            return Verdict("ignored", reason="the request carries no object")
+        obj = _prepared(source, review)
+        meta = obj["metadata"]
+        ns = str(meta.get("namespace") or "") if review.namespace else ""
+        if not review.namespace:
+            meta.pop("namespace", None)
+        key = (ns, review.kind.group, review.kind.kind, str(meta["name"]))
+        if ns:
+            workloads = set(self.model.workloads(ns))
+            for wid in list(workloads):
+                found = self.model.get(*wid)
+                if found is not None:
+                    workloads |= self.model.related(found, ns, skip=wid)
+            namespaces = {ns, *(w[0] for w in workloads)}
+            chosen: set[WorkloadId] | None = workloads
+        else:
+            namespaces = set(self.model.namespaces_with_workloads())
+            chosen = None
+        if not namespaces or (chosen is not None and not chosen):
+            return Verdict("policy")
+        base = [
+            d
+            for d in self.model.documents(namespaces, chosen, live=True)
+            if identity(d.data) != key and not (not ns and identity(d.data)[1:] == key[1:])
+        ]
+        current = self.model.get(*key) if ns else self.model.get("", *key[1:])
+        before_docs = [*base, *([yamlio.Document(current, _subject(current, review))] if current else [])]
+        after_docs = list(base)
+        if review.operation != "DELETE":
+            after_docs.append(yamlio.Document(obj, _subject(obj, review)))
+        before, _, _ = self._findings(before_docs, today)
+        after, model, running = self._findings(after_docs, today)
+        known = {f.fingerprint for f in before}
+        new = [f for f in after if f.fingerprint not in known]
+        groups = tuple(sorted({_group(f) for f in new}))
+        return Verdict("policy", tuple(new), (), groups, running & set(groups), fixes=self._fixes(model, new))
