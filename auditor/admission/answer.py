@@ -65,9 +65,9 @@ def warning_line(f: Finding, kept: bool = False) -> str:
     cost = ""
     if f.rule == COSTED and f.estimated_monthly_cost_usd is not None:
         cost = f" ~${f.estimated_monthly_cost_usd:,.0f}/mo"
-    tail = " (before this change too)" if kept else ""
+    already = " (already before this change)" if kept else ""
     group = f"{f.workload.namespace}/{f.workload.name}"
-    return f"{PREFIX}: {f.rule} {group}{_edge(f)}{_short_policy(f)}{cost}{tail}"
+    return f"{PREFIX}: {f.rule}{already} {group}{_edge(f)}{_short_policy(f)}{cost}"
 
 
 def denies(f: Finding, settings: AdmissionSettings) -> bool:

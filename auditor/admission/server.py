@@ -437,7 +437,10 @@ class _Handler(BaseHTTPRequestHandler):
         arrived = self.server.webhook.monotonic()
         metrics = self.server.webhook.metrics
         path = self.path.split("?", 1)[0]
+        raw_length = self.headers.get("Content-Length")
+        length = int(raw_length) if raw_length is not None and raw_length.strip().isdigit() else None
         if path != "/validate":
+            self._discard(length or 0)
             metrics.rejected.labels("404").inc()
             self._send(
                 Reply(404, _status_body(404, f"no such path: {path[:100]} (POST /validate)")), close=True
@@ -451,18 +454,18 @@ class _Handler(BaseHTTPRequestHandler):
         if ctype != "application/json":
             metrics.rejected.labels("415").inc()
             msg = f"Content-Type must be application/json, not {ctype[:60]!r}"
+            self._discard(length or 0)
             self._send(Reply(415, _status_body(415, msg)), close=True)
             return
-        raw_length = self.headers.get("Content-Length")
-        if raw_length is None or not raw_length.strip().isdigit():
+        if length is None:
             metrics.rejected.labels("411").inc()
             self._send(Reply(411, _status_body(411, "a Content-Length is required")), close=True)
             return
-        length = int(raw_length)
         limit = self.server.webhook.settings.max_body_bytes
         if length > limit:
             metrics.rejected.labels("413").inc()
             msg = f"the body is {length} bytes; the limit is {limit} (admission.max_body_bytes)"
+            self._discard(length)
             self._send(Reply(413, _status_body(413, msg)), close=True)
             return
         body = self.rfile.read(length)
@@ -470,6 +473,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self._send(self.server.webhook.review(body, arrived))
+
+    def _discard(self, length: int, cap: int = 64 * 1024 * 1024) -> None:
+        """Read and drop a refused body (up to `cap`), so the client reads the answer instead of a
+        reset connection; never kept in memory."""
+        left = min(length, cap)
+        while left > 0:
+            chunk = self.rfile.read(min(left, 65536))
+            if not chunk:
+                return
+            left -= len(chunk)
 
     def do_PUT(self) -> None:
         self._send(Reply(405, _status_body(405, "POST /validate only")), close=True)
