@@ -190,11 +190,25 @@ class WarmModel:
         with self._lock:
             self._expected |= {self.label(r) for r in resources}
 
-    def replace(self, resource: Resource, items: list[dict[str, Any]], resource_version: str) -> None:
+    def replace(
+        self,
+        resource: Resource,
+        items: list[dict[str, Any]],
+        resource_version: str,
+        namespace: str | None = None,
+    ) -> None:
+        """The whole set of one resource, after a (re)list; `namespace`: of that namespace only
+        (cilium-config is listed per namespace it may live in)."""
         group, kind = resource.group, resource.kind
         with self._lock:
             for ns, bucket in self._buckets.items():
-                gone = [k for k in bucket if k[0] == group and k[1] == kind]
+                gone = [
+                    k
+                    for k in bucket
+                    if k[0] == group
+                    and k[1] == kind
+                    and (namespace is None or _bucket_namespace(ns, k) == namespace)
+                ]
                 for key in gone:
                     self._drop(ns, key)
                 if gone:
@@ -437,6 +451,11 @@ class WarmModel:
 
     def _document(self, obj: Mapping[str, Any]) -> yamlio.Document:
         return yamlio.Document(obj, origin(self.context, obj))
+
+
+def _bucket_namespace(bucket: str, key: Key) -> str:
+    """The namespace of an object kept in `bucket` under `key` (cilium-config: in its key)."""
+    return key[2].partition("/")[0] if key[1] == "ConfigMap" else bucket
 
 
 def _place(resource: Resource, item: Mapping[str, Any]) -> tuple[str, Key]:

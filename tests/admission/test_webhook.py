@@ -668,3 +668,21 @@ def test_answers_reach_the_store(tmp_path: Path) -> None:
         hook.recorder.stop()
         page = store.admission_decisions(cluster="lab", outcome="denied", since=None)
         assert [d.uid for d in page.items] == ["705ab4f5-6393-11e8-b7cc-42010a800002"]
+
+
+def test_cilium_config_listed_per_namespace_keeps_the_other_namespaces_copy() -> None:
+    from auditor.sources.kubeapi import CILIUM_CONFIG
+
+    model = WarmModel("lab", monotonic=lambda: 0.0)
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cilium-config", "namespace": "kube-system"},
+        "data": {"enable-policy": "default"},
+    }
+    model.replace(CILIUM_CONFIG, [config], "1", namespace="kube-system")
+    model.replace(CILIUM_CONFIG, [], "1", namespace="cilium")  # Cilium does not run there
+    kept = [d.data for d in model.documents([], None) if d.data.get("kind") == "ConfigMap"]
+    assert kept == [config]
+    model.replace(CILIUM_CONFIG, [], "2", namespace="kube-system")
+    assert not [d for d in model.documents([], None) if d.data.get("kind") == "ConfigMap"]
