@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
@@ -211,6 +212,12 @@ def _pod_items(raw_items: Sequence[msgspec.Raw], resource: Resource) -> list[dic
 
 def _page_items(body: bytes, resource: Resource) -> tuple[list[dict[str, Any]], str]:
     """(items, continue token) of one list page."""
+    items, token, _ = _page(body, resource)
+    return items, token
+
+
+def _page(body: bytes, resource: Resource) -> tuple[list[dict[str, Any]], str, str]:
+    """(items, continue token, resourceVersion) of one list page."""
     if resource.kind == "Pod" and not resource.group:
         try:
             page = _PAGE.decode(body)
@@ -225,7 +232,8 @@ def _page_items(body: bytes, resource: Resource) -> tuple[list[dict[str, Any]], 
         items = [_prepare(i, resource) for i in data.get("items") or [] if isinstance(i, dict)]
         meta = data.get("metadata")
     token = str((meta.get("continue") if isinstance(meta, dict) else "") or "")
-    return items, token
+    version = str((meta.get("resourceVersion") if isinstance(meta, dict) else "") or "")
+    return items, token, version
 
 
 class Transport(Protocol):
@@ -235,6 +243,29 @@ class Transport(Protocol):
     def get(
         self, path: str, query: Sequence[tuple[str, str]], timeout: float | None = None
     ) -> tuple[int, dict[str, str], bytes]: ...
+
+
+class LineStream(Protocol):
+    """The lines of a streamed response body (without their b"\\n"). Iterating raises
+    TransportError when the connection breaks; `close()` may be called from another thread: it
+    ends a read blocked on the connection, and the iteration then stops."""
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    def __next__(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class StreamTransport(Transport, Protocol):
+    """A Transport that can also stream a response (a watch): `stream` is a context manager giving
+    (status, headers, lines); `timeout` is the longest silence on the connection (the watch's
+    timeoutSeconds and a margin), None for the transport's default read timeout. The response is
+    closed on leaving the context. Raises TransportError when no answer comes."""
+
+    def stream(
+        self, path: str, query: Sequence[tuple[str, str]], timeout: float | None = None
+    ) -> AbstractContextManager[tuple[int, dict[str, str], LineStream]]: ...
 
 
 class TransportError(Exception):
@@ -497,12 +528,17 @@ def _read_ok(future: Future[list[dict[str, Any]]]) -> bool:
 class KubernetesTransport:
     """The official client's ApiClient (auth, TLS, proxies from the kubeconfig) doing raw GETs."""
 
-    def __init__(self, api_client: Any, timeout: tuple[float, float] = (10.0, 60.0)) -> None:
+    def __init__(
+        self, api_client: Any, timeout: tuple[float, float] = (10.0, 60.0), pool_size: int | None = None
+    ) -> None:
         self.api_client = api_client
         self.timeout = timeout
         # Our loop retries (with backoff and the full picture); urllib3 must not retry under it.
         api_client.configuration.retries = False
-        api_client.rest_client.pool_manager.connection_pool_kw["retries"] = False
+        pool_kw = api_client.rest_client.pool_manager.connection_pool_kw
+        pool_kw["retries"] = False
+        if pool_size is not None:  # an informer keeps one watch connection open per resource
+            pool_kw["maxsize"] = pool_size
 
     def get(
         self, path: str, query: Sequence[tuple[str, str]], timeout: float | None = None
@@ -532,6 +568,116 @@ class KubernetesTransport:
                 raise TransportError(str(exc)) from None
             raise
         return int(response.status), dict(response.headers or {}), bytes(data or b"")
+
+    @contextmanager
+    def stream(
+        self, path: str, query: Sequence[tuple[str, str]], timeout: float | None = None
+    ) -> Iterator[tuple[int, dict[str, str], LineStream]]:
+        """A GET whose body is read as it arrives, line by line (a watch); `timeout` bounds the
+        silence between two reads (None: the transport's read timeout). See StreamTransport."""
+        import urllib3
+
+        connect, read = self.timeout
+        if timeout is not None:
+            read = timeout
+        method, url, headers, body, post = self.api_client.param_serialize(
+            "GET",
+            path,
+            query_params=list(query),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.api_client.call_api(
+                method, url, headers, body, post, _request_timeout=(connect, read)
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # ApiException(status=0) for TLS problems
+            if type(exc).__name__ == "ApiException" and not getattr(exc, "status", 0):
+                raise TransportError(str(exc)) from None
+            raise
+        lines = _ResponseLines(getattr(response, "response", response))
+        try:
+            yield int(response.status), dict(response.headers or {}), lines
+        finally:
+            lines.finish()
+
+
+class _ResponseLines:
+    """The lines of a urllib3 response, read as the chunks arrive (see LineStream)."""
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of the buffer known to hold no b"\n"
+        self._chunks: Iterator[bytes] | None = None
+        self._closed = False  # close() was called: the end of the stream is not a break
+        self._ended = False  # the body was read to its end
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        while True:
+            at = self._buffer.find(b"\n", self._scanned)
+            if at >= 0:
+                line = bytes(self._buffer[:at])
+                del self._buffer[: at + 1]
+                self._scanned = 0
+                return line
+            self._scanned = len(self._buffer)
+            chunk = b"" if self._closed else self._read()
+            if not chunk:
+                self._ended = not self._closed
+                if self._buffer and not self._closed:
+                    line = bytes(self._buffer)
+                    self._buffer.clear()
+                    self._scanned = 0
+                    return line
+                raise StopIteration
+            self._buffer += chunk
+
+    def _read(self) -> bytes:
+        import urllib3
+
+        try:
+            if getattr(self._response, "chunked", False):
+                if self._chunks is None:
+                    self._chunks = iter(self._response.stream(65536, decode_content=True))
+                return next(self._chunks, b"")
+            read1 = getattr(self._response, "read1", None)
+            if read1 is not None:
+                return bytes(read1(65536))
+            return bytes(self._response.read(65536) or b"")
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if self._closed:
+                return b""
+            raise TransportError(f"{type(exc).__name__}: {exc}") from None
+        except (AttributeError, ValueError):  # the response was closed under the read
+            if self._closed:
+                return b""
+            raise
+
+    def close(self) -> None:
+        """Thread-safe: shut the socket for reading, which ends a read blocked in another thread."""
+        if self._closed:
+            return
+        self._closed = True
+        with suppress(AttributeError, RuntimeError, ValueError, OSError):
+            self._response.shutdown()  # urllib3 >= 2.3
+
+    def finish(self) -> None:
+        """In the reading thread, leaving the stream: back to the pool if read to its end, else
+        the connection is dropped."""
+        self._closed = True
+        try:
+            if self._ended:
+                self._response.release_conn()
+            else:
+                self._response.close()
+        except Exception as exc:
+            log.debug("closing a streamed response: %s", exc)
 
 
 def connect(context: str | None, kubeconfig: str | None, in_cluster: bool) -> tuple[Any, str]:

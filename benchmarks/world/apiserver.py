@@ -10,16 +10,38 @@ PolicyReports): `PATCH` with `Content-Type: application/apply-patch+yaml`, `fiel
 path, 400 when the body's apiVersion, kind, name or namespace disagree with the URL, 422 when the
 object does not validate against the CRD's openAPIV3Schema (as kube-apiserver does), 409 when
 another field manager owns the object and `force` is not set; 201 on create, 200 on update, with
-uid, resourceVersion, generation and managedFields. Applied objects are served back by GET."""
+uid, resourceVersion, generation and managedFields. Applied objects are served back by GET.
+
+Watch: tests change the cluster with `put` (create or replace) and `remove` (delete); each change
+takes the next `resource_version` and is recorded in an event log that keeps the last
+`watch_window` events. `GET <collection>?watch=true&resourceVersion=RV` answers 200 with a chunked
+stream of newline-delimited watch events (`{"type": "ADDED|MODIFIED|DELETED|BOOKMARK|ERROR",
+"object": ...}`): every event after RV, then new ones as they happen, until `timeoutSeconds`
+(default `watch_timeout_default`, capped at `watch_timeout_max`), the server's shutdown or the
+client's hang-up. An RV older than the log's window gets one ERROR event holding a 410 "Expired"
+Status (as kube-apiserver sends for "too old resource version"); RV "0" or none first sends the
+current objects as ADDED. With `allowWatchBookmarks=true` a BOOKMARK (apiVersion, kind and
+metadata.resourceVersion only) goes out every `bookmark_interval` seconds without events, and
+before the stream ends. Lists report the current resourceVersion and page a consistent snapshot:
+a continue token reads the collection as it was when the list began (a snapshot is kept for the
+last `list_history` changes of a collection; an older one is 410 Expired). Namespaced collections
+(`/api/v1/namespaces/NS/configmaps`, `/apis/G/V/namespaces/NS/PLURAL`) and a `fieldSelector` of
+`metadata.name` / `metadata.namespace` equalities filter lists and watches. Faults for watches:
+`watch_cut` (the stream is dropped mid-event, without its last chunk), `watch_gone` (the next watch
+gets the 410 ERROR event); `fail`, `throttle`, `slow` and `forbidden` apply to watches as well."""
 
 from __future__ import annotations
 
 import base64
+import copy
 import json
+import select
+import socket
+import threading
 import time
-from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -73,6 +95,8 @@ class Faults:
     cut: dict[str, int] = field(default_factory=dict)  # path → drop the connection this many times
     forbidden: set[str] = field(default_factory=set)  # paths answered 403
     throttle: dict[str, int] = field(default_factory=dict)  # path → answer 429 (Retry-After: 0)
+    watch_cut: dict[str, int] = field(default_factory=dict)  # path → drop this many watch streams
+    watch_gone: dict[str, int] = field(default_factory=dict)  # path → answer this many watches 410
 
 
 @dataclass
@@ -83,6 +107,24 @@ class ApplyKind:
     kind: str
     namespaced: bool
     schema: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _Event:
+    """One change in the event log: its resourceVersion, collection, where, and the line sent."""
+
+    rv: int
+    path: str
+    namespace: str
+    name: str
+    line: bytes
+
+
+class _Cut(Exception):
+    """The watch stream is to be dropped mid-event (the `watch_cut` fault)."""
+
+
+Matcher = Callable[[str, str], bool]  # (namespace, name) -> listed or watched
 
 
 class FakeCluster:
@@ -105,6 +147,19 @@ class FakeCluster:
         self.faults = Faults()
         self.requests: list[str] = []
         self.resource_version = 1000
+        # Watch: one lock (a Condition) guards the objects, the log and the counter.
+        self._changed = threading.Condition(threading.RLock())
+        self._log: deque[_Event] = deque()
+        self._compacted = self.resource_version  # events up to here are no longer in the log
+        self.watch_window = 1000  # events kept for watches to resume from
+        self.bookmark_interval = 1.0  # seconds without events before a BOOKMARK
+        self.watch_timeout_default = 30.0  # a watch without timeoutSeconds
+        self.watch_timeout_max = 600.0
+        self.list_history = 64  # snapshots per collection kept for continue tokens
+        # collection -> [(resourceVersion that replaced it, items, serialized items or None)]
+        self._history: dict[str, list[tuple[int, list[dict[str, Any]], list[bytes] | None]]] = {}
+        self._history_floor: dict[str, int] = {}  # continue tokens older than this are expired
+        self.watching: dict[str, int] = defaultdict(int)  # collection path -> open watch streams
         for obj in objects:
             path, _namespaced = PLURALS[(obj["apiVersion"], obj["kind"])]
             self.by_path[path].append(obj)
@@ -119,6 +174,35 @@ class FakeCluster:
         parts = urlsplit(raw_path)
         path, query = parts.path, parse_qs(parts.query)
         self.requests.append(raw_path)
+        refused = self._refuse(path, query, headers)
+        if refused is not None:
+            return refused
+        if path == "/version":
+            return (
+                200,
+                {"Content-Type": "application/json"},
+                json.dumps({"gitVersion": self.version}).encode(),
+            )
+        if path in self.faults.forbidden:
+            return _forbidden(path)
+        if path in self.singles:
+            return 200, {"Content-Type": "application/json"}, json.dumps(self.singles[path]).encode()
+        if path in self.applied:
+            return 200, {"Content-Type": "application/json"}, json.dumps(self.applied[path]).encode()
+        if path in self.apply_kinds and path in self.served:
+            return self._applied_list(path, query)
+        collection, namespace = _collection(path)
+        if collection not in self.served:
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        match = _matcher(namespace, query)
+        if isinstance(match, tuple):
+            return match
+        return self._list(collection, query, match)
+
+    def _refuse(
+        self, path: str, query: dict[str, list[str]], headers: Any
+    ) -> tuple[int, dict[str, str], bytes] | None:
+        """What every GET (list, single object, watch) meets first: auth and the injected faults."""
         if headers.get("Authorization") != f"Bearer {TOKEN}":
             return _status(401, "Unauthorized", "Unauthorized")
         if path in self.faults.slow:
@@ -133,62 +217,302 @@ class FakeCluster:
             code, head, body = _status(429, "TooManyRequests", "too many requests")
             head["Retry-After"] = "0"
             return code, head, body
-        if path == "/version":
-            return (
-                200,
-                {"Content-Type": "application/json"},
-                json.dumps({"gitVersion": self.version}).encode(),
-            )
-        if path in self.faults.forbidden:
-            resource = path.rsplit("/", 1)[-1]
-            return _status(
-                403,
-                "Forbidden",
-                f'{resource} is forbidden: User "system:serviceaccount:audit:auditor" cannot list '
-                f'resource "{resource}" at the cluster scope',
-            )
-        if path in self.singles:
-            return 200, {"Content-Type": "application/json"}, json.dumps(self.singles[path]).encode()
-        if path in self.applied:
-            return 200, {"Content-Type": "application/json"}, json.dumps(self.applied[path]).encode()
-        if path in self.apply_kinds and path in self.served:
-            return self._applied_list(path, query)
-        if path not in self.served:
-            return _status(404, "NotFound", "the server could not find the requested resource")
-        items = self.by_path.get(path, [])
-        limit = int(query.get("limit", ["0"])[0] or 0) or len(items) or 1
-        start = 0
+        return None
+
+    def _list(
+        self, path: str, query: dict[str, list[str]], match: Matcher | None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One page of a collection: from the snapshot its continue token was cut from, or the
+        current objects; `match` (a namespace or fieldSelector) filters before paging."""
         token = query.get("continue", [""])[0]
-        if token:
-            if self.faults.gone.get(path, 0) > 0:
-                self.faults.gone[path] -= 1
-                return _status(
-                    410,
-                    "Expired",
-                    "The provided continue parameter is too old to display a consistent list result.",
-                )
-            start = int(json.loads(base64.b64decode(token))["start"])
-        page = items[start : start + limit]
-        nxt = start + limit
-        meta: dict[str, Any] = {"resourceVersion": str(self.resource_version)}
-        if nxt < len(items):
-            meta["continue"] = base64.b64encode(
-                json.dumps({"start": nxt, "rv": self.resource_version}).encode()
-            ).decode()
-            meta["remainingItemCount"] = len(items) - nxt
-        kind = next((k for (api, k), (p, _) in PLURALS.items() if p == path), "Unknown")
+        with self._changed:
+            start = 0
+            rv = self.resource_version
+            items = self.by_path.get(path, [])
+            cached = self._serialized.get(path)
+            if token:
+                if self.faults.gone.get(path, 0) > 0:
+                    self.faults.gone[path] -= 1
+                    return _expired_list()
+                decoded = json.loads(base64.b64decode(token))
+                start = int(decoded["start"])
+                rv = int(decoded.get("rv", rv))
+                snapshot = self._snapshot(path, rv)
+                if snapshot is None:
+                    return _expired_list()
+                items, cached = snapshot
+            if cached is not None and len(cached) != len(items):
+                cached = None  # the objects were changed behind the cache's back
+            chosen = None if match is None else [i for i, o in enumerate(items) if match(*_ident(o))]
+            total = len(items) if chosen is None else len(chosen)
+            limit = int(query.get("limit", ["0"])[0] or 0) or total or 1
+            nxt = start + limit
+            meta: dict[str, Any] = {"resourceVersion": str(rv)}
+            if nxt < total:
+                meta["continue"] = base64.b64encode(json.dumps({"start": nxt, "rv": rv}).encode()).decode()
+                meta["remainingItemCount"] = total - nxt
+            kind = _kind_of(path)
+            if cached is not None:
+                page_bytes = cached[start:nxt] if chosen is None else [cached[i] for i in chosen[start:nxt]]
+                head = json.dumps({"kind": f"{kind}List", "apiVersion": "v1", "metadata": meta})[:-1]
+                data = head.encode() + b', "items": [' + b",".join(page_bytes) + b"]}"
+                return 200, {"Content-Type": "application/json"}, data
+            page = items[start:nxt] if chosen is None else [items[i] for i in chosen[start:nxt]]
+            body = {
+                "kind": f"{kind}List",
+                "apiVersion": "v1",
+                "metadata": meta,
+                "items": [_listed(o) for o in page],
+            }
+            return 200, {"Content-Type": "application/json"}, json.dumps(body).encode()
+
+    def _snapshot(self, path: str, rv: int) -> tuple[list[dict[str, Any]], list[bytes] | None] | None:
+        """The collection as it was at `rv` (None: no longer kept). Under the lock."""
+        if rv < self._history_floor.get(path, 0):
+            return None
+        for until, items, cached in self._history.get(path, []):
+            if until > rv:
+                return items, cached
+        return self.by_path.get(path, []), self._serialized.get(path)
+
+    # -- changes (tests) -------------------------------------------------------------------
+
+    def put(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace an object (by apiVersion, kind, namespace and name): it gets the next
+        resourceVersion (and a uid if new) and an ADDED or MODIFIED event. Returns a copy of what
+        is stored."""
+        stored = copy.deepcopy(obj)
+        path, namespaced = PLURALS[(stored["apiVersion"], stored["kind"])]
+        meta = stored.setdefault("metadata", {})
+        if namespaced:
+            meta.setdefault("namespace", "default")
+        namespace, name = str(meta.get("namespace") or ""), str(meta["name"])
+        with self._changed:
+            items = self.by_path.get(path, [])
+            index = _index(items, namespace, name)
+            self.resource_version += 1
+            rv = self.resource_version
+            meta["resourceVersion"] = str(rv)
+            if index is not None:
+                old_uid = (items[index].get("metadata") or {}).get("uid")
+                if old_uid:
+                    meta.setdefault("uid", old_uid)
+            meta.setdefault("uid", f"uid-{rv}")
+            new_items, new_cached = self._before_change(path, rv)
+            if index is None:
+                new_items.append(stored)
+                if new_cached is not None:
+                    new_cached.append(json.dumps(_listed(stored)).encode())
+            else:
+                new_items[index] = stored
+                if new_cached is not None:
+                    new_cached[index] = json.dumps(_listed(stored)).encode()
+            self._commit(path, new_items, new_cached)
+            if stored["kind"] == "ConfigMap":
+                self.singles[f"/api/v1/namespaces/{namespace}/configmaps/{name}"] = stored
+            self.served.add(path)
+            self._record(rv, path, namespace, name, "MODIFIED" if index is not None else "ADDED", stored)
+            return copy.deepcopy(stored)
+
+    def remove(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        """Delete an object: a DELETED event with its last state at a new resourceVersion.
+        Returns that last state; KeyError when there is no such object."""
+        path, namespaced = PLURALS[(api_version, kind)]
+        namespace = namespace if namespaced else ""
+        with self._changed:
+            items = self.by_path.get(path, [])
+            index = _index(items, namespace, name)
+            if index is None:
+                raise KeyError(f"{kind} {namespace}/{name}")
+            self.resource_version += 1
+            rv = self.resource_version
+            last = copy.deepcopy(items[index])
+            last.setdefault("metadata", {})["resourceVersion"] = str(rv)
+            new_items, new_cached = self._before_change(path, rv)
+            del new_items[index]
+            if new_cached is not None:
+                del new_cached[index]
+            self._commit(path, new_items, new_cached)
+            if kind == "ConfigMap":
+                self.singles.pop(f"/api/v1/namespaces/{namespace}/configmaps/{name}", None)
+            self._record(rv, path, namespace, name, "DELETED", last)
+            return last
+
+    def compact(self) -> None:
+        """Drop the whole event log, as etcd's compaction does: a watch from any resourceVersion
+        before now gets 410 Expired."""
+        with self._changed:
+            self._log.clear()
+            self._compacted = self.resource_version
+            self._changed.notify_all()
+
+    def wake(self) -> None:
+        """Wake every open watch (it then checks for faults and the server's shutdown)."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def _before_change(self, path: str, rv: int) -> tuple[list[dict[str, Any]], list[bytes] | None]:
+        """Copies of the collection (and its serialized form) to change; the current ones are kept
+        as the snapshot continue tokens from before `rv` read. Under the lock."""
+        items = self.by_path.get(path, [])
         cached = self._serialized.get(path)
-        if cached is not None:
-            head = json.dumps({"kind": f"{kind}List", "apiVersion": "v1", "metadata": meta})[:-1]
-            data = head.encode() + b', "items": [' + b",".join(cached[start : start + limit]) + b"]}"
-            return 200, {"Content-Type": "application/json"}, data
-        body = {
-            "kind": f"{kind}List",
-            "apiVersion": "v1",
-            "metadata": meta,
-            "items": [_listed(o) for o in page],
-        }
-        return 200, {"Content-Type": "application/json"}, json.dumps(body).encode()
+        if cached is not None and len(cached) != len(items):
+            cached = None
+        history = self._history.setdefault(path, [])
+        history.append((rv, items, cached))
+        while len(history) > self.list_history:
+            until, _, _ = history.pop(0)
+            self._history_floor[path] = until
+        new_cached = list(cached) if cached is not None else None
+        if new_cached is None and self._serialized and path not in self._serialized and not items:
+            new_cached = []  # a new collection of a preserialized cluster is cached too
+        return list(items), new_cached
+
+    def _commit(self, path: str, items: list[dict[str, Any]], cached: list[bytes] | None) -> None:
+        self.by_path[path] = items
+        if cached is None:
+            self._serialized.pop(path, None)
+        else:
+            self._serialized[path] = cached
+
+    def _record(self, rv: int, path: str, namespace: str, name: str, kind: str, obj: dict[str, Any]) -> None:
+        """Log one event and wake the watches. Under the lock."""
+        line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+        self._log.append(_Event(rv, path, namespace, name, line))
+        while len(self._log) > max(0, self.watch_window):
+            self._compacted = self._log.popleft().rv
+        self._changed.notify_all()
+
+    # -- watch ------------------------------------------------------------------------------
+
+    def watch(
+        self,
+        raw_path: str,
+        headers: Any,
+        stop: threading.Event | None = None,
+        alive: Callable[[], bool] = lambda: True,
+    ) -> tuple[int, dict[str, str], bytes | Iterator[bytes]]:
+        """A watch request: an error answer (bytes), or 200 and the stream's pieces (each one or
+        more whole event lines). The stream ends at its timeout, when `stop` is set (the server
+        stops) or `alive()` turns false (the client hung up); it raises _Cut for `watch_cut`."""
+        parts = urlsplit(raw_path)
+        path, query = parts.path, parse_qs(parts.query)
+        self.requests.append(raw_path)
+        refused = self._refuse(path, query, headers)
+        if refused is not None:
+            return refused
+        if path in self.faults.forbidden:
+            return _forbidden(path, "watch")
+        collection, namespace = _collection(path)
+        if collection not in self.served:
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        match = _matcher(namespace, query)
+        if isinstance(match, tuple):
+            return match
+        rv_text = query.get("resourceVersion", [""])[0]
+        if rv_text not in ("", "0") and not rv_text.isdigit():
+            return _status(400, "BadRequest", f"invalid resource version: {rv_text!r}")
+        since = int(rv_text) if rv_text not in ("", "0") else None
+        try:
+            timeout = float(query.get("timeoutSeconds", [""])[0] or self.watch_timeout_default)
+        except ValueError:
+            return _status(400, "BadRequest", "timeoutSeconds is not a number")
+        timeout = max(0.0, min(timeout, self.watch_timeout_max))
+        bookmarks = query.get("allowWatchBookmarks", ["false"])[0] in ("1", "true")
+        gone = self.faults.watch_gone.get(collection, 0) > 0
+        if gone:
+            self.faults.watch_gone[collection] -= 1
+        events = self._events(
+            collection, match, since, timeout, bookmarks, gone, stop or threading.Event(), alive
+        )
+        return 200, {"Content-Type": "application/json"}, events
+
+    def _events(
+        self,
+        path: str,
+        match: Matcher | None,
+        since: int | None,
+        timeout: float,
+        bookmarks: bool,
+        gone: bool,
+        stop: threading.Event,
+        alive: Callable[[], bool],
+    ) -> Iterator[bytes]:
+        with self._changed:
+            self.watching[path] += 1
+        try:
+            yield from self._stream(path, match, since, timeout, bookmarks, gone, stop, alive)
+        finally:
+            with self._changed:
+                self.watching[path] -= 1
+
+    def _stream(
+        self,
+        path: str,
+        match: Matcher | None,
+        since: int | None,
+        timeout: float,
+        bookmarks: bool,
+        gone: bool,
+        stop: threading.Event,
+        alive: Callable[[], bool],
+    ) -> Iterator[bytes]:
+        deadline = time.monotonic() + timeout
+        api_version, kind = _api_kind_of(path)
+        with self._changed:
+            position = self.resource_version if since is None else since
+            if gone or position < self._compacted:
+                yield _expired_event(position, self._compacted)
+                return
+            initial = []
+            if since is None:  # "0" or none: the current state first, as ADDED events
+                for obj in self.by_path.get(path, []):
+                    if match is None or match(*_ident(obj)):
+                        full = {"apiVersion": api_version, "kind": kind, **obj}
+                        initial.append(json.dumps({"type": "ADDED", "object": full}).encode() + b"\n")
+        if initial:
+            yield b"".join(initial)
+        last_sent = time.monotonic()
+        while True:
+            lines: list[bytes] = []
+            expired = False
+            with self._changed:
+                if self.faults.watch_cut.get(path, 0) > 0:
+                    self.faults.watch_cut[path] -= 1
+                    raise _Cut
+                if position < self._compacted:
+                    expired = True
+                else:
+                    for event in reversed(self._log):
+                        if event.rv <= position:
+                            break
+                        if event.path == path and (match is None or match(event.namespace, event.name)):
+                            lines.append(event.line)
+                    lines.reverse()
+                    position = max(position, self.resource_version)
+                    now = time.monotonic()
+                    if not lines and not stop.is_set() and now < deadline:
+                        wait = min(0.25, deadline - now)
+                        if bookmarks:
+                            wait = min(wait, max(0.0, last_sent + self.bookmark_interval - now))
+                        if wait > 0:
+                            self._changed.wait(wait)
+            if expired:
+                yield _expired_event(position, self._compacted)
+                return
+            if lines:
+                yield b"".join(lines)
+                last_sent = time.monotonic()
+            now = time.monotonic()
+            if stop.is_set() or not alive():
+                return
+            if now >= deadline:
+                if bookmarks:
+                    yield _bookmark(api_version, kind, position)
+                return
+            if bookmarks and now - last_sent >= self.bookmark_interval:
+                yield _bookmark(api_version, kind, position)
+                last_sent = now
 
     def apply(self, raw_path: str, headers: Any, body: bytes) -> tuple[int, dict[str, str], bytes]:
         """Server-side apply of one custom resource (see the module docstring)."""
@@ -273,7 +597,8 @@ class FakeCluster:
                     "Conflict",
                     f'Apply failed with 1 conflict: conflict with "{owner}": .results',
                 )
-        self.resource_version += 1
+        with self._changed:
+            self.resource_version += 1
         stored = json.loads(json.dumps(obj))
         stored_meta = stored.setdefault("metadata", {})
         if namespace:
@@ -342,6 +667,107 @@ class FakeCluster:
         }
 
 
+def _ident(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _index(items: list[dict[str, Any]], namespace: str, name: str) -> int | None:
+    return next((i for i, o in enumerate(items) if _ident(o) == (namespace, name)), None)
+
+
+def _collection(path: str) -> tuple[str, str]:
+    """(cluster-wide collection path, namespace) of a namespaced collection path
+    (/api/v1/namespaces/NS/PLURAL, /apis/G/V/namespaces/NS/PLURAL); any other path as it is."""
+    seg = path.strip("/").split("/")
+    if len(seg) == 5 and seg[0] == "api" and seg[2] == "namespaces":
+        return f"/api/{seg[1]}/{seg[4]}", seg[3]
+    if len(seg) == 6 and seg[0] == "apis" and seg[3] == "namespaces":
+        return f"/apis/{seg[1]}/{seg[2]}/{seg[5]}", seg[4]
+    return path, ""
+
+
+def _matcher(
+    namespace: str, query: dict[str, list[str]]
+) -> Matcher | tuple[int, dict[str, str], bytes] | None:
+    """What a namespaced path and a fieldSelector of metadata.name / metadata.namespace
+    equalities keep (None: everything), or a 400 answer for a selector not supported."""
+    wanted: dict[str, str] = {}
+    if namespace:
+        wanted["metadata.namespace"] = namespace
+    for term in query.get("fieldSelector", [""])[0].split(","):
+        if not term.strip():
+            continue
+        key, sep, value = term.partition("==") if "==" in term else term.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key.endswith("!") or key not in ("metadata.name", "metadata.namespace"):
+            return _status(
+                400,
+                "BadRequest",
+                f'"{term}": only metadata.name and metadata.namespace equalities are supported',
+            )
+        if wanted.get(key, value) != value:
+            return lambda ns, name: False
+        wanted[key] = value
+    if not wanted:
+        return None
+    want_ns, want_name = wanted.get("metadata.namespace"), wanted.get("metadata.name")
+    return lambda ns, name: (want_ns is None or ns == want_ns) and (want_name is None or name == want_name)
+
+
+def _api_kind_of(path: str) -> tuple[str, str]:
+    """(apiVersion, kind) of a collection path."""
+    for (api, kind), (p, _) in PLURALS.items():
+        if p == path:
+            return api, kind
+    seg = path.strip("/").split("/")
+    api = f"{seg[1]}/{seg[2]}" if seg[0] == "apis" and len(seg) > 2 else "v1"
+    return api, "Unknown"
+
+
+def _kind_of(path: str) -> str:
+    return next((k for (_, k), (p, _) in PLURALS.items() if p == path), "Unknown")
+
+
+def _forbidden(path: str, verb: str = "list") -> tuple[int, dict[str, str], bytes]:
+    collection, namespace = _collection(path)
+    resource = collection.rsplit("/", 1)[-1]
+    scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+    return _status(
+        403,
+        "Forbidden",
+        f'{resource} is forbidden: User "system:serviceaccount:audit:auditor" cannot {verb} '
+        f'resource "{resource}" {scope}',
+    )
+
+
+def _expired_list() -> tuple[int, dict[str, str], bytes]:
+    return _status(
+        410,
+        "Expired",
+        "The provided continue parameter is too old to display a consistent list result.",
+    )
+
+
+def _expired_event(rv: int, compacted: int) -> bytes:
+    """The ERROR event kube-apiserver sends a watch from a resourceVersion it no longer has."""
+    status = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f"too old resource version: {rv} ({compacted + 1})",
+        "reason": "Expired",
+        "code": 410,
+    }
+    return json.dumps({"type": "ERROR", "object": status}).encode() + b"\n"
+
+
+def _bookmark(api_version: str, kind: str, rv: int) -> bytes:
+    obj = {"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": str(rv)}}
+    return json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n"
+
+
 def _listed(obj: dict[str, Any]) -> dict[str, Any]:
     """Items of a list response carry no apiVersion/kind (the API server omits them)."""
     return {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
@@ -362,6 +788,7 @@ def _status(code: int, reason: str, message: str) -> tuple[int, dict[str, str], 
 
 class _Handler(BaseHTTPRequestHandler):
     cluster: FakeCluster
+    stopping = threading.Event()  # set when the server stops: open watch streams end
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out in two writes
 
@@ -369,7 +796,11 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        path = urlsplit(self.path).path
+        parts = urlsplit(self.path)
+        path = parts.path
+        if parse_qs(parts.query).get("watch", [""])[0] in ("1", "true"):
+            self._watch()
+            return
         faults = self.cluster.faults
         if faults.cut.get(path, 0) > 0 and "continue=" in self.path:
             faults.cut[path] -= 1
@@ -383,6 +814,43 @@ class _Handler(BaseHTTPRequestHandler):
             return
         code, headers, body = self.cluster.answer(self.path, self.headers)
         self._send(code, headers, body)
+
+    def _watch(self) -> None:
+        code, headers, body = self.cluster.watch(self.path, self.headers, self.stopping, self._client_alive)
+        if isinstance(body, bytes):
+            self._send(code, headers, body)
+            return
+        self.send_response(code)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for piece in body:
+                if piece:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+        except _Cut:
+            partial = b'{"type": "MODIFIED", "object": {"metadata": '
+            with suppress(OSError):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(partial), partial))
+            self.close_connection = True
+        except OSError:  # the client went away
+            self.close_connection = True
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+
+    def _client_alive(self) -> bool:
+        """False once the client closed its end of the connection (a readable socket at EOF)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return True
+            return self.connection.recv(1, socket.MSG_PEEK) != b""
+        except (OSError, ValueError):
+            return False
 
     def do_DELETE(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -406,8 +874,14 @@ class _Handler(BaseHTTPRequestHandler):
 
 @contextmanager
 def serve(cluster: FakeCluster) -> Iterator[str]:
-    with handler_serving(type("Handler", (_Handler,), {"cluster": cluster})) as base:
-        yield base
+    """Serve `cluster`; on the way out its open watch streams end (within a fraction of a second)."""
+    stopping = threading.Event()
+    with handler_serving(type("Handler", (_Handler,), {"cluster": cluster, "stopping": stopping})) as base:
+        try:
+            yield base
+        finally:
+            stopping.set()
+            cluster.wake()
 
 
 def kubeconfig(path: Path, server: str, context: str = "lab") -> Path:
