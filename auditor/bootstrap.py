@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
 from auditor.cache import DocumentCache, user_cache_dir
 from auditor.clock import Clock, system_clock
+from auditor.errors import ConfigError
 from auditor.resources import examples_dir
 from auditor.service.api import create_app
 from auditor.service.hooks import GitHubHook
@@ -31,6 +35,14 @@ from auditor.sources.manifests import Tools
 from auditor.store import database
 from auditor.store.fleet import FleetStore
 from auditor.store.repository import Store, TargetSpec
+
+if TYPE_CHECKING:
+    from auditor.admission.server import Running
+    from auditor.admission.warm import WarmModel
+    from auditor.rules.packs import PolicyPack
+    from auditor.sources.informer import Informer
+
+log = logging.getLogger(__name__)
 
 
 def database_url(settings: Settings) -> str:
@@ -144,3 +156,139 @@ def serve(settings: Settings, host: str, port: int) -> None:
     finally:
         service.scheduler.shutdown()
         service.store.engine.dispose()
+
+
+# -- the admission webhook (`auditor admit`) -------------------------------------------------
+
+
+@dataclass
+class AdmissionService:
+    """The webhook's parts, started and stopped together: the informer feeding the warm model,
+    and the HTTPS server answering reviews from it (with its metrics server and recorder)."""
+
+    model: WarmModel
+    informer: Informer
+    running: Running
+    store: Store | None
+
+    def start(self) -> AdmissionService:
+        self.running.start()  # /readyz answers 503 until the informer's first lists are in
+        self.informer.start()
+        return self
+
+    def stop(self, drain_seconds: float = 0.0) -> None:
+        self.running.drain(drain_seconds)
+        self.running.stop()  # flushes the recorder: the answers given are stored
+        self.informer.stop()
+        if self.store is not None:
+            self.store.engine.dispose()
+
+
+@dataclass(frozen=True)
+class AdmissionListen:
+    host: str
+    port: int
+    metrics_port: int | None
+    tls_cert: Path
+    tls_key: Path
+
+
+def build_admission(
+    settings: Settings,
+    api_client: object,
+    cluster: str,
+    pack: PolicyPack,
+    listen: AdmissionListen,
+    store: Store | None,
+    clock: Clock = system_clock,
+) -> AdmissionService:
+    """The webhook over one API client: its informer reads what the live audit reads (the same
+    resources, cilium-config in the namespaces the audit reads it from) into the warm model."""
+    from auditor.admission.check import Checker
+    from auditor.admission.server import Certificates, Metrics, Recorder, Running, Webhook
+    from auditor.admission.warm import WarmModel
+    from auditor.sources.informer import Informer, InformerOptions
+    from auditor.sources.kubeapi import CILIUM_CONFIG, RESOURCES, KubernetesTransport, ReadOptions
+
+    resources = tuple(RESOURCES)
+    read = ReadOptions.from_settings(settings)
+    model = WarmModel(cluster)
+    model.expect((*resources, CILIUM_CONFIG))
+    # One watch connection per resource (and cilium-config namespace) stays open, plus lists.
+    pool = len(resources) + len(read.cilium_config_namespaces) + 4
+    transport = KubernetesTransport(api_client, (10.0, 60.0), pool_size=pool)
+    options = InformerOptions(
+        page_size=read.page_size, cilium_config_namespaces=read.cilium_config_namespaces
+    )
+    informer = Informer(transport, model, resources, options)
+    metrics = Metrics()
+    webhook = Webhook(
+        model,
+        Checker(settings, pack, model),
+        settings.admission,
+        clock,
+        cluster=cluster,
+        recorder=Recorder(store, metrics),
+        metrics=metrics,
+    )
+    try:
+        certificates = Certificates(listen.tls_cert, listen.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            str(listen.tls_cert), 0, "--tls-cert", f"the certificate and key do not load: {exc}"
+        ) from None
+    try:
+        running = Running(
+            webhook,
+            certificates,
+            listen.host,
+            listen.port,
+            listen.metrics_port,
+            settings.admission.tls_reload_seconds,
+        )
+    except OSError as exc:  # the port is taken, or the address is not this host's
+        webhook.close()
+        ports = f"{listen.port}" + (f" and {listen.metrics_port}" if listen.metrics_port else "")
+        raise ConfigError(
+            "(arguments)", 0, "--port", f"cannot listen on {listen.host}:{ports}: {exc}"
+        ) from None
+    return AdmissionService(model, informer, running, store)
+
+
+def admit(
+    settings: Settings,
+    connection: tuple[object, str],
+    pack: PolicyPack,
+    listen: AdmissionListen,
+    record: bool,
+    drain_seconds: float,
+    stop: threading.Event,
+) -> None:
+    """`auditor admit`: serve until `stop` is set (the CLI sets it on SIGTERM or SIGINT), then
+    drain and stop."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    api_client, cluster = connection
+    store = build_store(settings) if record else None
+    service = build_admission(settings, api_client, cluster, pack, listen, store).start()
+    running = service.running
+    where = f"https://{listen.host}:{running.port}/validate"
+    metrics = f"http://{listen.host}:{running.metrics_port}/metrics" if running.metrics_port else "off"
+    recorded = database.redacted(database_url(settings)) if record else "not recorded (--no-record)"
+    log.info(
+        "admission webhook for cluster %s on %s (metrics %s); default mode %s, budget %d ms; answers: %s",
+        cluster,
+        where,
+        metrics,
+        settings.admission.default_mode,
+        settings.admission.budget_ms,
+        recorded,
+    )
+    try:
+        while not stop.wait(1.0):
+            pass
+        log.info("admission webhook: stopping (draining %.0f s)", drain_seconds)
+    finally:
+        service.stop(drain_seconds if stop.is_set() else 0.0)
+        close = getattr(api_client, "close", None)
+        if close is not None:
+            close()

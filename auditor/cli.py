@@ -613,6 +613,49 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_admit(args: argparse.Namespace) -> int:
+    """The validating admission webhook (docs/admission.md), until SIGTERM or SIGINT."""
+    import signal
+    import threading
+
+    from auditor import bootstrap
+    from auditor.sources.kubeapi import connect
+
+    if args.in_cluster and args.context:
+        raise ConfigError("(arguments)", 0, "--in-cluster", "give --context or --in-cluster, not both")
+    settings = _service_settings(args, "defaults")
+    pack = load_packs([Path(p) for p in args.policy or []])
+    for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if not Path(path).is_file():
+            raise ConfigError(path, 0, flag, "no such file (the serving certificate and its key, PEM)")
+    listen = bootstrap.AdmissionListen(
+        args.host,
+        args.port,
+        None if args.metrics_port == 0 else args.metrics_port,
+        Path(args.tls_cert),
+        Path(args.tls_key),
+    )
+    try:
+        connection = connect(args.context, args.kubeconfig, args.in_cluster)
+    except Exception as exc:
+        if not isinstance(exc, ValueError | OSError) and type(exc).__name__ != "ConfigException":
+            raise
+        raise ConfigError(args.kubeconfig or "kubeconfig", 0, "--context", str(exc)) from None
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    with _store_errors():
+        bootstrap.admit(settings, connection, pack, listen, not args.no_record, args.drain_seconds, stop)
+    return EXIT_OK
+
+
+def _listen_port(text: str) -> int:
+    value = int(text) if text.isdigit() else -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port within 0-65535, got {text!r}")
+    return value
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     """A Celery worker executing audits, PR checks and digests (fleet mode: service.broker)."""
     from auditor import bootstrap
@@ -843,6 +886,8 @@ EPILOGS = {
     "run": "examples:\n  auditor run --config auditor.yaml --target infra\n\n",
     "serve": "examples:\n  auditor serve                      # the bundled demo\n"
     "  auditor serve --config auditor.yaml --port 8080\n\n",
+    "admit": "examples:\n  auditor admit --in-cluster --tls-cert /tls/tls.crt --tls-key /tls/tls.key\n"
+    "  auditor admit --context kind-lab --tls-cert tls.crt --tls-key tls.key --host 127.0.0.1\n\n",
     "completion": 'examples:\n  eval "$(auditor completion bash)"        # in ~/.bashrc\n'
     "  auditor completion fish > ~/.config/fish/completions/auditor.fish\n\n",
 }
@@ -1073,6 +1118,39 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", help="listen address (default: service.host, 127.0.0.1)")
     sv.add_argument("--port", type=int, help="listen port (default: service.port, 8080)")
     sv.set_defaults(func=cmd_serve)
+
+    ad = sub.add_parser(
+        "admit", help="the admission webhook: warn or deny, at apply time, what would split a training group"
+    )
+    cluster_args(ad)
+    ad.add_argument("--policy", action="append", metavar="PACK", help="extra policy pack (repeatable)")
+    ad.add_argument(
+        "--tls-cert", required=True, metavar="FILE", help="serving certificate (PEM; reloaded on change)"
+    )
+    ad.add_argument("--tls-key", required=True, metavar="FILE", help="its private key (PEM)")
+    ad.add_argument(
+        "--host", default="0.0.0.0", help="listen address (default 0.0.0.0: the API server calls in)"
+    )
+    ad.add_argument(
+        "--port", type=_listen_port, default=8443, help="HTTPS port of POST /validate (default 8443)"
+    )
+    ad.add_argument(
+        "--metrics-port",
+        type=_listen_port,
+        default=9102,
+        help="plain-HTTP /metrics port (default 9102; 0: none)",
+    )
+    ad.add_argument(
+        "--no-record", action="store_true", help="do not store the answers (metrics and logs only)"
+    )
+    ad.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="on SIGTERM, answer this long with /readyz failing before the port closes (default 5)",
+    )
+    ad.set_defaults(func=cmd_admit)
 
     wk = sub.add_parser("worker", help="a Celery worker for audits, PR checks and digests (fleet mode)")
     wk.add_argument("--config", help="config file with service.broker (default: the bundled example)")

@@ -3,7 +3,8 @@ store, web and digest tests."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from auditor.admission.record import AdmissionRecord
@@ -36,3 +37,89 @@ def decision(uid: str, at: datetime, outcome: str = "denied", **fields: Any) -> 
     }
     values.update(fields)
     return AdmissionRecord(**values)
+
+
+_RESOURCES = {
+    "Job": ("batch", "jobs"),
+    "Deployment": ("apps", "deployments"),
+    "CiliumNetworkPolicy": ("cilium.io", "ciliumnetworkpolicies"),
+}
+
+
+def request(
+    obj: dict[str, Any] | None,
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    *,
+    uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002",
+    dry_run: bool = False,
+    sub_resource: str | None = None,
+) -> dict[str, Any]:
+    """An AdmissionReview as kube-apiserver sends it: the example request of the Kubernetes
+    documentation "Dynamic Admission Control" (admission.k8s.io/v1), filled in from `obj`."""
+    subject = obj if obj is not None else old
+    assert subject is not None
+    group, _, version = subject["apiVersion"].rpartition("/")
+    kind = subject["kind"]
+    plural = _RESOURCES.get(kind, (group, kind.lower() + "s"))[1]
+    body: dict[str, Any] = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": plural},
+            "requestKind": {"group": group, "version": version, "kind": kind},
+            "requestResource": {"group": group, "version": version, "resource": plural},
+            "name": subject["metadata"]["name"],
+            "namespace": subject["metadata"].get("namespace", ""),
+            "operation": operation,
+            "userInfo": {
+                "username": "alice@example.com",
+                "uid": "u-1",
+                "groups": ["system:authenticated", "ml"],
+            },
+            "object": obj,
+            "oldObject": old,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.title()}Options"},
+            "dryRun": dry_run,
+        },
+    }
+    if sub_resource:
+        body["request"]["subResource"] = sub_resource
+        body["request"]["requestSubResource"] = sub_resource
+    return body
+
+
+def certificate(
+    tmp: Path, name: str, at: datetime = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
+) -> tuple[Path, Path]:
+    """A self-signed ECDSA serving certificate for `name` and localhost, valid around `at`."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(at - timedelta(days=1))
+        .not_valid_after(at + timedelta(days=3650))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.DNSName(name)]), critical=False
+        )
+        .sign(key, hashes.SHA256())
+    )
+    crt, pem = tmp / "tls.crt", tmp / "tls.key"
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pem.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return crt, pem

@@ -426,7 +426,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(Reply(200, b"ok\n", "text/plain"))
         elif path == "/readyz":
             health = self.server.webhook.model.health()
-            if health.synced:
+            if self.server.draining.is_set():
+                self._send(Reply(503, b"shutting down\n", "text/plain"))
+            elif health.synced:
                 self._send(Reply(200, b"ready\n", "text/plain"))
             else:
                 self._send(Reply(503, b"the cluster model is not synced yet\n", "text/plain"))
@@ -500,6 +502,7 @@ class AdmissionServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], webhook: Webhook, certificates: Certificates) -> None:
         self.webhook = webhook
         self.certificates = certificates
+        self.draining = threading.Event()  # /readyz answers 503: the endpoints drop this replica
         super().__init__(address, _Handler)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
@@ -608,6 +611,14 @@ class Running:
         for t in self._threads:
             t.start()
         return self
+
+    def drain(self, seconds: float) -> None:
+        """Before stop() on SIGTERM: /readyz answers 503 while reviews are still answered for
+        `seconds`, so that the API server stops sending here before the port closes (the
+        endpoints follow readiness; a review in flight is never cut)."""
+        self.https.draining.set()
+        if seconds > 0:
+            self._stop.wait(seconds)
 
     def stop(self) -> None:
         self._stop.set()

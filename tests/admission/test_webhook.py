@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from admissionsupport import certificate, request
 from dbsupport import Clock, engine_for
 
 from auditor.admission import review as rv
@@ -54,57 +55,6 @@ def _model(*objects: dict[str, Any], mode: str | None = None, policies: bool = T
 
 def _part(state: str, kind: str) -> dict[str, Any]:
     return next(d for d in _docs(SEED / state / "workload.yaml") if d["kind"] == kind)
-
-
-_RESOURCES = {
-    "Job": ("batch", "jobs"),
-    "Deployment": ("apps", "deployments"),
-    "CiliumNetworkPolicy": ("cilium.io", "ciliumnetworkpolicies"),
-}
-
-
-def request(
-    obj: dict[str, Any] | None,
-    operation: str = "CREATE",
-    old: dict[str, Any] | None = None,
-    *,
-    uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002",
-    dry_run: bool = False,
-    sub_resource: str | None = None,
-) -> dict[str, Any]:
-    """An AdmissionReview as kube-apiserver sends it (the documentation's example, filled in)."""
-    subject = obj if obj is not None else old
-    assert subject is not None
-    group, _, version = subject["apiVersion"].rpartition("/")
-    kind = subject["kind"]
-    plural = _RESOURCES.get(kind, (group, kind.lower() + "s"))[1]
-    body: dict[str, Any] = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": plural},
-            "requestKind": {"group": group, "version": version, "kind": kind},
-            "requestResource": {"group": group, "version": version, "resource": plural},
-            "name": subject["metadata"]["name"],
-            "namespace": subject["metadata"].get("namespace", ""),
-            "operation": operation,
-            "userInfo": {
-                "username": "alice@example.com",
-                "uid": "u-1",
-                "groups": ["system:authenticated", "ml"],
-            },
-            "object": obj,
-            "oldObject": old,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.title()}Options"},
-            "dryRun": dry_run,
-        },
-    }
-    if sub_resource:
-        body["request"]["subResource"] = sub_resource
-        body["request"]["requestSubResource"] = sub_resource
-    return body
 
 
 class Sink:
@@ -510,40 +460,9 @@ def test_fuzzed_reviews_never_raise() -> None:
 # -- HTTPS ------------------------------------------------------------------------------------------
 
 
-def _certificate(tmp: Path, name: str) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(PINNED - dt.timedelta(days=1))
-        .not_valid_after(PINNED + dt.timedelta(days=3650))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.DNSName(name)]), critical=False
-        )
-        .sign(key, hashes.SHA256())
-    )
-    crt, pem = tmp / "tls.crt", tmp / "tls.key"
-    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pem.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return crt, pem
-
-
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Running, Path, Sink]]:
-    crt, key = _certificate(tmp_path, "first.example")
+    crt, key = certificate(tmp_path, "first.example")
     sink = Sink()
     hook = webhook(
         _model(_part("before", "Deployment"), _part("before", "Service"), mode="deny"),
@@ -644,7 +563,7 @@ def test_a_rotated_certificate_is_served_without_a_restart(served: tuple[Running
     assert _post(conn, json.dumps(request(_part("after", "Job"))).encode())[0] == 200
     new = tmp / "new"
     new.mkdir()
-    crt, key = _certificate(new, "second.example")
+    crt, key = certificate(new, "second.example")
     (tmp / "tls.key").write_bytes(key.read_bytes())
     (tmp / "tls.crt").write_bytes(crt.read_bytes())
     assert running.certificates.reload() is True
