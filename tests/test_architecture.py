@@ -21,6 +21,7 @@ IO_LAYERS = (
     "auditor.sources",
     "auditor.cli",
     "auditor.bootstrap",
+    "auditor.admission",
 )
 # The pure core: documents in, findings out.
 CORE = (
