@@ -80,6 +80,7 @@ from auditor.admission.record import AdmissionRecord
 from auditor.admission.server import Certificates, Metrics, Recorder, Running, Webhook
 from auditor.admission.warm import WarmModel
 from auditor.audit.scan import audit, finish
+from auditor.bootstrap import settle_heap
 from auditor.clock import system_clock, utc_date
 from auditor.model.findings import Finding
 from auditor.model.source import SourceRef
@@ -860,7 +861,11 @@ def run_size(args: argparse.Namespace, pods: int, settings: Settings) -> SizeRes
     warm = [(f"warm-{u}", b.replace(u.encode(), f"warm-{u}".encode(), 1)) for u, b in bodies[:10]]
     for uid, body in warm:  # imports on first use (remediation), caches
         _check_reply(uid, hook.review(body))
-    gc.collect()
+    # As `auditor admit` does once the model has synced (AdmissionService.warm_when_synced).
+    started = time.perf_counter()
+    parsed = hook.checker.warm()
+    settle_heap(collect=True)
+    print(f"  warm-up: {parsed:,} objects parsed and the heap frozen in {time.perf_counter() - started:.2f}s")
     seq = sequential("in-process, one at a time", hook, records, bodies)
     print(seq.line(), flush=True)
     per_kind: dict[str, Run] = {}

@@ -61,6 +61,21 @@ class Verdict:
     fixes: Mapping[str, str] = field(default_factory=dict)  # fingerprint -> fix in short
 
 
+def made_by(obj: Mapping[str, Any]) -> str | None:
+    """ "Kind name" of the workload of a kind the webhook answers for that controls this one (a
+    JobSet's Job, a RayJob's RayCluster): the owner's answer covered it, as the scan audits it
+    through its owner. None: no such owner."""
+    meta = obj.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    for ref in refs if isinstance(refs, list) else ():
+        if not isinstance(ref, Mapping) or ref.get("controller") is not True:
+            continue
+        group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+        if (group, str(ref.get("kind") or "")) in WORKLOAD_KINDS:
+            return f"{ref.get('kind')} {ref.get('name')}"
+    return None
+
+
 def _prepared(obj: Mapping[str, Any], review: Review) -> dict[str, Any]:
     """The object as the model keeps it: apiVersion/kind set, namespace and name filled in from
     the request (a CREATE may carry only generateName), no managedFields, no status."""
@@ -121,12 +136,23 @@ class Checker:
         if key in WORKLOAD_KINDS:
             if review.operation not in ("CREATE", "UPDATE"):
                 return Verdict("ignored", reason=f"{review.operation} of a workload is not checked")
+            owner = made_by(review.object or {})
+            if owner is not None:
+                return Verdict("ignored", reason=f"made by {owner}: judged through its owner")
             return self._workload(review, today)
         if key in POLICY_KINDS:
             if review.operation not in ("CREATE", "UPDATE", "DELETE"):
                 return Verdict("ignored", reason=f"{review.operation} of a policy is not checked")
             return self._policy(review, today)
         return Verdict("ignored", reason=f"{review.kind.kind} ({review.kind.api_version}) is not checked")
+
+    def warm(self) -> int:
+        """Parse once what answers read again and again (every Node, Namespace and Service the
+        model holds: build_inventory keeps them in the model's memo), so the first requests after
+        the model syncs do not pay for it. Returns how many objects were read."""
+        documents = self.model.documents(self.model.namespaces(), [], policies=False)
+        build_inventory(documents, self.settings, (), self._elsewhere(), memo=self.model.memo)
+        return len(documents)
 
     # -- the audit of a subset of the cluster --------------------------------------------------
 
@@ -137,7 +163,7 @@ class Checker:
     def _findings(
         self, documents: list[yamlio.Document], today: date
     ) -> tuple[list[Finding], AuditModel | None, frozenset[str]]:
-        inv = build_inventory(documents, self.settings, (), self._elsewhere())
+        inv = build_inventory(documents, self.settings, (), self._elsewhere(), memo=self.model.memo)
         audited = audit(inv, self.pack)
         result = finish(audited, self.pack, today)
         running: frozenset[str] = frozenset()

@@ -14,15 +14,17 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from auditor import yamlio
 from auditor.model.source import SourceRef
 from auditor.sources.cluster import allowed
 from auditor.sources.kubeapi import CILIUM_CONFIG, RESOURCES, Resource, _prepare
+
+T = TypeVar("T")
 
 # (API group, kind) of what the webhook answers for.
 WORKLOAD_KINDS: frozenset[tuple[str, str]] = frozenset(
@@ -178,6 +180,11 @@ class WarmModel:
         self._named_by: dict[tuple[str, str], set[WorkloadId]] = defaultdict(set)
         self._refs: dict[WorkloadId, set[tuple[str, str]]] = {}
         self._names_cache: dict[str, tuple[int, dict[str, set[WorkloadId]]]] = {}
+        # Per object held (by id: the model holds the object, so the id is its own while kept):
+        # its document, and what build_inventory parsed of it (`memo`); dropped with the object.
+        self._docs: dict[int, yamlio.Document] = {}
+        self._parsed: dict[int, dict[str, Any]] = {}
+        self._kinds: Counter[tuple[str, str]] = Counter()  # (group, kind) -> objects held
 
     # -- the informer's Sink -------------------------------------------------------------------
 
@@ -270,6 +277,8 @@ class WarmModel:
         if key in self._buckets[ns]:
             self._drop(ns, key)
         self._buckets[ns][key] = item
+        self._docs[id(item)] = yamlio.Document(item, origin(self.context, item))
+        self._kinds[key[:2]] += 1
         self._versions[ns] += 1
         if (resource.group, resource.kind) in WORKLOAD_KINDS:
             wid = (ns, resource.group, resource.kind, key[2])
@@ -279,7 +288,13 @@ class WarmModel:
                 self._named_by[ref].add(wid)
 
     def _drop(self, ns: str, key: Key) -> None:
-        self._buckets[ns].pop(key, None)
+        item = self._buckets[ns].pop(key, None)
+        if item is not None:
+            self._docs.pop(id(item), None)
+            self._parsed.pop(id(item), None)
+            self._kinds[key[:2]] -= 1
+            if self._kinds[key[:2]] <= 0:
+                del self._kinds[key[:2]]
         wid = (ns, *key)
         for ref in self._refs.pop(wid, ()):
             holders = self._named_by.get(ref)
@@ -301,6 +316,11 @@ class WarmModel:
     def versions(self, namespaces: Iterable[str]) -> tuple[tuple[str, int], ...]:
         with self._lock:
             return tuple((ns, self._versions.get(ns, 0)) for ns in sorted({"", *namespaces}))
+
+    def namespaces(self) -> list[str]:
+        """Every namespace the model holds objects of."""
+        with self._lock:
+            return sorted(ns for ns, bucket in self._buckets.items() if ns and bucket)
 
     def namespaces_with_workloads(self) -> list[str]:
         with self._lock:
@@ -435,22 +455,39 @@ class WarmModel:
 
     def cni_kinds(self) -> tuple[bool, bool]:
         """Whether the cluster holds Cilium policies, and Calico ones (they decide the CNI)."""
-        cilium = calico = False
         with self._lock:
-            for bucket in self._buckets.values():
-                for group, kind, _ in bucket:
-                    cilium = cilium or group == "cilium.io"
-                    calico = calico or (
-                        group.endswith("projectcalico.org") and kind.endswith("NetworkPolicy")
-                    )
+            kinds = list(self._kinds)
+        cilium = any(group == "cilium.io" for group, _ in kinds)
+        calico = any(g.endswith("projectcalico.org") and k.endswith("NetworkPolicy") for g, k in kinds)
         return cilium, calico
+
+    def memo(self, obj: Mapping[str, Any], part: str, make: Callable[[], T]) -> T:
+        """build_inventory's Memo: a part parsed once per object the model holds (an object of
+        the request, which the model does not hold, is parsed every time)."""
+        key = id(obj)
+        with self._lock:
+            held = self._docs.get(key)
+            if held is None or held.data is not obj:
+                held = None
+            else:
+                parts = self._parsed.get(key)
+                if parts is not None and part in parts:
+                    return cast(T, parts[part])
+        value = make()
+        if held is not None:
+            with self._lock:
+                if (doc := self._docs.get(key)) is not None and doc.data is obj:
+                    self._parsed.setdefault(key, {})[part] = value
+        return value
 
     def count(self) -> int:
         with self._lock:
             return sum(len(b) for b in self._buckets.values())
 
     def _document(self, obj: Mapping[str, Any]) -> yamlio.Document:
-        return yamlio.Document(obj, origin(self.context, obj))
+        """(Under the lock.)"""
+        doc = self._docs.get(id(obj))
+        return doc if doc is not None and doc.data is obj else yamlio.Document(obj, origin(self.context, obj))
 
 
 def _bucket_namespace(bucket: str, key: Key) -> str:

@@ -8,14 +8,16 @@ every other object still loads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, Protocol, TypeVar
 
 from auditor import yamlio
 from auditor.inventory import Inventory
 from auditor.model.labels import SelectorError
 from auditor.model.objects import (
+    Labels,
     LivePod,
     Node,
     ReplicaTest,
@@ -176,6 +178,24 @@ def _error(raw: RawObject, exc: SelectorError, namespace: str | None) -> LoadErr
     )
 
 
+T = TypeVar("T")
+
+
+class Memo(Protocol):
+    """Parsed parts of objects kept across inventories built from the same objects (the
+    admission webhook builds one per request from its warm model): `make` runs only when the
+    memo holds no value for this very object under `part`. Only parts that depend on the object
+    alone are memoised (a Node, a Service, a Namespace's labels), never what depends on the rest
+    of the inventory; an error `make` raises is never kept."""
+
+    def __call__(self, obj: Mapping[str, Any], part: str, make: Callable[[], T]) -> T: ...
+
+
+def no_memo(obj: Mapping[str, Any], part: str, make: Callable[[], T]) -> T:
+    """Parse every time (a scan reads each object once)."""
+    return make()
+
+
 @by_fields
 @dataclass(frozen=True, slots=True)
 class Elsewhere:
@@ -259,10 +279,12 @@ def build_inventory(
     elsewhere: Elsewhere = NOWHERE,
     *,
     manifests: bool = False,
+    memo: Memo = no_memo,
 ) -> Inventory:
     """`elsewhere`: what the rest of the tree contributes, when `documents` are part of it.
     `manifests`: keep each workload's manifest (Inventory.manifests), which only remediation
-    reads; an audit lets them go once the inventory is built (half the memory a large scan holds)."""
+    reads; an audit lets them go once the inventory is built (half the memory a large scan holds).
+    `memo`: parsed Nodes, Services and Namespace labels kept across builds (see Memo)."""
     settings = AuditSettings.of(settings)  # the core keeps only what it reads
     documents = list(documents)
     load_errors = list(load_errors)
@@ -273,9 +295,7 @@ def build_inventory(
     default_ns = settings.kubernetes.default_namespace
     for raw in objects:
         if raw.kind == "Namespace" and not raw.is_calico():
-            meta = raw.obj.get("metadata")
-            labels = meta.get("labels") if isinstance(meta, Mapping) else None
-            inv.namespaces[raw.name] = freeze_labels(labels if isinstance(labels, Mapping) else None)
+            inv.namespaces[raw.name] = memo(raw.obj, "labels", partial(_own_labels, raw.obj))
         elif raw.kind == "Tier" and raw.is_calico():
             spec_raw = raw.obj.get("spec")
             spec: Mapping[str, Any] = spec_raw if isinstance(spec_raw, Mapping) else {}
@@ -300,12 +320,18 @@ def build_inventory(
         if id(raw) in owned:
             continue  # created by a controller we also read: audited through its owner
         try:
-            _load_object(raw, inv, default_ns, np_tier, manifests)
+            _load_object(raw, inv, default_ns, np_tier, manifests, memo)
         except SelectorError as exc:
             cluster_scoped = raw.kind in _CLUSTER_SCOPED_SELECTING
             inv.errors.append(_error(raw, exc, None if cluster_scoped else raw.namespace(default_ns)))
     _split_per_replica(objects, inv, elsewhere)
     return inv
+
+
+def _own_labels(obj: Mapping[str, Any]) -> Labels:
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    return freeze_labels(labels if isinstance(labels, Mapping) else None)
 
 
 def file_order(documents: Iterable[yamlio.Document], errors: Iterable[LoadError]) -> dict[str, int]:
@@ -576,7 +602,9 @@ def _snapshot_header(raw: RawObject, inv: Inventory) -> None:
             )
 
 
-def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str, manifests: bool) -> None:
+def _load_object(
+    raw: RawObject, inv: Inventory, default_ns: str, np_tier: str, manifests: bool, memo: Memo = no_memo
+) -> None:
     kind = raw.kind
     ns = raw.namespace(default_ns)
     if kind == SNAPSHOT_KIND and raw.api_version.startswith("placement-auditor.io/"):
@@ -636,9 +664,9 @@ def _load_object(raw: RawObject, inv: Inventory, default_ns: str, np_tier: str, 
         specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "status"))
         inv.policies.append(adminpolicy.compile_admin_policy(raw.obj, raw.source))
     elif kind == "Node":
-        inv.nodes.append(parse_node(raw))
+        inv.nodes.append(memo(raw.obj, "node", lambda: parse_node(raw)))
     elif kind == "Service":
-        inv.services.append(parse_service(raw, ns))
+        inv.services.append(memo(raw.obj, f"service:{ns}", lambda: parse_service(raw, ns)))
     elif kind in ADAPTERS or kind in CONTEXT_KINDS:
         ref = WorkloadRef(raw.api_version, kind, ns, raw.name, raw.source)
         inv.workloads.append(adapt(raw.obj, ref, inv.runtimes))

@@ -295,6 +295,50 @@ def test_off_mode_and_subresources_are_ignored() -> None:
     assert answer(deny, request(job, "UPDATE", old=job, sub_resource="status"))["allowed"] is True
 
 
+def test_a_workload_made_by_an_audited_owner_is_judged_through_it() -> None:
+    """A JobSet's Job is not answered for alone (its owner's answer covered it); a Job some other
+    controller made, or one whose owner reference is not the controller, still is."""
+    hook = webhook(_model(_part("before", "Deployment"), _part("before", "Service"), mode="deny"))
+    job = copy.deepcopy(_part("before", "Job"))
+    owner = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "trainer", "uid": "u1"}
+    job["metadata"]["ownerReferences"] = [{**owner, "controller": True}]
+    assert answer(hook, request(job))["allowed"] is True
+    job["metadata"]["ownerReferences"] = [{**owner, "controller": False}]
+    assert answer(hook, request(job))["allowed"] is False
+    other = {"apiVersion": "example.com/v1", "kind": "Trainer", "name": "t", "uid": "u2", "controller": True}
+    job["metadata"]["ownerReferences"] = [other]
+    assert answer(hook, request(job))["allowed"] is False
+
+
+def test_parsed_parts_follow_the_object_the_model_holds() -> None:
+    """The memo answers for the object the model holds now: a Node replaced by a watch event is
+    parsed anew, and an object the model does not hold is never kept."""
+    model = _model()
+    name = _docs(SEED / "nodes.yaml")[0]["items"][1]["metadata"]["name"]
+    held = model.get("", "", "Node", name)
+    assert held is not None
+    calls: list[str] = []
+
+    def make(tag: str) -> Any:
+        return lambda: calls.append(tag) or tag
+
+    assert model.memo(held, "node", make("first")) == "first"
+    assert model.memo(held, "node", make("second")) == "first"
+    from auditor.sources.kubeapi import RESOURCES
+
+    nodes = next(r for r in RESOURCES if r.kind == "Node")
+    changed = copy.deepcopy(held)
+    changed["metadata"]["labels"]["topology.kubernetes.io/zone"] = "zone-z"
+    model.upsert(nodes, changed)
+    now = model.get("", "", "Node", name)
+    assert now is not None and now is not held
+    assert model.memo(now, "node", make("third")) == "third"
+    stranger = copy.deepcopy(now)
+    assert model.memo(stranger, "node", make("fourth")) == "fourth"
+    assert model.memo(stranger, "node", make("fifth")) == "fifth"
+    assert calls == ["first", "third", "fourth", "fifth"]
+
+
 # -- failing open -----------------------------------------------------------------------------------
 
 
