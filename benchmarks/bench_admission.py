@@ -385,13 +385,18 @@ class Records:
         return True
 
 
-def make_webhook(model: WarmModel, settings: Settings, workers: int) -> tuple[Webhook, Records]:
-    """As bootstrap.build_admission builds it (the store replaced by an in-memory sink)."""
+def make_webhook(
+    model: WarmModel, settings: Settings, workers: int, before_cache: int = 0
+) -> tuple[Webhook, Records]:
+    """As bootstrap.build_admission builds it (the store replaced by an in-memory sink), but by
+    default without the cache of the state in force (`before_cache` 0): the requests here never
+    change the model, so each policy request after the first over the same groups would hit it,
+    which a cluster whose watch brings every applied change does far less often."""
     records = Records()
     metrics = Metrics()
     hook = Webhook(
         model,
-        Checker(settings, load_packs([]), model),
+        Checker(settings, load_packs([]), model, before_cache=before_cache),
         settings.admission,
         system_clock,
         cluster=CLUSTER,
@@ -856,7 +861,7 @@ def run_size(args: argparse.Namespace, pods: int, settings: Settings) -> SizeRes
     print(f"requests: {len(requests)} ({', '.join(f'{k} {n}' for k, n in sorted(mix.items()))})")
     print(f"  body sizes: median {sorted(len(b) for _, b in bodies)[len(bodies) // 2]:,} bytes")
 
-    hook, records = make_webhook(model, settings, args.workers)
+    hook, records = make_webhook(model, settings, args.workers, args.before_cache)
     hook.recorder.start()
     warm = [(f"warm-{u}", b.replace(u.encode(), f"warm-{u}".encode(), 1)) for u, b in bodies[:10]]
     for uid, body in warm:  # imports on first use (remediation), caches
@@ -1022,6 +1027,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--requests", type=int, default=300, help="requests per run")
     ap.add_argument("--concurrency", type=int, default=50)
+    ap.add_argument(
+        "--before-cache",
+        type=int,
+        default=0,
+        help="Checker(before_cache=): 0 (default) audits the state in force on every policy request",
+    )
     ap.add_argument(
         "--workers", type=int, help="the webhook's pool (default: enough slots for --concurrency, ≥ 4)"
     )

@@ -21,7 +21,9 @@ apply as in a scan (a waived finding does not warn or deny).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -76,6 +78,12 @@ def made_by(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _enforced(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What a policy's enforcement reads: everything but metadata and status (its labels and
+    annotations select nothing; its namespace and name are the request's on an UPDATE)."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
 def _prepared(obj: Mapping[str, Any], review: Review) -> dict[str, Any]:
     """The object as the model keeps it: apiVersion/kind set, namespace and name filled in from
     the request (a CREATE may carry only generateName), no managedFields, no status."""
@@ -124,10 +132,19 @@ def _group(finding: Finding) -> str:
 class Checker:
     """Decisions over a warm model, under one config and policy pack."""
 
-    def __init__(self, settings: Settings, pack: PolicyPack, model: WarmModel) -> None:
+    def __init__(
+        self, settings: Settings, pack: PolicyPack, model: WarmModel, *, before_cache: int = 64
+    ) -> None:
+        """`before_cache`: how many sets of findings of the state in force to keep (per set of
+        workloads and the versions of their namespaces' buckets) for the next policy request over
+        the same groups: a retry, or the next policy of a namespace applied before the watch
+        brought the first (0: audit the state in force every time)."""
         self.settings = settings
         self.pack = pack
         self.model = model
+        self.before_cache = before_cache
+        self._before: OrderedDict[Hashable, list[Finding]] = OrderedDict()
+        self._before_lock = threading.Lock()
 
     def check(self, review: Review, today: date) -> Verdict:
         key = (review.kind.group, review.kind.kind)
@@ -221,6 +238,9 @@ class Checker:
         if source is None:
             return Verdict("ignored", reason="the request carries no object")
         obj = _prepared(source, review)
+        old = review.old_object
+        if review.operation == "UPDATE" and old is not None and _enforced(old) == _enforced(obj):
+            return Verdict("policy", reason="the update leaves what is enforced as it was")
         meta = obj["metadata"]
         ns = str(meta.get("namespace") or "") if review.namespace else ""
         if not review.namespace:
@@ -239,17 +259,30 @@ class Checker:
             chosen = None
         if not namespaces or (chosen is not None and not chosen):
             return Verdict("policy")
-        base = [
+        versions = self.model.versions(namespaces)  # before reading: a later event moves them on
+        in_force = self.model.documents(namespaces, chosen, live=True)
+        cache_key = (
+            frozenset(chosen) if chosen is not None else None,
+            versions,
+            today,
+        )
+        with self._before_lock:
+            before = self._before.get(cache_key)
+            if before is not None:
+                self._before.move_to_end(cache_key)
+        if before is None:
+            before = self._findings(in_force, today)[0]
+            with self._before_lock:
+                self._before[cache_key] = before
+                while len(self._before) > self.before_cache:
+                    self._before.popitem(last=False)
+        after_docs = [
             d
-            for d in self.model.documents(namespaces, chosen, live=True)
+            for d in in_force
             if identity(d.data) != key and not (not ns and identity(d.data)[1:] == key[1:])
         ]
-        current = self.model.get(*key) if ns else self.model.get("", *key[1:])
-        before_docs = [*base, *([yamlio.Document(current, _subject(current, review))] if current else [])]
-        after_docs = list(base)
         if review.operation != "DELETE":
             after_docs.append(yamlio.Document(obj, _subject(obj, review)))
-        before, _, _ = self._findings(before_docs, today)
         after, model, running = self._findings(after_docs, today)
         known = {f.fingerprint for f in before}
         new = [f for f in after if f.fingerprint not in known]

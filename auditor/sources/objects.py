@@ -33,6 +33,7 @@ from auditor.model.source import LoadError, SourceRef
 from auditor.model.values import value
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.engine import NAMESPACE_TIER
+from auditor.reachability.policy import CompiledPolicy
 from auditor.settings.config import AuditSettings, AuditView
 from auditor.workloads import replicas
 from auditor.workloads.adapters import ADAPTERS, CONTEXT_KINDS, adapt
@@ -185,8 +186,10 @@ class Memo(Protocol):
     """Parsed parts of objects kept across inventories built from the same objects (the
     admission webhook builds one per request from its warm model): `make` runs only when the
     memo holds no value for this very object under `part`. Only parts that depend on the object
-    alone are memoised (a Node, a Service, a Namespace's labels), never what depends on the rest
-    of the inventory; an error `make` raises is never kept."""
+    alone (and on what `part` names: the namespace, the policy tier) are memoised: a Node, a
+    Service, a Namespace's labels, a compiled policy with its notes; never what depends on the
+    rest of the inventory (a pod's owner, a workload's runtime). An error `make` raises is never
+    kept. What a memo returns is shared between inventories: nothing may change it."""
 
     def __call__(self, obj: Mapping[str, Any], part: str, make: Callable[[], T]) -> T: ...
 
@@ -284,7 +287,8 @@ def build_inventory(
     """`elsewhere`: what the rest of the tree contributes, when `documents` are part of it.
     `manifests`: keep each workload's manifest (Inventory.manifests), which only remediation
     reads; an audit lets them go once the inventory is built (half the memory a large scan holds).
-    `memo`: parsed Nodes, Services and Namespace labels kept across builds (see Memo)."""
+    `memo`: parsed Nodes, Services, Namespace labels and compiled policies kept across builds
+    (see Memo)."""
     settings = AuditSettings.of(settings)  # the core keeps only what it reads
     documents = list(documents)
     load_errors = list(load_errors)
@@ -634,18 +638,28 @@ def _load_object(
                 )
                 return
             notes: list[str] = []
+
+            def make_calico() -> tuple[CompiledPolicy, tuple[str, ...]]:
+                scope = ns if kind == "NetworkPolicy" else None
+                return calico.compile_calico_policy(raw.obj, raw.source, scope, notes), tuple(notes)
+
             try:
-                inv.policies.append(
-                    calico.compile_calico_policy(
-                        raw.obj, raw.source, ns if kind == "NetworkPolicy" else None, notes
-                    )
-                )
-            finally:
+                policy, said = memo(raw.obj, f"calico:{ns}", make_calico)
+            except BaseException:
                 inv.file_notes.extend((raw.source.file, n) for n in notes)
+                raise
+            inv.policies.append(policy)
+            inv.file_notes.extend((raw.source.file, n) for n in said)
         return
     if kind == "NetworkPolicy":
         specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "status"))
-        inv.policies.append(netpol.compile_network_policy(raw.obj, raw.source, ns, np_tier))
+        inv.policies.append(
+            memo(
+                raw.obj,
+                f"netpol:{ns}:{np_tier}",
+                lambda: netpol.compile_network_policy(raw.obj, raw.source, ns, np_tier),
+            )
+        )
     elif kind in CILIUM_KINDS:
         specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "specs", "status"))
         if inv.network.cni != "cilium":
@@ -653,16 +667,21 @@ def _load_object(
                 (raw.source.file, f"{kind} {raw.name}: not enforced, the CNI is {inv.network.cni}")
             )
             return
-        policies, errors, notes = cilium.compile_cilium_policy(
-            raw.obj, raw.source, ns if kind == "CiliumNetworkPolicy" else None, NAMESPACE_TIER
-        )
+
+        def make_cilium() -> tuple[list[CompiledPolicy], list[LoadError], list[str]]:
+            scope = ns if kind == "CiliumNetworkPolicy" else None
+            return cilium.compile_cilium_policy(raw.obj, raw.source, scope, NAMESPACE_TIER)
+
+        policies, errors, cilium_notes = memo(raw.obj, f"cilium:{ns}", make_cilium)
         inv.policies.extend(policies)
         inv.errors.extend(errors)
-        inv.file_notes.extend((raw.source.file, n) for n in notes)
+        inv.file_notes.extend((raw.source.file, n) for n in cilium_notes)
         inv._by_name_for = []  # workloads replaced: index again on next use
     elif kind in ADMIN_KINDS:
         specs.mapping(raw.obj, "", ("apiVersion", "kind", "metadata", "spec", "status"))
-        inv.policies.append(adminpolicy.compile_admin_policy(raw.obj, raw.source))
+        inv.policies.append(
+            memo(raw.obj, "admin", lambda: adminpolicy.compile_admin_policy(raw.obj, raw.source))
+        )
     elif kind == "Node":
         inv.nodes.append(memo(raw.obj, "node", lambda: parse_node(raw)))
     elif kind == "Service":

@@ -271,6 +271,42 @@ def test_deleting_the_policy_that_kept_the_path_open_is_caught() -> None:
     assert "ml-demo/trainer-workers" in out["status"]["message"]
 
 
+def test_a_policy_update_that_changes_only_metadata_decides_nothing() -> None:
+    """Labels and annotations of a policy select nothing: such an UPDATE (a GitOps re-label) is
+    allowed without an audit, while the same UPDATE that also swaps the zones is denied."""
+    old = copy.deepcopy(_swapped_boundary())
+    old["spec"]["endpointSelector"] = {"matchLabels": {"zone": "nowhere"}}
+    hook = webhook(_model(*_running("after"), old, mode="deny", policies=False))
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"] = {"team": "platform"}
+    relabelled["metadata"]["annotations"] = {"note": "re-applied"}
+    assert answer(hook, request(relabelled, "UPDATE", old=old)) == {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "allowed": True,
+    }
+    out = answer(hook, request(_swapped_boundary(), "UPDATE", old=old))
+    assert out["allowed"] is False and "ml-demo/trainer-workers" in out["status"]["message"]
+
+
+def test_the_state_in_force_is_audited_again_once_the_model_changes() -> None:
+    """The findings of the state in force are reused only while the namespaces' versions stand:
+    once the running group is gone from the model, the same policy cuts nothing."""
+    running = _running("after")
+    model = _model(*running, mode="deny", policies=False)
+    hook = webhook(model)
+    first = answer(hook, request(_swapped_boundary()))
+    again = answer(hook, request(_swapped_boundary()))
+    assert first == again and first["allowed"] is False
+    from auditor.sources.kubeapi import RESOURCES
+
+    for obj in running:
+        resource = next(
+            r for r in RESOURCES if r.kind == obj["kind"] and obj["apiVersion"].startswith(r.group)
+        )
+        model.delete(resource, obj)
+    assert answer(hook, request(_swapped_boundary()))["allowed"] is True
+
+
 def test_dry_run_is_answered_the_same_and_recorded_as_such() -> None:
     sink = Sink()
     hook = webhook(_model(_part("before", "Deployment"), _part("before", "Service"), mode="deny"), sink=sink)

@@ -37,9 +37,11 @@ def test_deploy_manifests_have_no_finding_at_or_above_high(tmp_path: Path) -> No
     assert not any("skipped" in n for n in report["notes"]), report["notes"]
     # Both overlays were rendered and their workloads audited (two Deployments, the Job, ...).
     assert summary["audited_objects"] >= 4
-    # sqlite and postgres, and components/fleet on its own (the workers' ServiceMonitor)
-    assert summary["skipped_kinds"].get("ServiceMonitor") == 3
-    assert summary["skipped_kinds"].get("Role") == 3  # both overlays, and components/cilium-namespace
+    # sqlite and postgres, and components/fleet, admission and admission-selfsigned on their own
+    # (the workers' and the webhook's ServiceMonitors)
+    assert summary["skipped_kinds"].get("ServiceMonitor") == 5
+    # both overlays, components/cilium-namespace, and the webhook's cilium-config Role in each admission component
+    assert summary["skipped_kinds"].get("Role") == 5
 
 
 def test_the_same_scan_reports_a_blocked_group(tmp_path: Path) -> None:
