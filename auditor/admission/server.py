@@ -60,10 +60,10 @@ def _placement_digest(obj: Mapping[str, Any] | None) -> bytes:
         return b""
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
-    kept = {"spec": obj.get("spec"), "meta": {k: meta.get(k) for k in _READ_META}}
-    for key in ("data", "egress", "ingress", "subjects"):  # policy kinds without spec keep rules at the top
-        if key in obj:
-            kept[key] = obj[key]
+    # Everything but status and the metadata nothing reads: a Cilium policy's `specs`, a Calico
+    # policy's top-level rules and whatever a CRD keeps outside `spec` count as changes.
+    kept = {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion")}
+    kept["metadata"] = {k: meta.get(k) for k in _READ_META}
     return hashlib.sha256(orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)).digest()
 
 

@@ -288,6 +288,18 @@ def test_a_policy_update_that_changes_only_metadata_decides_nothing() -> None:
     assert out["allowed"] is False and "ml-demo/trainer-workers" in out["status"]["message"]
 
 
+def test_a_cilium_policy_changed_only_in_its_specs_list_is_checked() -> None:
+    """`specs` (the multi-rule form) sits beside `spec`: a change there is a change."""
+    benign = {"endpointSelector": {"matchLabels": {"zone": "nowhere"}}, "ingress": [{}]}
+    old = {**_swapped_boundary(), "spec": None, "specs": [benign]}
+    old.pop("spec")
+    new = copy.deepcopy(old)
+    new["specs"] = [_swapped_boundary()["spec"]]
+    hook = webhook(_model(*_running("after"), old, mode="deny", policies=False))
+    out = answer(hook, request(new, "UPDATE", old=old))
+    assert out["allowed"] is False and "ml-demo/trainer-workers" in out["status"]["message"]
+
+
 def test_the_state_in_force_is_audited_again_once_the_model_changes() -> None:
     """The findings of the state in force are reused only while the namespaces' versions stand:
     once the running group is gone from the model, the same policy cuts nothing."""
