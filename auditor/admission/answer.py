@@ -11,6 +11,7 @@ makes deny: one it keeps (an UPDATE of a workload that had it already) warns; a 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,9 +78,15 @@ def denies(f: Finding, settings: AdmissionSettings) -> bool:
     return settings.deny_cost_usd > 0 and cost is not None and cost >= settings.deny_cost_usd
 
 
+DENIAL_DETAILED = 5
+"""Findings a denial spells out (policies, fix); the others are counted per rule (kubectl prints
+the whole message; forty blocks of four lines hide the one line that says what to do)."""
+
+
 def _denial(verdict: Verdict, refused: list[Finding], where: str, subject: str) -> str:
     lines = [f"{PREFIX} denied {subject} ({where}):"]
-    for f in refused:
+    shown, rest = refused[:DENIAL_DETAILED], refused[DENIAL_DETAILED:]
+    for f in shown:
         lines.append(f"{f.rule} ({f.severity}, {f.certainty}): {f.message}")
         if f.policies:
             names = ", ".join(
@@ -90,6 +97,10 @@ def _denial(verdict: Verdict, refused: list[Finding], where: str, subject: str) 
         if fix:
             lines.append(f"  fix: {fix}")
         lines.append(f"  or: auditor fix <manifests> --finding {f.fingerprint}")
+    if rest:
+        by_rule = Counter(f.rule for f in rest)
+        more = ", ".join(f"{rule} ×{n}" for rule, n in sorted(by_rule.items()))
+        lines.append(f"and {len(rest)} more ({more}): each is a warning above")
     if verdict.subject == "policy" and verdict.groups:
         running = [g for g in verdict.groups if g in verdict.running]
         cut = ", ".join(f"{g} (running)" if g in running else g for g in verdict.groups)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -129,6 +129,42 @@ def _group(finding: Finding) -> str:
     return f"{finding.workload.namespace}/{finding.workload.name}"
 
 
+class Fixes(Mapping[str, str]):
+    """Fingerprint -> the fix in short (the first `pin-zone` plan), worked out only when an answer
+    reads it (a denial names the fix; a warning does not) and once per rule, workload and peer:
+    a group with forty edges cut has one plan, not forty."""
+
+    def __init__(self, model: AuditModel, findings: Sequence[Finding]) -> None:
+        self._model = model
+        self._findings = {f.fingerprint: f for f in findings}
+        self._plans: dict[tuple[str, str, str | None], str | None] = {}
+
+    def _plan(self, finding: Finding) -> str | None:
+        from auditor.remediation.plan import plan
+
+        key = (finding.rule, finding.workload.identity, finding.edge.to_role if finding.edge else None)
+        if key not in self._plans:
+            try:
+                plans = plan(self._model, finding, "pin-zone")
+            except Exception:  # a fix is a hint: never let it cost the answer
+                plans = []
+            self._plans[key] = plans[0].describe() if isinstance(plans, list) and plans else None
+        return self._plans[key]
+
+    def __getitem__(self, fingerprint: str) -> str:
+        finding = self._findings[fingerprint]
+        fix = self._plan(finding)
+        if fix is None:
+            raise KeyError(fingerprint)
+        return fix
+
+    def __iter__(self) -> Iterator[str]:
+        return (fp for fp, f in self._findings.items() if self._plan(f) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class Checker:
     """Decisions over a warm model, under one config and policy pack."""
 
@@ -189,20 +225,8 @@ class Checker:
             running = frozenset(f"{ref.namespace}/{ref.name}" for ref in refs)
         return [f for f in result.findings if decides(f)], audited.model, running
 
-    def _fixes(self, model: AuditModel | None, findings: Sequence[Finding]) -> dict[str, str]:
-        if model is None:
-            return {}
-        from auditor.remediation.plan import plan
-
-        out: dict[str, str] = {}
-        for f in findings:
-            try:
-                plans = plan(model, f, "pin-zone")
-            except Exception:  # a fix is a hint: never let it cost the answer
-                continue
-            if isinstance(plans, list) and plans:
-                out[f.fingerprint] = plans[0].describe()
-        return out
+    def _fixes(self, model: AuditModel | None, findings: Sequence[Finding]) -> Mapping[str, str]:
+        return {} if model is None else Fixes(model, findings)
 
     # -- workloads -----------------------------------------------------------------------------
 

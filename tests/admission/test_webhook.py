@@ -7,6 +7,7 @@ certificates made by `cryptography`, against the warm model of the seed scenario
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import http.client
 import json
@@ -114,6 +115,29 @@ def test_before_workers_are_denied_in_deny_mode_with_the_fix() -> None:
     assert "cross-zone-blocked (critical, always)" in message
     assert "zone-b-only" in message or "gpu-workers-stay-in-zone-a" in message
     assert "fix: pin-zone to zone-a" in message and "auditor fix" in message
+
+
+def test_a_denial_spells_out_five_findings_and_counts_the_rest() -> None:
+    """Many findings: the first five in full, the others counted per rule; the way out stays."""
+    from auditor.admission.answer import DENIAL_DETAILED
+    from auditor.admission.answer import answer as decide
+    from auditor.admission.check import Verdict
+
+    hook = webhook(_model(_part("before", "Deployment"), _part("before", "Service"), mode="deny"))
+    review = rv.parse(json.dumps(request(_part("before", "Job"))).encode())
+    verdict = hook.checker.check(review, PINNED.date())
+    (finding,) = verdict.findings
+    many = tuple(
+        dataclasses.replace(finding, message=f"{finding.message} (#{i})") for i in range(DENIAL_DETAILED + 7)
+    )
+    out = decide(
+        Verdict("workload", many, fixes=verdict.fixes), "deny", "label", "Job ml-demo/x", AdmissionSettings()
+    )
+    assert not out.allowed
+    assert out.message.count("cross-zone-blocked (") == DENIAL_DETAILED
+    assert "and 7 more (cross-zone-blocked ×7)" in out.message
+    assert out.message.rstrip().endswith("=warn (or off)")
+    assert len(out.warnings) == DENIAL_DETAILED + 7
 
 
 def test_the_coordinator_applied_after_the_workers_is_caught_too() -> None:
