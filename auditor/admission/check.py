@@ -33,7 +33,8 @@ from auditor.admission.review import Review
 from auditor.admission.warm import POLICY_KINDS, WORKLOAD_KINDS, WarmModel, WorkloadId, identity
 from auditor.audit.scan import audit, finish
 from auditor.model.findings import Finding
-from auditor.model.source import SourceRef
+from auditor.model.objects import Node
+from auditor.model.source import LoadError, SourceRef
 from auditor.rules.model import AuditModel, object_ref
 from auditor.rules.packs import PolicyPack
 from auditor.settings.config import Settings
@@ -181,6 +182,7 @@ class Checker:
         self.before_cache = before_cache
         self._before: OrderedDict[Hashable, list[Finding]] = OrderedDict()
         self._before_lock = threading.Lock()
+        self._parsed_nodes: tuple[int, tuple[Node, ...], tuple[LoadError, ...]] | None = None
 
     def check(self, review: Review, today: date) -> Verdict:
         key = (review.kind.group, review.kind.kind)
@@ -203,9 +205,10 @@ class Checker:
         """Parse once what answers read again and again (every Node, Namespace and Service the
         model holds: build_inventory keeps them in the model's memo), so the first requests after
         the model syncs do not pay for it. Returns how many objects were read."""
-        documents = self.model.documents(self.model.namespaces(), [], policies=False)
+        nodes, _ = self._nodes()
+        documents = self.model.documents(self.model.namespaces(), [], policies=False, nodes=False)
         build_inventory(documents, self.settings, (), self._elsewhere(), memo=self.model.memo)
-        return len(documents)
+        return len(nodes) + len(documents)
 
     # -- the audit of a subset of the cluster --------------------------------------------------
 
@@ -213,10 +216,26 @@ class Checker:
         cilium, calico = self.model.cni_kinds()
         return Elsewhere(cilium_kinds=cilium, calico_policies=calico)
 
+    def _nodes(self) -> tuple[tuple[Node, ...], tuple[LoadError, ...]]:
+        """The cluster's Nodes parsed, and the errors of those that do not parse: kept until the
+        cluster bucket's version moves (each Node's parse is memoised besides)."""
+        version, docs = self.model.nodes()
+        with self._before_lock:
+            if self._parsed_nodes is not None and self._parsed_nodes[0] == version:
+                return self._parsed_nodes[1], self._parsed_nodes[2]
+        inv = build_inventory(docs, self.settings, memo=self.model.memo)
+        parsed = (version, tuple(inv.nodes), tuple(inv.errors))
+        with self._before_lock:
+            self._parsed_nodes = parsed
+        return parsed[1], parsed[2]
+
     def _findings(
         self, documents: list[yamlio.Document], today: date
     ) -> tuple[list[Finding], AuditModel | None, frozenset[str]]:
-        inv = build_inventory(documents, self.settings, (), self._elsewhere(), memo=self.model.memo)
+        nodes, errors = self._nodes()
+        inv = build_inventory(
+            documents, self.settings, errors, self._elsewhere(), memo=self.model.memo, nodes=nodes
+        )
         audited = audit(inv, self.pack)
         result = finish(audited, self.pack, today)
         running: frozenset[str] = frozenset()
@@ -237,7 +256,7 @@ class Checker:
         wid = identity(obj, ns)
         related = self.model.related(obj, ns, skip=wid)
         namespaces = {ns, *(r[0] for r in related)}
-        documents = self.model.documents(namespaces, related, skip=[wid])
+        documents = self.model.documents(namespaces, related, skip=[wid], nodes=False)
         documents.append(yamlio.Document(obj, _subject(obj, review)))
         findings, model, _ = self._findings(documents, today)
         return [f for f in findings if _concerns(f, wid)], model
@@ -284,7 +303,7 @@ class Checker:
         if not namespaces or (chosen is not None and not chosen):
             return Verdict("policy")
         versions = self.model.versions(namespaces)  # before reading: a later event moves them on
-        in_force = self.model.documents(namespaces, chosen, live=True)
+        in_force = self.model.documents(namespaces, chosen, live=True, nodes=False)
         cache_key = (
             frozenset(chosen) if chosen is not None else None,
             versions,

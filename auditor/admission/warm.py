@@ -25,6 +25,7 @@ from auditor.sources.cluster import allowed
 from auditor.sources.kubeapi import CILIUM_CONFIG, RESOURCES, Resource, _prepare
 
 T = TypeVar("T")
+NODE = ("", "Node")
 
 # (API group, kind) of what the webhook answers for.
 WORKLOAD_KINDS: frozenset[tuple[str, str]] = frozenset(
@@ -414,15 +415,18 @@ class WarmModel:
         live: bool = False,
         policies: bool = True,
         skip: Iterable[WorkloadId] = (),
+        nodes: bool = True,
     ) -> list[yamlio.Document]:
-        """The cluster bucket, and of each namespace its context (Services, claims, runtimes), its
-        policies, the given workloads (None: all of them) and, `live`, its pods and ReplicaSets."""
+        """The cluster bucket (without its Nodes unless `nodes`), and of each namespace its
+        context (Services, claims, runtimes), its policies, the given workloads (None: all of
+        them) and, `live`, its pods and ReplicaSets."""
         wanted = set(workloads) if workloads is not None else None
         skipped = set(skip)
         out: list[yamlio.Document] = []
         with self._lock:
             for key, obj in self._buckets.get("", {}).items():
-                if policies or key[:2] not in POLICY_KINDS:
+                kind = key[:2]
+                if (policies or kind not in POLICY_KINDS) and (nodes or kind != NODE):
                     out.append(self._document(obj))
             for ns in sorted(set(namespaces) - {""}):
                 for key, obj in self._buckets.get(ns, {}).items():
@@ -441,6 +445,14 @@ class WarmModel:
                         continue
                     out.append(self._document(obj))
         return out
+
+    def nodes(self) -> tuple[int, list[yamlio.Document]]:
+        """The cluster bucket's version and its Nodes (their version moves with any
+        cluster-scoped object: a conservative key for what is parsed of them)."""
+        with self._lock:
+            bucket = self._buckets.get("", {})
+            docs = [self._document(obj) for key, obj in bucket.items() if key[:2] == NODE]
+            return self._versions.get("", 0), docs
 
     def policies(self, namespaces: Iterable[str] | None = None) -> list[yamlio.Document]:
         """Every policy object of the namespaces (None: all) and the cluster-scoped ones."""

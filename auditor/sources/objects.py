@@ -283,12 +283,15 @@ def build_inventory(
     *,
     manifests: bool = False,
     memo: Memo = no_memo,
+    nodes: Sequence[Node] = (),
 ) -> Inventory:
     """`elsewhere`: what the rest of the tree contributes, when `documents` are part of it.
     `manifests`: keep each workload's manifest (Inventory.manifests), which only remediation
     reads; an audit lets them go once the inventory is built (half the memory a large scan holds).
     `memo`: parsed Nodes, Services, Namespace labels and compiled policies kept across builds
-    (see Memo)."""
+    (see Memo). `nodes`: Nodes parsed already (from objects not among `documents`; their errors
+    among `load_errors`), listed first: the webhook parses the cluster's Nodes once per change of
+    them, not once per request."""
     settings = AuditSettings.of(settings)  # the core keeps only what it reads
     documents = list(documents)
     load_errors = list(load_errors)
@@ -296,6 +299,7 @@ def build_inventory(
     network, cni_errors = detect_cni(objects, settings, elsewhere)
     inv = Inventory(settings, network, errors=[*load_errors, *document_problems(documents), *cni_errors])
     inv.file_order = file_order(documents, load_errors)
+    inv.nodes.extend(nodes)
     default_ns = settings.kubernetes.default_namespace
     for raw in objects:
         if raw.kind == "Namespace" and not raw.is_calico():

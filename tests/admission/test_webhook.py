@@ -140,6 +140,26 @@ def test_a_denial_spells_out_five_findings_and_counts_the_rest() -> None:
     assert len(out.warnings) == DENIAL_DETAILED + 7
 
 
+def test_a_node_change_reaches_the_next_answer() -> None:
+    """The parsed Nodes are kept while the cluster's objects stand: once every node is relabelled
+    into one zone, the same apply can no longer split across zones (the seed's policies still
+    deny the path by pod label: that finding stays)."""
+    from auditor.sources.kubeapi import RESOURCES
+
+    model = _model(_part("before", "Deployment"), _part("before", "Service"), mode="deny")
+    hook = webhook(model)
+    before = answer(hook, request(_part("before", "Job")))
+    assert any("cross-zone-blocked" in w for w in before["warnings"])
+    nodes = next(r for r in RESOURCES if r.kind == "Node")
+    for item in _docs(SEED / "nodes.yaml")[0]["items"]:
+        moved = copy.deepcopy(item)
+        if "topology.kubernetes.io/zone" in moved["metadata"].get("labels", {}):
+            moved["metadata"]["labels"]["topology.kubernetes.io/zone"] = "zone-a"
+        model.upsert(nodes, moved)
+    after = answer(hook, request(_part("before", "Job")))
+    assert after["warnings"] and not any("cross-zone-blocked" in w for w in after["warnings"]), after
+
+
 def test_the_coordinator_applied_after_the_workers_is_caught_too() -> None:
     """Order does not matter: the Deployment arriving second is named by the Job in force."""
     hook = webhook(_model(_part("before", "Job"), _part("before", "Service"), mode="deny"))
