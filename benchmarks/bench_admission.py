@@ -71,6 +71,7 @@ from typing import Any
 import orjson
 from world import growth
 from world.cluster import generate
+from world.tls import certificate as tls_certificate
 
 from auditor import yamlio
 from auditor.admission import review as rv
@@ -483,34 +484,8 @@ def concurrent(
 
 
 def certificate(tmp: Path) -> tuple[Path, Path]:
-    """A self-signed ECDSA serving certificate for localhost."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "placement-auditor-admission")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(now + dt.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    crt, pem = tmp / "tls.crt", tmp / "tls.key"
-    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pem.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return crt, pem
+    """A self-signed ECDSA serving certificate for localhost, valid now."""
+    return tls_certificate(tmp, "placement-auditor-admission", dt.datetime.now(dt.UTC), days=30)
 
 
 def _connection(port: int) -> http.client.HTTPSConnection:

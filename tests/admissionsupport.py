@@ -3,11 +3,16 @@ store, web and digest tests."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from auditor.admission.record import AdmissionRecord
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from world.tls import certificate as _certificate
 
 HOSTILE_MESSAGE = '<script>alert("admit")</script><img src=x onerror=alert(1)>'
 
@@ -94,32 +99,6 @@ def request(
 def certificate(
     tmp: Path, name: str, at: datetime = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
 ) -> tuple[Path, Path]:
-    """A self-signed ECDSA serving certificate for `name` and localhost, valid around `at`."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(at - timedelta(days=1))
-        .not_valid_after(at + timedelta(days=3650))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.DNSName(name)]), critical=False
-        )
-        .sign(key, hashes.SHA256())
-    )
-    crt, pem = tmp / "tls.crt", tmp / "tls.key"
-    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pem.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return crt, pem
+    """A self-signed ECDSA serving certificate for `name` and localhost, valid around `at`
+    (benchmarks/world/tls.py, which the admission benchmark uses too)."""
+    return _certificate(tmp, name, at)
