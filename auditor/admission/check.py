@@ -21,6 +21,7 @@ apply as in a scan (a waived finding does not warn or deny).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Mapping, Sequence
@@ -32,6 +33,7 @@ from auditor import yamlio
 from auditor.admission.review import Review
 from auditor.admission.warm import POLICY_KINDS, WORKLOAD_KINDS, WarmModel, WorkloadId, identity
 from auditor.audit.scan import audit, finish
+from auditor.inventory import Inventory
 from auditor.model.findings import Finding
 from auditor.model.objects import Node
 from auditor.model.source import LoadError, SourceRef
@@ -39,6 +41,7 @@ from auditor.rules.model import AuditModel, object_ref
 from auditor.rules.packs import PolicyPack
 from auditor.settings.config import Settings
 from auditor.sources.objects import Elsewhere, build_inventory
+from auditor.workloads import replicas
 
 BLOCKING = ("cross-zone-blocked", "traffic-blocked", "data-ports-partly-denied")
 COSTED = "cross-zone-traffic"
@@ -229,13 +232,55 @@ class Checker:
             self._parsed_nodes = parsed
         return parsed[1], parsed[2]
 
+    def _inventory(self, documents: list[yamlio.Document]) -> Inventory:
+        nodes, errors = self._nodes()
+        return build_inventory(
+            documents, self.settings, errors, self._elsewhere(), memo=self.model.memo, nodes=nodes
+        )
+
+    def _changed(
+        self,
+        before: Inventory,
+        context: Sequence[yamlio.Document],
+        old: yamlio.Document | None,
+        new: yamlio.Document | None,
+    ) -> Inventory | None:
+        """The inventory of the state after a policy change, made from the one before without
+        parsing everything again: its policies (and their errors and notes) less those of `old`,
+        plus those of `new`. None when the change can alter more than the policy set: the CNI it
+        decides is not the same (`context`: the objects that decide it besides the policies), or
+        the old or new policy compares a per-replica label (the roles are split by those)."""
+        keys = replicas.replica_keys(before.workloads)
+        changed = [d.data for d in (old, new) if d is not None]
+        if keys and replicas.mentioned_tests((), (), changed, keys):
+            return None
+        part = build_inventory(
+            [*context, *([new] if new is not None else [])],
+            self.settings,
+            (),
+            self._elsewhere(),
+            memo=self.model.memo,
+        )
+        if part.network != before.network:
+            return None
+        gone = old.source.file if old is not None else None
+        return dataclasses.replace(
+            before,
+            policies=[p for p in before.policies if p.ref.source.file != gone] + part.policies,
+            errors=[e for e in before.errors if e.file != gone]
+            + [e for e in part.errors if new is not None and e.file == new.source.file],
+            file_notes=[n for n in before.file_notes if n[0] != gone]
+            + [n for n in part.file_notes if new is not None and n[0] == new.source.file],
+        )
+
     def _findings(
         self, documents: list[yamlio.Document], today: date
     ) -> tuple[list[Finding], AuditModel | None, frozenset[str]]:
-        nodes, errors = self._nodes()
-        inv = build_inventory(
-            documents, self.settings, errors, self._elsewhere(), memo=self.model.memo, nodes=nodes
-        )
+        return self._audited(self._inventory(documents), today)
+
+    def _audited(
+        self, inv: Inventory, today: date
+    ) -> tuple[list[Finding], AuditModel | None, frozenset[str]]:
         audited = audit(inv, self.pack)
         result = finish(audited, self.pack, today)
         running: frozenset[str] = frozenset()
@@ -313,20 +358,28 @@ class Checker:
             before = self._before.get(cache_key)
             if before is not None:
                 self._before.move_to_end(cache_key)
+
+        def replaced(d: yamlio.Document) -> bool:
+            return identity(d.data) == key or (not ns and identity(d.data)[1:] == key[1:])
+
+        after_docs = [d for d in in_force if not replaced(d)]
+        new_doc = yamlio.Document(obj, _subject(obj, review)) if review.operation != "DELETE" else None
+        if new_doc is not None:
+            after_docs.append(new_doc)
+        after_inv: Inventory | None = None
         if before is None:
-            before = self._findings(in_force, today)[0]
+            before_inv = self._inventory(in_force)
+            before = self._audited(before_inv, today)[0]
             with self._before_lock:
                 self._before[cache_key] = before
                 while len(self._before) > self.before_cache:
                     self._before.popitem(last=False)
-        after_docs = [
-            d
-            for d in in_force
-            if identity(d.data) != key and not (not ns and identity(d.data)[1:] == key[1:])
-        ]
-        if review.operation != "DELETE":
-            after_docs.append(yamlio.Document(obj, _subject(obj, review)))
-        after, model, running = self._findings(after_docs, today)
+            old_doc = next((d for d in in_force if replaced(d)), None)
+            context = [d for d in in_force if d.data.get("kind") == "ConfigMap"]
+            after_inv = self._changed(before_inv, context, old_doc, new_doc)
+        after, model, running = self._audited(
+            after_inv if after_inv is not None else self._inventory(after_docs), today
+        )
         known = {f.fingerprint for f in before}
         new = [f for f in after if f.fingerprint not in known]
         groups = tuple(sorted({_group(f) for f in new}))
