@@ -32,7 +32,7 @@ from typing import Any
 from auditor import yamlio
 from auditor.admission.review import Review
 from auditor.admission.warm import POLICY_KINDS, WORKLOAD_KINDS, WarmModel, WorkloadId, identity
-from auditor.audit.scan import audit, finish
+from auditor.audit.scan import Audited, audit, finish
 from auditor.inventory import Inventory
 from auditor.model.findings import Finding
 from auditor.model.objects import Node
@@ -131,6 +131,14 @@ def _concerns(finding: Finding, wid: WorkloadId) -> bool:
 
 def _group(finding: Finding) -> str:
     return f"{finding.workload.namespace}/{finding.workload.name}"
+
+
+def _running(audited: Audited) -> frozenset[str]:
+    """ "namespace/name" of the workloads with pods running now."""
+    if audited.observation is None:
+        return frozenset()
+    refs = (object_ref(r) for r, o in audited.observation.roles.items() if o.pods)
+    return frozenset(f"{ref.namespace}/{ref.name}" for ref in refs)
 
 
 class Fixes(Mapping[str, str]):
@@ -276,18 +284,15 @@ class Checker:
     def _findings(
         self, documents: list[yamlio.Document], today: date
     ) -> tuple[list[Finding], AuditModel | None, frozenset[str]]:
-        return self._audited(self._inventory(documents), today)
+        findings, audited = self._audited(self._inventory(documents), today)
+        return findings, audited.model, _running(audited)
 
     def _audited(
-        self, inv: Inventory, today: date
-    ) -> tuple[list[Finding], AuditModel | None, frozenset[str]]:
-        audited = audit(inv, self.pack)
+        self, inv: Inventory, today: date, like: Audited | None = None
+    ) -> tuple[list[Finding], Audited]:
+        audited = audit(inv, self.pack, like=like)
         result = finish(audited, self.pack, today)
-        running: frozenset[str] = frozenset()
-        if audited.observation is not None:
-            refs = (object_ref(r) for r, o in audited.observation.roles.items() if o.pods)
-            running = frozenset(f"{ref.namespace}/{ref.name}" for ref in refs)
-        return [f for f in result.findings if decides(f)], audited.model, running
+        return [f for f in result.findings if decides(f)], audited
 
     def _fixes(self, model: AuditModel | None, findings: Sequence[Finding]) -> Mapping[str, str]:
         return {} if model is None else Fixes(model, findings)
@@ -367,9 +372,10 @@ class Checker:
         if new_doc is not None:
             after_docs.append(new_doc)
         after_inv: Inventory | None = None
+        like: Audited | None = None
         if before is None:
             before_inv = self._inventory(in_force)
-            before = self._audited(before_inv, today)[0]
+            before, like = self._audited(before_inv, today)
             with self._before_lock:
                 self._before[cache_key] = before
                 while len(self._before) > self.before_cache:
@@ -377,9 +383,10 @@ class Checker:
             old_doc = next((d for d in in_force if replaced(d)), None)
             context = [d for d in in_force if d.data.get("kind") == "ConfigMap"]
             after_inv = self._changed(before_inv, context, old_doc, new_doc)
-        after, model, running = self._audited(
-            after_inv if after_inv is not None else self._inventory(after_docs), today
-        )
+        if after_inv is None:  # not built from the one before: nothing of its audit applies
+            after_inv, like = self._inventory(after_docs), None
+        after, audited = self._audited(after_inv, today, like)
+        model, running = audited.model, _running(audited)
         known = {f.fingerprint for f in before}
         new = [f for f in after if f.fingerprint not in known]
         groups = tuple(sorted({_group(f) for f in new}))

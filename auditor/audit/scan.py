@@ -126,16 +126,31 @@ class Audited:
     finding_json: dict[int, tuple[Finding, str]] = field(default_factory=dict, repr=False, compare=False)
 
 
-def audit(inv: Inventory, pack: PolicyPack | None = None, progress: Progress = silent) -> Audited:
-    """Every finding the rules and the pack's custom rules make on an inventory (pure)."""
-    model = build_model(inv, progress)
+def audit(
+    inv: Inventory, pack: PolicyPack | None = None, progress: Progress = silent, like: Audited | None = None
+) -> Audited:
+    """Every finding the rules and the pack's custom rules make on an inventory (pure).
+
+    `like`: an audit of an inventory that differs from this one in its policies only (same
+    workloads, Services, nodes, namespaces, claims and pods; the admission webhook's before and
+    after a policy change): its placements, edges and observed placement are reused."""
+    known = like.model if like is not None else None
+    model = build_model(
+        inv,
+        progress,
+        known_edges=known.comm_edges if known is not None else None,
+        known_placements=known.placements if known is not None else None,
+    )
     pack = pack if pack is not None else load_packs([])
     raw = run_rules(model, pack.rule_options())
     notes: list[str] = []
     observation: Observation | None = None
     if inv.live_pods:
-        observation = observe(inv.workloads, inv.live_pods, inv.nodes, inv.settings.topology.zone_key)
-        now = build_model(inv, silent, observation.roles, model.engine)
+        if like is not None and like.observation is not None:
+            observation = like.observation
+        else:
+            observation = observe(inv.workloads, inv.live_pods, inv.nodes, inv.settings.topology.zone_key)
+        now = build_model(inv, silent, observation.roles, model.engine, known_edges=model.comm_edges)
         observed = [
             *live.observed_edge_findings(run_rules(now, pack.rule_options())),
             *live.pending_findings(observation, model.placements),

@@ -242,11 +242,30 @@ def _names_a_node(role: Role) -> bool:
     return any(term.match_fields for term in required)
 
 
+_GROUPS_KEPT = 8
+_groups_seen: dict[tuple[tuple[int, ...], frozenset[str]], tuple[tuple[Node, ...], list[list[Node]]]] = {}
+
+
 def _node_groups(nodes: Sequence[Node], read: set[str]) -> list[list[Node]]:
     """Nodes the filters cannot tell apart unless a template names a host: same values of the
     labels some template or filter reads (`read`; the hostname aside), same taints, cordon state
-    and allocatable. A pool of 500 nodes is a few groups, even with per-rack labels nobody selects."""
-    read = read - {HOSTNAME_KEY}
+    and allocatable. A pool of 500 nodes is a few groups, even with per-rack labels nobody selects.
+
+    Kept for the last few node lists, by the identity of their Node objects (held with the entry,
+    so an id is never reused while kept) and the keys read: the admission webhook audits every
+    request against the same parsed Nodes. The groups are only read, never changed."""
+    key = (tuple(map(id, nodes)), frozenset(read - {HOSTNAME_KEY}))
+    seen = _groups_seen.get(key)
+    if seen is not None:
+        return seen[1]
+    groups = _group_nodes(nodes, key[1])
+    if len(_groups_seen) >= _GROUPS_KEPT:
+        _groups_seen.clear()
+    _groups_seen[key] = (tuple(nodes), groups)
+    return groups
+
+
+def _group_nodes(nodes: Sequence[Node], read: frozenset[str]) -> list[list[Node]]:
     groups: dict[tuple[object, ...], list[Node]] = {}
     for n in nodes:
         key = (

@@ -265,14 +265,26 @@ def build_model(
     progress: Progress = silent,
     observed: Mapping[Role, ObservedRole] | None = None,
     engine: PolicyEngine | None = None,
+    *,
+    known_edges: Sequence[CommEdge] | None = None,
+    known_placements: Mapping[Role, RolePlacement] | None = None,
 ) -> AuditModel:
     """The model rules read. With `observed`, placements are where the pods actually run (only
-    edges between roles with running pods are analysed), instead of where they could land."""
+    edges between roles with running pods are analysed), instead of where they could land.
+    `known_edges` / `known_placements`: the communication edges and the placements of a model of
+    an inventory with the same workloads, Services, nodes, namespaces and claims (policies do not
+    change them), not worked out again."""
     engine = engine or policy_engine(inv)
     pair_context = PairContext(inv.nodes, placement_options(inv))
-    edges = comm_edges(inv.workloads, inv.services, inv.settings.network.ephemeral_ports)
+    if known_edges is not None:
+        edges = list(known_edges)
+    else:
+        edges = comm_edges(inv.workloads, inv.services, inv.settings.network.ephemeral_ports)
     if observed is None:
-        placements = place_inventory_roles(inv, [r for w in inv.workloads for r in w.roles])
+        if known_placements is not None:
+            placements = dict(known_placements)
+        else:
+            placements = place_inventory_roles(inv, [r for w in inv.workloads for r in w.roles])
     else:
         placements = {r: o.placement() for r, o in observed.items() if o.pods}
         edges = [e for e in edges if e.source in placements and e.destination in placements]
