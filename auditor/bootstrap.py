@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
+from auditor import gcpause
 from auditor.cache import DocumentCache, user_cache_dir
 from auditor.clock import Clock, system_clock
 from auditor.errors import ConfigError
@@ -182,13 +183,13 @@ class AdmissionService:
 
     def warm_when_synced(self) -> None:
         """Once the model has synced: parse what every answer reads (Checker.warm), once; then
-        take the model out of the cyclic garbage collector's full passes (settle_heap)."""
+        take the model out of the cyclic garbage collector's full passes (gcpause.freeze)."""
         if self.warmed or not self.model.health().synced:
             return
         self.warmed = True
         started = time.perf_counter()
         count = self.checker.warm()
-        settle_heap(collect=True)
+        gcpause.freeze(collect=True)
         log.info(
             "admission webhook: model synced, %d objects parsed in %.1f s",
             count,
@@ -203,22 +204,9 @@ class AdmissionService:
             self.store.engine.dispose()
 
 
-def settle_heap(collect: bool = False) -> None:
-    """Move every object alive now out of the cyclic garbage collector's reach (gc.freeze). The
-    warm model is hundreds of MiB of JSON dicts that live for hours; a full collection walks all of
-    them, half a second at 50,000 pods, and stalls every answer in flight (the benchmark's p99
-    showed it). Frozen objects are still freed by reference counting when the model drops them
-    (its objects hold no cycles); only cyclic garbage alive at the moment of a freeze is kept.
-    `collect`: collect first (at start-up, once). `auditor admit` freezes again every
-    ADMISSION_REFREEZE_SECONDS, so the objects watch events bring in join them."""
-    import gc
-
-    if collect:
-        gc.collect()
-    gc.freeze()
-
-
 ADMISSION_REFREEZE_SECONDS = 600
+"""`auditor admit` freezes the heap again this often (gcpause.freeze), so that the objects watch
+events brought in since join the frozen ones."""
 
 
 @dataclass(frozen=True)
@@ -327,7 +315,7 @@ def admit(
             service.warm_when_synced()
             ticks += 1
             if service.warmed and ticks % ADMISSION_REFREEZE_SECONDS == 0:
-                settle_heap()
+                gcpause.freeze()
         log.info("admission webhook: stopping (draining %.0f s)", drain_seconds)
     finally:
         service.stop(drain_seconds if stop.is_set() else 0.0)

@@ -29,3 +29,15 @@ def paused(*, resume: bool = True) -> Iterator[None]:
     finally:
         if was_enabled and resume:
             gc.enable()
+
+
+def freeze(*, collect: bool = False) -> None:
+    """Move every object alive now out of the collector's reach (gc.freeze), for a long-running
+    process that holds a large, long-lived heap: the admission webhook's warm model is hundreds of
+    MiB of JSON dicts that live for hours, and a full collection walks all of them (half a second
+    at 50,000 pods) while every answer in flight waits. Frozen objects are still freed by
+    reference counting when dropped (the model's objects hold no cycles); only cyclic garbage
+    alive at the moment of a freeze is kept. `collect`: collect first (once, at start-up)."""
+    if collect:
+        gc.collect()
+    gc.freeze()

@@ -73,7 +73,7 @@ from world import growth
 from world.cluster import generate
 from world.tls import certificate as tls_certificate
 
-from auditor import yamlio
+from auditor import gcpause, yamlio
 from auditor.admission import review as rv
 from auditor.admission.answer import answer, mode_of
 from auditor.admission.check import Checker, decides
@@ -81,7 +81,6 @@ from auditor.admission.record import AdmissionRecord
 from auditor.admission.server import Certificates, Metrics, Recorder, Running, Webhook
 from auditor.admission.warm import WarmModel
 from auditor.audit.scan import audit, finish
-from auditor.bootstrap import settle_heap
 from auditor.clock import system_clock, utc_date
 from auditor.model.findings import Finding
 from auditor.model.source import SourceRef
@@ -844,7 +843,7 @@ def run_size(args: argparse.Namespace, pods: int, settings: Settings) -> SizeRes
     # As `auditor admit` does once the model has synced (AdmissionService.warm_when_synced).
     started = time.perf_counter()
     parsed = hook.checker.warm()
-    settle_heap(collect=True)
+    gcpause.freeze(collect=True)
     print(f"  warm-up: {parsed:,} objects parsed and the heap frozen in {time.perf_counter() - started:.2f}s")
     seq = sequential("in-process, one at a time", hook, records, bodies)
     print(seq.line(), flush=True)
