@@ -82,12 +82,6 @@ def made_by(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _enforced(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What a policy's enforcement reads: everything but metadata and status (its labels and
-    annotations select nothing; its namespace and name are the request's on an UPDATE)."""
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
-
-
 def _prepared(obj: Mapping[str, Any], review: Review) -> dict[str, Any]:
     """The object as the model keeps it: apiVersion/kind set, namespace and name filled in from
     the request (a CREATE may carry only generateName), no managedFields, no status."""
@@ -192,7 +186,7 @@ class Checker:
         self.model = model
         self.before_cache = before_cache
         self._before: OrderedDict[Hashable, list[Finding]] = OrderedDict()
-        self._before_lock = threading.Lock()
+        self._lock = threading.Lock()
         self._parsed_nodes: tuple[int, tuple[Node, ...], tuple[LoadError, ...]] | None = None
 
     def check(self, review: Review, today: date) -> Verdict:
@@ -230,13 +224,14 @@ class Checker:
     def _nodes(self) -> tuple[tuple[Node, ...], tuple[LoadError, ...]]:
         """The cluster's Nodes parsed, and the errors of those that do not parse: kept until the
         cluster bucket's version moves (each Node's parse is memoised besides)."""
+        with self._lock:
+            kept = self._parsed_nodes
+        if kept is not None and kept[0] == self.model.version(""):
+            return kept[1], kept[2]
         version, docs = self.model.nodes()
-        with self._before_lock:
-            if self._parsed_nodes is not None and self._parsed_nodes[0] == version:
-                return self._parsed_nodes[1], self._parsed_nodes[2]
         inv = build_inventory(docs, self.settings, memo=self.model.memo)
         parsed = (version, tuple(inv.nodes), tuple(inv.errors))
-        with self._before_lock:
+        with self._lock:
             self._parsed_nodes = parsed
         return parsed[1], parsed[2]
 
@@ -331,9 +326,6 @@ class Checker:
         if source is None:
             return Verdict("ignored", reason="the request carries no object")
         obj = _prepared(source, review)
-        old = review.old_object
-        if review.operation == "UPDATE" and old is not None and _enforced(old) == _enforced(obj):
-            return Verdict("policy", reason="the update leaves what is enforced as it was")
         meta = obj["metadata"]
         ns = str(meta.get("namespace") or "") if review.namespace else ""
         if not review.namespace:
@@ -359,7 +351,7 @@ class Checker:
             versions,
             today,
         )
-        with self._before_lock:
+        with self._lock:
             before = self._before.get(cache_key)
             if before is not None:
                 self._before.move_to_end(cache_key)
@@ -367,16 +359,13 @@ class Checker:
         def replaced(d: yamlio.Document) -> bool:
             return identity(d.data) == key or (not ns and identity(d.data)[1:] == key[1:])
 
-        after_docs = [d for d in in_force if not replaced(d)]
         new_doc = yamlio.Document(obj, _subject(obj, review)) if review.operation != "DELETE" else None
-        if new_doc is not None:
-            after_docs.append(new_doc)
         after_inv: Inventory | None = None
         like: Audited | None = None
         if before is None:
             before_inv = self._inventory(in_force)
             before, like = self._audited(before_inv, today)
-            with self._before_lock:
+            with self._lock:
                 self._before[cache_key] = before
                 while len(self._before) > self.before_cache:
                     self._before.popitem(last=False)
@@ -384,6 +373,7 @@ class Checker:
             context = [d for d in in_force if d.data.get("kind") == "ConfigMap"]
             after_inv = self._changed(before_inv, context, old_doc, new_doc)
         if after_inv is None:  # not built from the one before: nothing of its audit applies
+            after_docs = [d for d in in_force if not replaced(d)] + ([new_doc] if new_doc else [])
             after_inv, like = self._inventory(after_docs), None
         after, audited = self._audited(after_inv, today, like)
         model, running = audited.model, _running(audited)

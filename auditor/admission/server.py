@@ -40,7 +40,7 @@ from auditor.admission import review as rv
 from auditor.admission.answer import Answer, answer, failed_open, mode_of
 from auditor.admission.check import Checker, Verdict
 from auditor.admission.record import AdmissionRecord
-from auditor.admission.warm import WarmModel
+from auditor.admission.warm import POLICY_KINDS, WarmModel
 from auditor.clock import Clock, utc_date
 from auditor.settings.admission import AdmissionSettings
 
@@ -49,13 +49,18 @@ log = logging.getLogger(__name__)
 # What placement and reachability read of an object: an UPDATE that changes none of it (a
 # finalizer, a managed field, an owner reference) cannot change an answer.
 _READ_META = ("labels", "annotations", "name", "namespace")
+_POLICY_READ_META = ("name", "namespace")  # a policy's labels and annotations select nothing
 
 
 class RecordSink(Protocol):
     def record_admission(self, decision: AdmissionRecord) -> bool: ...
 
 
-def _placement_digest(obj: Mapping[str, Any] | None) -> bytes:
+def _is_policy(group: str, kind: str) -> bool:
+    return (group, kind) in POLICY_KINDS
+
+
+def _placement_digest(obj: Mapping[str, Any] | None, policy: bool = False) -> bytes:
     if obj is None:
         return b""
     meta = obj.get("metadata")
@@ -63,7 +68,7 @@ def _placement_digest(obj: Mapping[str, Any] | None) -> bytes:
     # Everything but status and the metadata nothing reads: a Cilium policy's `specs`, a Calico
     # policy's top-level rules and whatever a CRD keeps outside `spec` count as changes.
     kept = {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion")}
-    kept["metadata"] = {k: meta.get(k) for k in _READ_META}
+    kept["metadata"] = {k: meta.get(k) for k in (_POLICY_READ_META if policy else _READ_META)}
     return hashlib.sha256(orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)).digest()
 
 
@@ -261,7 +266,8 @@ class Webhook:
         if (
             request.operation == "UPDATE"
             and request.old_object is not None
-            and _placement_digest(request.object) == _placement_digest(request.old_object)
+            and _placement_digest(request.object, policy := _is_policy(request.kind.group, request.kind.kind))
+            == _placement_digest(request.old_object, policy)
         ):
             return Answer(True, "allowed", reason="nothing placement reads changed"), None
         health = self.model.health()

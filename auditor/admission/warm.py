@@ -318,6 +318,11 @@ class WarmModel:
         with self._lock:
             return tuple((ns, self._versions.get(ns, 0)) for ns in sorted({"", *namespaces}))
 
+    def version(self, namespace: str) -> int:
+        """The version of one bucket ("" : the cluster-scoped objects)."""
+        with self._lock:
+            return self._versions.get(namespace, 0)
+
     def namespaces(self) -> list[str]:
         """Every namespace the model holds objects of."""
         with self._lock:
