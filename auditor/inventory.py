@@ -10,6 +10,7 @@ from typing import Any
 
 from auditor.model.objects import LivePod, Node, Role, Service, Workload, WorkloadRef, freeze_labels
 from auditor.model.source import LoadError, NotAudited
+from auditor.placement.capacity import Capacity
 from auditor.placement.pods import pod_endpoint
 from auditor.reachability import cni
 from auditor.reachability.endpoints import PodEndpoint
@@ -46,6 +47,10 @@ class Inventory:
     claim_zones: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     # StorageClass name → zones (for StatefulSet volumeClaimTemplates).
     class_zones: dict[str, frozenset[str]] = field(default_factory=dict)
+    # Capacity that does not exist yet (placement/capacity.py): Karpenter NodePools, NodeClaims
+    # not yet Nodes, node groups the cluster-autoscaler cannot grow. The nodes they can make are
+    # in `nodes` (Node.provisioner says which) once the inventory is built.
+    capacity: Capacity = field(default_factory=Capacity)
     # Pods a cluster or snapshot reported with their node: where groups actually run.
     live_pods: list[LivePod] = field(default_factory=list)
     # The manifest each workload was read from (as rendered): remediation patches it. Kept only

@@ -8,7 +8,7 @@ from fractions import Fraction
 from typing import Any
 
 from auditor.model.pickling import by_fields
-from auditor.model.scheduling import NO_SCHEDULING, Scheduling
+from auditor.model.scheduling import NO_SCHEDULING, NodeRequirement, Scheduling
 from auditor.model.source import SourceRef
 from auditor.model.values import value
 
@@ -65,6 +65,19 @@ class Node:
     pod_cidrs: tuple[str, ...] = ()
     addresses: tuple[str, ...] = ()
     source: SourceRef = SourceRef("")
+    # A node that does not exist yet (placement/capacity.py): what would make it ("NodePool
+    # gpu-spot", "node group gpu-b (cluster-autoscaler)", "NodeClaim x of NodePool y"); "" for a
+    # node the cluster or the nodes file holds.
+    provisioner: str = ""
+    # The provisioner can make as many such nodes as pods need (a NodePool, an autoscaled node
+    # group): no bound on replicas per zone comes from this node's hostname or capacity.
+    multiplies: bool = False
+    # Requirements on labels whose value the provisioner picks when it makes the node (a NodePool's
+    # `instance-type In [a, b]`, `capacity-type NotIn [spot]`): node affinity is compatible when
+    # some allowed value satisfies it. `open_keys`: well-known labels the provisioner always sets to
+    # some value when it has no requirement on them (Karpenter's well-known labels).
+    ranges: tuple[NodeRequirement, ...] = ()
+    open_keys: bool = False
     # Placement and endpoint building ask nodes for labels hundreds of thousands of times.
     label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
 

@@ -47,6 +47,7 @@ from auditor.model.labels import LabelSelector
 from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, Toleration
 from auditor.model.scheduling import AffinityTerm, namespace_label_map
 from auditor.model.values import value
+from auditor.placement import capacity
 from auditor.placement.filters import TOPOLOGY_KEYS, FilterResult, filter_node, node_label_keys
 from auditor.placement.podfilters import ExistingPod, InterPodAffinity, TopologySpread, missing_topology_key
 from auditor.placement.resources import extended_resources, pods_per_node
@@ -92,6 +93,13 @@ class RolePlacement:
     one_zone: str = ""  # why every replica lands in one zone ("" when nothing says so)
     forced_spread: str = ""  # why the replicas cannot all share one zone ("" when they can)
     notes: tuple[str, ...] = ()  # what changed the verdict and is worth saying (admission plugins)
+    # Zones the role reaches only through nodes a provisioner would make, and which would make
+    # them: ((zone, ("NodePool gpu-spot",)), ...). Empty without such nodes (placement/capacity.py).
+    provisioned: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def provisioned_zones(self) -> frozenset[str]:
+        return frozenset(z for z, _ in self.provisioned)
 
     @property
     def unschedulable(self) -> bool:
@@ -273,6 +281,8 @@ def _group_nodes(nodes: Sequence[Node], read: frozenset[str]) -> list[list[Node]
             n.taints,
             n.unschedulable,
             n.allocatable,
+            n.ranges,  # a node to be made is judged by what it may become
+            n.open_keys,
         )
         groups.setdefault(key, []).append(n)
     return list(groups.values())
@@ -441,6 +451,8 @@ class _Cap:
         """At most this many replicas on the nodes `ok` in `zones` (all of them when None);
         None: no bound."""
         in_zones = [n for n in ok if zones is None or n.label_map.get(zone_key) in zones]
+        if self.key == HOSTNAME_KEY and any(n.multiplies for n in in_zones):
+            return None  # a pool makes as many hosts as the pods need
         if self.eligible is None:
             if any(self.key not in n.label_map for n in in_zones):
                 return None  # a node without the key never violates the anti-affinity term
@@ -667,6 +679,14 @@ def place_roles(
 
     pool_cache: dict[int, _Pools] = {}
     node_keys = {id(n): (n.label_map.get(zone_key), n.allocatable) for n in nodes}
+    to_be_made = any(n.provisioner for n in nodes)
+    provenance_cache: dict[int, tuple[tuple[str, tuple[str, ...]], ...]] = {}
+
+    def provenance_of(ok: list[Node]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        found = provenance_cache.get(id(ok))
+        if found is None:
+            found = provenance_cache[id(ok)] = capacity.provenance(ok, zone_key)
+        return found
 
     def pools_of(ok: list[Node]) -> _Pools:
         found = pool_cache.get(id(ok))
@@ -680,7 +700,8 @@ def place_roles(
         m = matches.get(role, _Matches((), False))
         one_zone = _self_colocation(role, zones, m, topology) if ok else ""
         caps: list[_Cap | _FitCap] = [*_caps(role, nodes, index, opts)]
-        fit = _fit_cap(role, pools_of(ok)) if role.replicas > 1 else None
+        multiplying = to_be_made and any(n.multiplies for n in ok)
+        fit = _fit_cap(role, pools_of(ok)) if role.replicas > 1 and not multiplying else None
         if fit is not None:
             caps.append(fit)
         max_replicas, capacity_reason, forced = _replica_bounds(role, ok, zones, one_zone, caps, zone_key)
@@ -696,6 +717,7 @@ def place_roles(
             one_zone,
             forced,
             notes,
+            provenance_of(ok) if to_be_made else (),
         )
     return _propagate_followers(out, matches, topology)
 
@@ -781,6 +803,19 @@ class PairPlacement:
     pairs: tuple[tuple[str, str], ...]  # allowed (source zone, destination zone)
     split: str | None  # always | likely | possible; None when no allowed placement splits
     coupling: str  # the constraint that decided, in words
+    # Zones an end reaches only through nodes that do not exist yet: (end "source" or
+    # "destination", role, zone, what would make the node). Empty without such nodes.
+    provisioned: tuple[tuple[str, str, str, tuple[str, ...]], ...] = ()
+
+    def through(self, source_zones: Iterable[str], destination_zones: Iterable[str]) -> str:
+        """`; ns/job/Worker: zone-b only through NodePool gpu-spot` for the zones given, or ""."""
+        wanted = {"source": set(source_zones), "destination": set(destination_zones)}
+        clauses = [
+            f"{role}: {zone} only through {', '.join(made)}"
+            for end, role, zone, made in self.provisioned
+            if zone in wanted[end]
+        ]
+        return "; " + "; ".join(dict.fromkeys(clauses)) if clauses else ""
 
 
 class PairContext:
@@ -818,9 +853,36 @@ def _preferred_selects(x: Role, y: Role, ctx: PairContext) -> bool:
 
 def pair_placement(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> PairPlacement:
     """Allowed zone pairs for traffic from a pod of `a` to a pod of `b`."""
-    if a.role == b.role:
-        return _within(a, ctx)
-    return _between(a, b, ctx)
+    found = _within(a, ctx) if a.role == b.role else _between(a, b, ctx)
+    if a.provisioned or b.provisioned:
+        found = _through_provisioners(found, a, b)
+        return replace(
+            found,
+            provisioned=tuple(
+                (end, str(p.role), zone, made)
+                for end, p in (("source", a), ("destination", b))
+                for zone, made in p.provisioned
+            ),
+        )
+    return found
+
+
+def _through_provisioners(found: PairPlacement, a: RolePlacement, b: RolePlacement) -> PairPlacement:
+    """A split that needs a node no cluster holds yet happens only if a provisioner makes one: it
+    does so for pods the present nodes cannot take, so a `likely` split is only `possible`."""
+    if found.split != "likely":
+        return found
+    za, zb = a.provisioned_zones, b.provisioned_zones
+    cross = [(x, y) for x, y in found.pairs if x != y]
+    if not cross or not all(x in za or y in zb for x, y in cross):
+        return found
+    through = sorted({f"{z} through {', '.join(p)}" for z, p in (*a.provisioned, *b.provisioned)})
+    return PairPlacement(
+        found.pairs,
+        "possible",
+        f"{found.coupling}; a split needs a node that does not exist yet ({'; '.join(through)}), "
+        "made only for pods the present nodes cannot take",
+    )
 
 
 def _within(a: RolePlacement, ctx: PairContext) -> PairPlacement:

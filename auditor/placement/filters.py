@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from auditor.model.objects import REGION_KEY, ZONE_KEY, Node, PodTemplate, Taint
 from auditor.model.scheduling import NodeRequirement, NodeSelectorTerm, parse_int64
 from auditor.model.values import value
+from auditor.placement.capacity import range_matches
 from auditor.placement.resources import insufficient_resources
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
@@ -71,12 +72,23 @@ def _field_matches(expr: NodeRequirement, node: Node) -> bool:
     return have == want if expr.operator == "In" else have != want
 
 
+def _to_be_made_matches(expr: NodeRequirement, node: Node) -> bool:
+    """A requirement on a node a provisioner would make: compatible with the values it can pick
+    for a key it leaves open (placement/capacity.py), else decided by its fixed labels."""
+    found = range_matches(expr, node)
+    return _expr_matches(expr, node.label_map) if found is None else found
+
+
 def term_matches(term: NodeSelectorTerm, node: Node) -> bool:
     if term.empty or not term.valid:
         return False  # an empty term matches nothing; so does one that does not parse (lazy parse errors)
-    labels = node.label_map
-    if not all(_expr_matches(e, labels) for e in term.match_expressions):
-        return False
+    if node.ranges or node.open_keys:
+        if not all(_to_be_made_matches(e, node) for e in term.match_expressions):
+            return False
+    else:
+        labels = node.label_map
+        if not all(_expr_matches(e, labels) for e in term.match_expressions):
+            return False
     return all(_field_matches(f, node) for f in term.match_fields)
 
 
@@ -88,7 +100,11 @@ def node_label_keys(template: PodTemplate) -> set[str]:
 
 def node_affinity_ok(template: PodTemplate, node: Node) -> bool:
     labels = node.label_map
-    if any(labels.get(k) != v for k, v in template.node_selector):
+    if node.ranges or node.open_keys:
+        for k, v in template.node_selector:
+            if not _to_be_made_matches(NodeRequirement(k, "In", (v,)), node):
+                return False
+    elif any(labels.get(k) != v for k, v in template.node_selector):
         return False
     required = template.scheduling.node_affinity.required
     if required is None:

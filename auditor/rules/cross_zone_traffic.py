@@ -81,7 +81,7 @@ def evaluate(model: AuditModel, options: Mapping[str, Any]) -> Iterator[Finding]
             workload=object_ref(edge.source),
             message=(
                 f"{edge.source} → {edge.destination} ({edge.reason}) is allowed but crosses zones "
-                f"({top.placement.coupling}){cost_text}"
+                f"({top.placement.coupling}){top.placement.through(zones_a, zones_b)}{cost_text}"
             ),
             edge=EdgeRef(
                 edge.source.label, zones_a, edge.destination.label, zones_b, edge.port, edge.protocol

@@ -375,6 +375,7 @@ def blocked_finding(meta: RuleMeta, analysis: EdgeAnalysis, cause: str) -> Findi
     message = (
         f"{edge.source} → {edge.destination} on {edge.protocol}/{edge.ports_text} ({edge.reason}) "
         f"is denied {cause}; denied placements: {where}; deciding policies: {names or 'none'}"
+        f"{analysis.placement.through(src_zones, dst_zones)}"
     )
     ref = EdgeRef(edge.source.label, src_zones, edge.destination.label, dst_zones, edge.port, edge.protocol)
     return role_finding(meta, edge.source, message, analysis.verdict.certainty, ref, policies)

@@ -96,6 +96,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("ray.io", "v1", "rayjobs", "RayJob", True),
     Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet", True),
     Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job", True),
+    Resource("karpenter.sh", "v1", "nodepools", "NodePool", False),
+    Resource("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False),
 )
 CILIUM_CONFIG = Resource("", "v1", "configmaps", "ConfigMap", True, optional=True)
 

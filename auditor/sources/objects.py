@@ -8,6 +8,7 @@ every other object still loads.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -31,6 +32,7 @@ from auditor.model.objects import (
 from auditor.model.pickling import by_fields
 from auditor.model.source import LoadError, SourceRef
 from auditor.model.values import value
+from auditor.placement import capacity
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.engine import NAMESPACE_TIER
 from auditor.reachability.policy import CompiledPolicy
@@ -74,6 +76,8 @@ SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
     "PersistentVolumeClaim": ("v1",),
     "PersistentVolume": ("v1",),
     "StorageClass": ("storage.k8s.io/v1",),
+    capacity.NODEPOOL_KIND: capacity.KARPENTER_VERSIONS,
+    capacity.NODECLAIM_KIND: capacity.KARPENTER_VERSIONS,
 }
 SUPPORTED_VERSIONS["Job"] = ("batch/v1", "batch.volcano.sh/v1alpha1")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
@@ -333,6 +337,7 @@ def build_inventory(
             cluster_scoped = raw.kind in _CLUSTER_SCOPED_SELECTING
             inv.errors.append(_error(raw, exc, None if cluster_scoped else raw.namespace(default_ns)))
     _split_per_replica(objects, inv, elsewhere)
+    _provision(inv)
     return inv
 
 
@@ -352,7 +357,7 @@ def file_order(documents: Iterable[yamlio.Document], errors: Iterable[LoadError]
 
 POLICY_KINDS = ("NetworkPolicy", "GlobalNetworkPolicy", *CILIUM_KINDS, *ADMIN_KINDS)
 _CLUSTER_SCOPED_SELECTING = frozenset(
-    (*ADMIN_KINDS, "CiliumClusterwideNetworkPolicy", "GlobalNetworkPolicy", "Node")
+    (*ADMIN_KINDS, "CiliumClusterwideNetworkPolicy", "GlobalNetworkPolicy", "Node", "NodePool", "NodeClaim")
 )
 """Kinds with selectors that have no namespace: a selector error in one names no namespace."""
 
@@ -619,6 +624,9 @@ def _load_object(
         _snapshot_header(raw, inv)
         return
     supported = SUPPORTED_VERSIONS.get(kind)
+    if kind == "ConfigMap" and (ns, raw.name) == capacity.AUTOSCALER_STATUS and raw.api_version == "v1":
+        _autoscaler_status(raw, inv)
+        return
     if supported is None:
         if kind not in ("Tier", "ConfigMap") or (kind == "ConfigMap" and raw.name != "cilium-config"):
             at = (raw.source.file, kind)
@@ -688,6 +696,20 @@ def _load_object(
         )
     elif kind == "Node":
         inv.nodes.append(memo(raw.obj, "node", lambda: parse_node(raw)))
+    elif kind == capacity.NODEPOOL_KIND:
+        pool = memo(raw.obj, "nodepool", lambda: capacity.parse_node_pool(raw.obj, raw.source))
+        inv.capacity = dataclasses.replace(inv.capacity, pools=(*inv.capacity.pools, pool))
+    elif kind == capacity.NODECLAIM_KIND:
+        zone_key = inv.settings.topology.zone_key
+        claim, became = memo(
+            raw.obj, f"nodeclaim:{zone_key}", lambda: capacity.parse_node_claim(raw.obj, raw.source, zone_key)
+        )
+        if claim is None:
+            inv.file_notes.append(
+                (raw.source.file, f"NodeClaim {raw.name} names no zone yet: where it lands is not known")
+            )
+        else:
+            inv.capacity = dataclasses.replace(inv.capacity, claims=(*inv.capacity.claims, (claim, became)))
     elif kind == "Service":
         inv.services.append(memo(raw.obj, f"service:{ns}", lambda: parse_service(raw, ns)))
     elif kind in ADAPTERS or kind in CONTEXT_KINDS:
@@ -722,7 +744,8 @@ def parse_node(raw: RawObject) -> Node:
         if isinstance(a, Mapping) and a.get("address")
     )
     allocatable = specs.mapping(status.get("allocatable"), "status.allocatable")
-    return Node(
+    annotations = specs.mapping(meta.get("annotations"), "metadata.annotations")
+    node = Node(
         raw.name,
         freeze_labels(specs.mapping(meta.get("labels"), "metadata.labels")),
         tuple(taints),
@@ -732,6 +755,27 @@ def parse_node(raw: RawObject) -> Node:
         addresses,
         raw.source,
     )
+    return capacity.template_group(node, annotations) if capacity.TEMPLATE_ANNOTATION in annotations else node
+
+
+def _autoscaler_status(raw: RawObject, inv: Inventory) -> None:
+    """kube-system/cluster-autoscaler-status: the node groups that cannot grow (their templates
+    make no node)."""
+    data = specs.mapping(raw.obj.get("data"), "data")
+    text = data.get("status")
+    if not isinstance(text, str):
+        raise specs.PolicyError("data.status", "must be the cluster-autoscaler's status text")
+    full = capacity.autoscaler_full_groups(text)
+    inv.capacity = dataclasses.replace(inv.capacity, full_groups={**(inv.capacity.full_groups or {}), **full})
+
+
+def _provision(inv: Inventory) -> None:
+    """The nodes the provisioners of the inventory can make, after the nodes it holds."""
+    if not inv.capacity:
+        return
+    kept, made, notes = capacity.provisioned(inv.capacity, inv.nodes, inv.settings.topology.zone_key)
+    inv.nodes[:] = [*kept, *made]
+    inv.notes.extend(notes)
 
 
 def parse_service(raw: RawObject, namespace: str) -> Service:

@@ -65,13 +65,21 @@ CLUSTER_SCOPED = frozenset(
         "ClusterQueue",
         "Topology",
         "ClusterSnapshot",
+        "NodePool",
+        "NodeClaim",
+        "ResourceFlavor",
+        "HyperNode",
+        "DeviceClass",
+        "ResourceSlice",
     }
 )
 
 
 def object_unit(raw: RawObject, default_namespace: str) -> str:
     """The unit of one object."""
-    if raw.kind in CLUSTER_SCOPED or (raw.kind == "ConfigMap" and raw.name == "cilium-config"):
+    if raw.kind in CLUSTER_SCOPED or (
+        raw.kind == "ConfigMap" and raw.name in ("cilium-config", "cluster-autoscaler-status")
+    ):
         return CLUSTER
     if raw.kind not in SUPPORTED_VERSIONS and raw.namespace("") == "":
         return CLUSTER  # a kind we do not know the scope of, and no namespace: assume cluster-wide
