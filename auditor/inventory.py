@@ -11,6 +11,7 @@ from typing import Any
 from auditor.model.objects import LivePod, Node, Role, Service, Workload, WorkloadRef, freeze_labels
 from auditor.model.source import LoadError, NotAudited
 from auditor.placement.capacity import Capacity
+from auditor.placement.kueue import Admission, Queues
 from auditor.placement.pods import pod_endpoint
 from auditor.reachability import cni
 from auditor.reachability.endpoints import PodEndpoint
@@ -51,6 +52,10 @@ class Inventory:
     # not yet Nodes, node groups the cluster-autoscaler cannot grow. The nodes they can make are
     # in `nodes` (Node.provisioner says which) once the inventory is built.
     capacity: Capacity = field(default_factory=Capacity)
+    # Kueue's queues and flavors (placement/kueue.py), and how it admits each pod set it manages,
+    # by (workload, role name): those roles' templates are already as admitted.
+    queues: Queues = field(default_factory=Queues)
+    admissions: dict[tuple[WorkloadRef, str], Admission] = field(default_factory=dict)
     # Pods a cluster or snapshot reported with their node: where groups actually run.
     live_pods: list[LivePod] = field(default_factory=list)
     # The manifest each workload was read from (as rendered): remediation patches it. Kept only

@@ -44,10 +44,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from auditor.model.labels import LabelSelector
-from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, Toleration
+from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, Toleration, WorkloadRef
 from auditor.model.scheduling import AffinityTerm, namespace_label_map
 from auditor.model.values import value
-from auditor.placement import capacity
+from auditor.placement import capacity, kueue
 from auditor.placement.filters import TOPOLOGY_KEYS, FilterResult, filter_node, node_label_keys
 from auditor.placement.podfilters import ExistingPod, InterPodAffinity, TopologySpread, missing_topology_key
 from auditor.placement.resources import extended_resources, pods_per_node
@@ -75,6 +75,15 @@ class PlacementOptions:
     # run an equivalent): pods requesting an extended resource tolerate NoSchedule taints keyed by it.
     extended_resource_toleration: bool = False
     namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False, hash=False)
+    # How Kueue admits the pod sets it manages, by (workload, role name), and the TAS Topologies'
+    # levels by name (placement/kueue.py).
+    admissions: Mapping[tuple[WorkloadRef, str], kueue.Admission] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+    topologies: Mapping[str, Sequence[str]] = field(default_factory=dict, compare=False, hash=False)
+
+    def admission(self, role: Role) -> kueue.Admission | None:
+        return self.admissions.get((role.workload, role.name)) if self.admissions else None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -594,7 +603,49 @@ def _replica_bounds(
     return max_replicas, reason, forced
 
 
-def _self_colocation(role: Role, zones: Sequence[str], matches: _Matches, topology: Topology) -> str:
+def _kueue_nests(role: Role, key: str, topology: Topology, options: PlacementOptions) -> bool:
+    """A Kueue topology level whose domains nest inside zones: by the nodes, or by the order of
+    the levels of the Topology its flavors name."""
+    if topology.nests(key):
+        return True
+    return kueue.level_nests(options.admission(role), key, topology.zone_key, options.topologies)
+
+
+def flavor_zones(adm: kueue.Admission, ok: Iterable[Node], zone_key: str) -> list[set[str]]:
+    """The zones of the nodes `ok` under each flavor combination of the admission."""
+    out = []
+    for combo in adm.combinations:
+        labels = [kv for f in combo for kv in f.node_labels]
+        out.append(
+            {
+                z
+                for n in ok
+                if all(n.label_map.get(k) == v for k, v in labels) and (z := n.label_map.get(zone_key))
+            }
+        )
+    return out
+
+
+def _one_flavor_zone(role: Role, ok: Sequence[Node], options: PlacementOptions, zone_key: str) -> str:
+    adm = options.admission(role)
+    if adm is None or len(adm.combinations) < 2:
+        return ""
+    if all(len(z) <= 1 for z in flavor_zones(adm, ok, zone_key)):
+        return (
+            f"{role} is admitted by Kueue under one ResourceFlavor of ClusterQueue {adm.cluster_queue} "
+            f"at a time, and each of its flavors ({', '.join(adm.flavor_names)}) keeps to one zone"
+        )
+    return ""
+
+
+def _self_colocation(
+    role: Role,
+    zones: Sequence[str],
+    matches: _Matches,
+    topology: Topology,
+    options: PlacementOptions,
+    ok: Sequence[Node],
+) -> str:
     if len(zones) <= 1:
         return f"{role} can land in one zone only"
     exclusive = _annotation(role, EXCLUSIVE)
@@ -603,14 +654,21 @@ def _self_colocation(role: Role, zones: Sequence[str], matches: _Matches, topolo
     lws = _annotation(role, LWS_EXCLUSIVE)
     if lws and topology.nests(lws) and role.replicas <= max(1, _int_annotation(role, LWS_SIZE, 1)):
         return f"{role} is one LeaderWorkerSet group, kept in one domain of {_describe(lws, topology)}"
-    kueue = _annotation(role, KUEUE_REQUIRED)
-    if kueue and topology.nests(kueue):
-        return f"{role} has {KUEUE_REQUIRED}: {_describe(kueue, topology)}"
+    required = _annotation(role, KUEUE_REQUIRED)
+    if required and _kueue_nests(role, required, topology, options):
+        return f"{role} has {KUEUE_REQUIRED}: {_describe_level(role, required, topology, options)}"
     if matches.itself and not matches.others:
         key = _zone_nested_key(role, topology)
         if key:
             return f"{role} requires podAffinity to its own pods on {_describe(key, topology)}"
-    return ""
+    return _one_flavor_zone(role, ok, options, topology.zone_key)
+
+
+def _describe_level(role: Role, key: str, topology: Topology, options: PlacementOptions) -> str:
+    if topology.nests(key):
+        return _describe(key, topology)
+    names = ", ".join((options.admission(role) or kueue.Admission("", "", ())).topologies())
+    return f"{key} (at or below the zone level of Topology {names})"
 
 
 def place_roles(
@@ -698,7 +756,7 @@ def place_roles(
         ok = feasible[role]
         zones, names = zones_of(ok)
         m = matches.get(role, _Matches((), False))
-        one_zone = _self_colocation(role, zones, m, topology) if ok else ""
+        one_zone = _self_colocation(role, zones, m, topology, opts, ok) if ok else ""
         caps: list[_Cap | _FitCap] = [*_caps(role, nodes, index, opts)]
         multiplying = to_be_made and any(n.multiplies for n in ok)
         fit = _fit_cap(role, pools_of(ok)) if role.replicas > 1 and not multiplying else None
@@ -824,6 +882,12 @@ class PairContext:
     def __init__(self, nodes: Sequence[Node], options: PlacementOptions) -> None:
         self.topology = Topology(nodes, options.zone_key)
         self.options = options
+        self._by_name: dict[str, Node] | None = None
+
+    def node_index(self) -> Mapping[str, Node]:
+        if self._by_name is None:
+            self._by_name = {n.name: n for n in self.topology.nodes}
+        return self._by_name
 
 
 def _terms_select(x: Role, y: Role, kind: str, ctx: PairContext, zone_only: bool) -> str:
@@ -923,12 +987,21 @@ def _within(a: RolePlacement, ctx: PairContext) -> PairPlacement:
             "each replica joins a zone holding one of them, and they can be in several zones",
         )
     preferred = _annotation(role, KUEUE_PREFERRED)
-    if preferred and topo.nests(preferred):
+    if preferred and _kueue_nests(role, preferred, topo, ctx.options):
         return PairPlacement(
             everywhere,
             "possible",
             f"{role} has {KUEUE_PREFERRED}: {_describe(preferred, topo)} — Kueue packs the pod "
             "set into one domain unless it does not fit",
+        )
+    sliced = _annotation(role, kueue.SLICE_REQUIRED)
+    if sliced and _kueue_nests(role, sliced, topo, ctx.options):
+        size = _annotation(role, "kueue.x-k8s.io/podset-slice-size") or "?"
+        return PairPlacement(
+            everywhere,
+            "possible",
+            f"{role} has {kueue.SLICE_REQUIRED}: {_describe_level(role, sliced, topo, ctx.options)} — each "
+            f"slice of {size} pods keeps to one domain, the slices do not",
         )
     if _preferred_selects(role, role, ctx):
         return PairPlacement(
@@ -1024,12 +1097,12 @@ def _between(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> PairPlacem
     group_a, group_b = _annotation(ra, KUEUE_GROUP), _annotation(rb, KUEUE_GROUP)
     if same_workload and group_a and group_a == group_b:
         required = _annotation(ra, KUEUE_REQUIRED) or _annotation(rb, KUEUE_REQUIRED)
-        if required and topo.nests(required):
+        if required and _kueue_nests(ra, required, topo, ctx.options):
             return PairPlacement(
                 same,
                 None,
                 f"{ra} and {rb} share Kueue pod-set group {group_a!r} with "
-                f"{KUEUE_REQUIRED}: {_describe(required, topo)}",
+                f"{KUEUE_REQUIRED}: {_describe_level(ra, required, topo, ctx.options)}",
             )
         preferred = _annotation(ra, KUEUE_PREFERRED) or _annotation(rb, KUEUE_PREFERRED)
         if preferred and topo.nests(preferred) and common:
@@ -1059,7 +1132,31 @@ def _between(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> PairPlacem
         return PairPlacement(
             everywhere, "possible", "a preferred podAffinity pulls them together but does not force it"
         )
+    flavors = _same_flavor(a, b, ctx)
+    if flavors:
+        return PairPlacement(everywhere, "possible", flavors)
     return PairPlacement(everywhere, "likely", f"nothing couples {ra} and {rb} to one zone")
+
+
+def _same_flavor(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> str:
+    """Two pod sets of one workload, each kept in one zone by its Kueue flavor: Kueue tries the
+    flavors in the same order for both, so they share one unless quota runs out first."""
+    adm_a, adm_b = ctx.options.admission(a.role), ctx.options.admission(b.role)
+    if adm_a is None or adm_b is None or a.role.workload != b.role.workload:
+        return ""
+    if adm_a.cluster_queue != adm_b.cluster_queue or not (a.one_zone and b.one_zone):
+        return ""
+    by_name = ctx.node_index()
+    zone_key = ctx.topology.zone_key
+    for p, adm in ((a, adm_a), (b, adm_b)):
+        ok = [by_name[n] for n in p.nodes if n in by_name]
+        if len(adm.combinations) < 2 or not all(len(z) <= 1 for z in flavor_zones(adm, ok, zone_key)):
+            return ""
+    return (
+        f"Kueue admits {a.role} and {b.role} under one flavor each of ClusterQueue {adm_a.cluster_queue} "
+        f"({', '.join(adm_a.flavor_names)}, one zone each): both take the first with quota for them, "
+        "different ones when it runs short"
+    )
 
 
 def _lws_subgroups_apart(a: Role, b: Role, topo: Topology) -> str:

@@ -233,6 +233,8 @@ def placement_options(inv: Inventory) -> PlacementOptions:
         inv.settings.topology.zone_key,
         inv.settings.kubernetes.extended_resource_toleration,
         {ns: dict(labels) for ns, labels in inv.namespaces.items()},
+        inv.admissions,
+        inv.queues.topologies,
     )
 
 

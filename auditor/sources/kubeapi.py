@@ -98,6 +98,10 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("batch.volcano.sh", "v1alpha1", "jobs", "Job", True),
     Resource("karpenter.sh", "v1", "nodepools", "NodePool", False),
     Resource("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False),
+    Resource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", True),
+    Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", False),
+    Resource("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", False),
+    Resource("kueue.x-k8s.io", "v1alpha1", "topologies", "Topology", False),
 )
 CILIUM_CONFIG = Resource("", "v1", "configmaps", "ConfigMap", True, optional=True)
 

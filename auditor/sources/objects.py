@@ -32,7 +32,7 @@ from auditor.model.objects import (
 from auditor.model.pickling import by_fields
 from auditor.model.source import LoadError, SourceRef
 from auditor.model.values import value
-from auditor.placement import capacity
+from auditor.placement import capacity, kueue
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.engine import NAMESPACE_TIER
 from auditor.reachability.policy import CompiledPolicy
@@ -77,6 +77,10 @@ SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
     "PersistentVolume": ("v1",),
     "StorageClass": ("storage.k8s.io/v1",),
     capacity.NODEPOOL_KIND: capacity.KARPENTER_VERSIONS,
+    "LocalQueue": kueue.VERSIONS,
+    "ClusterQueue": kueue.VERSIONS,
+    "ResourceFlavor": kueue.VERSIONS,
+    "Topology": kueue.TOPOLOGY_VERSIONS,
     capacity.NODECLAIM_KIND: capacity.KARPENTER_VERSIONS,
 }
 SUPPORTED_VERSIONS["Job"] = ("batch/v1", "batch.volcano.sh/v1alpha1")
@@ -336,6 +340,10 @@ def build_inventory(
         except SelectorError as exc:
             cluster_scoped = raw.kind in _CLUSTER_SCOPED_SELECTING
             inv.errors.append(_error(raw, exc, None if cluster_scoped else raw.namespace(default_ns)))
+    if inv.queues:
+        inv.workloads, inv.admissions, notes = kueue.apply(inv.workloads, inv.queues)
+        inv.notes.extend(notes)
+        inv._by_name_for = []
     _split_per_replica(objects, inv, elsewhere)
     _provision(inv)
     return inv
@@ -357,7 +365,17 @@ def file_order(documents: Iterable[yamlio.Document], errors: Iterable[LoadError]
 
 POLICY_KINDS = ("NetworkPolicy", "GlobalNetworkPolicy", *CILIUM_KINDS, *ADMIN_KINDS)
 _CLUSTER_SCOPED_SELECTING = frozenset(
-    (*ADMIN_KINDS, "CiliumClusterwideNetworkPolicy", "GlobalNetworkPolicy", "Node", "NodePool", "NodeClaim")
+    (
+        *ADMIN_KINDS,
+        "CiliumClusterwideNetworkPolicy",
+        "GlobalNetworkPolicy",
+        "Node",
+        "NodePool",
+        "NodeClaim",
+        "ClusterQueue",
+        "ResourceFlavor",
+        "Topology",
+    )
 )
 """Kinds with selectors that have no namespace: a selector error in one names no namespace."""
 
@@ -696,6 +714,8 @@ def _load_object(
         )
     elif kind == "Node":
         inv.nodes.append(memo(raw.obj, "node", lambda: parse_node(raw)))
+    elif kind in kueue.KINDS:
+        kueue.read(kind, raw.obj, ns, raw.source, inv.queues)
     elif kind == capacity.NODEPOOL_KIND:
         pool = memo(raw.obj, "nodepool", lambda: capacity.parse_node_pool(raw.obj, raw.source))
         inv.capacity = dataclasses.replace(inv.capacity, pools=(*inv.capacity.pools, pool))

@@ -1,0 +1,343 @@
+"""Kueue: where a workload admitted through a queue can land (pure).
+
+A workload labelled `kueue.x-k8s.io/queue-name: <q>` (on the workload or, for plain pods and
+Deployments, the pod template; a namespace with a LocalQueue named `default` gives it to workloads
+without the label, as Kueue's LocalQueueDefaulting does) goes LocalQueue → ClusterQueue →
+ResourceFlavors. Kueue admits each pod set under one flavor per resource group whose covered
+resources the pod set requests, tried in the ClusterQueue's order, and injects the flavor's
+`nodeLabels` into the pods' nodeSelector and its `tolerations` into theirs. A flavor whose
+`nodeTaints` the pod set (with the flavor's tolerations) does not tolerate is never chosen.
+
+So a pod set lands where the node labels of *one* of its admissible flavor combinations hold:
+its template's required node affinity becomes the OR over those combinations (each ANDed with
+the terms it had), its tolerations gain the flavors'. With per-zone flavors, each pod set keeps to
+one zone (`one_zone`), but two pod sets of a workload may be admitted under different flavors when
+the first has no quota left for both: a split between them is `possible`.
+
+Topology-Aware Scheduling: a flavor's `topologyName` names a Topology whose `levels` (highest
+first) say which node labels nest: a `podset-required-topology` (or a shared `podset-group-name`)
+at the zone level or below keeps the pod set (or the group) in one zone, even where the nodes
+alone do not show it. `podset-preferred-topology` and `podset-slice-required-topology` (each slice
+in one domain, the pod set over several) leave a split `possible`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import product
+from typing import Any
+
+from auditor.model.labels import SelectorError
+from auditor.model.objects import Labels, Role, Taint, Toleration, Workload, WorkloadRef, freeze_labels
+from auditor.model.scheduling import NodeAffinity, NodeRequirement, NodeSelectorTerm
+from auditor.model.source import SourceRef
+
+GROUP = "kueue.x-k8s.io"
+VERSIONS = ("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2")
+TOPOLOGY_VERSIONS = ("kueue.x-k8s.io/v1alpha1", "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2")
+KINDS = ("LocalQueue", "ClusterQueue", "ResourceFlavor", "Topology")
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+DEFAULT_QUEUE = "default"
+SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
+MAX_COMBINATIONS = 64
+
+
+class KueueError(SelectorError):
+    """A Kueue object that cannot be read; `field` is the dotted path in it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Flavor:
+    name: str
+    node_labels: Labels = ()
+    node_taints: tuple[Taint, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    topology: str = ""
+    source: SourceRef = SourceRef("")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterQueue:
+    name: str
+    # Per resource group: the resources it covers, and its flavors in order.
+    groups: tuple[tuple[frozenset[str], tuple[str, ...]], ...]
+    source: SourceRef = SourceRef("")
+
+
+@dataclass
+class Queues:
+    """The Kueue objects of an inventory."""
+
+    local: dict[tuple[str, str], str] = field(default_factory=dict)  # (namespace, name) → ClusterQueue
+    cluster: dict[str, ClusterQueue] = field(default_factory=dict)
+    flavors: dict[str, Flavor] = field(default_factory=dict)
+    topologies: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name → level node labels
+
+    def __bool__(self) -> bool:
+        return bool(self.local or self.cluster)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """How Kueue admits one pod set: through which queues, under which flavor combinations."""
+
+    local_queue: str
+    cluster_queue: str
+    combinations: tuple[tuple[Flavor, ...], ...]  # admissible, in the order Kueue tries them
+
+    @property
+    def flavor_names(self) -> tuple[str, ...]:
+        return tuple("+".join(f.name for f in c) for c in self.combinations)
+
+    def topologies(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(f.topology for c in self.combinations for f in c if f.topology))
+
+
+# --- reading ---------------------------------------------------------------------------------------
+
+
+def _mapping(obj: Any, at: str) -> Mapping[str, Any]:
+    if obj is None:
+        return {}
+    if not isinstance(obj, Mapping):
+        raise KueueError(at, f"must be a mapping, got {type(obj).__name__}")
+    return obj
+
+
+def _seq(obj: Any, at: str) -> list[Any]:
+    if obj is None:
+        return []
+    if not isinstance(obj, list):
+        raise KueueError(at, f"must be a list, got {type(obj).__name__}")
+    return obj
+
+
+def _name(obj: Any, at: str) -> str:
+    if not isinstance(obj, str) or not obj:
+        raise KueueError(at, "is required and must be a string")
+    return obj
+
+
+def _taints(raw: Any, at: str) -> tuple[Taint, ...]:
+    out = []
+    for i, t in enumerate(_seq(raw, at)):
+        body = _mapping(t, f"{at}[{i}]")
+        effect = str(body.get("effect") or "")
+        if effect not in ("NoSchedule", "NoExecute", "PreferNoSchedule"):
+            raise KueueError(
+                f"{at}[{i}].effect", f"must be NoSchedule, PreferNoSchedule or NoExecute, got {effect!r}"
+            )
+        out.append(Taint(_name(body.get("key"), f"{at}[{i}].key"), str(body.get("value") or ""), effect))
+    return tuple(out)
+
+
+def _tolerations(raw: Any, at: str) -> tuple[Toleration, ...]:
+    out = []
+    for i, t in enumerate(_seq(raw, at)):
+        body = _mapping(t, f"{at}[{i}]")
+        op = str(body.get("operator") or "Equal")
+        if op not in ("Equal", "Exists"):
+            raise KueueError(f"{at}[{i}].operator", f"must be Equal or Exists, got {op!r}")
+        out.append(
+            Toleration(
+                str(body.get("key") or ""), op, str(body.get("value") or ""), str(body.get("effect") or "")
+            )
+        )
+    return tuple(out)
+
+
+def read(kind: str, obj: Mapping[str, Any], namespace: str, source: SourceRef, into: Queues) -> None:
+    """Add one Kueue object to `into` (KueueError naming the field when it cannot be read)."""
+    meta = _mapping(obj.get("metadata"), "metadata")
+    name = _name(meta.get("name"), "metadata.name")
+    spec = _mapping(obj.get("spec"), "spec")
+    if kind == "LocalQueue":
+        into.local[(namespace, name)] = _name(spec.get("clusterQueue"), "spec.clusterQueue")
+    elif kind == "ClusterQueue":
+        groups = []
+        for i, g in enumerate(_seq(spec.get("resourceGroups"), "spec.resourceGroups")):
+            at = f"spec.resourceGroups[{i}]"
+            body = _mapping(g, at)
+            covered = frozenset(str(r) for r in _seq(body.get("coveredResources"), f"{at}.coveredResources"))
+            flavors = tuple(
+                _name(_mapping(f, f"{at}.flavors[{j}]").get("name"), f"{at}.flavors[{j}].name")
+                for j, f in enumerate(_seq(body.get("flavors"), f"{at}.flavors"))
+            )
+            groups.append((covered, flavors))
+        into.cluster[name] = ClusterQueue(name, tuple(groups), source)
+    elif kind == "ResourceFlavor":
+        labels = _mapping(spec.get("nodeLabels"), "spec.nodeLabels")
+        into.flavors[name] = Flavor(
+            name,
+            freeze_labels(labels),
+            _taints(spec.get("nodeTaints"), "spec.nodeTaints"),
+            _tolerations(spec.get("tolerations"), "spec.tolerations"),
+            str(spec.get("topologyName") or ""),
+            source,
+        )
+    elif kind == "Topology":
+        levels = []
+        for i, level in enumerate(_seq(spec.get("levels"), "spec.levels")):
+            levels.append(
+                _name(_mapping(level, f"spec.levels[{i}]").get("nodeLabel"), f"spec.levels[{i}].nodeLabel")
+            )
+        into.topologies[name] = tuple(levels)
+
+
+# --- admission -------------------------------------------------------------------------------------
+
+
+def queue_of(workload: Workload, role: Role) -> str:
+    return (
+        dict(workload.labels).get(QUEUE_LABEL)
+        or role.template.label_map.get(QUEUE_LABEL)
+        or (workload.annotations.get(QUEUE_LABEL) or "")
+    )
+
+
+def _requested(role: Role) -> set[str]:
+    names = {name for name, amount in role.template.pod_requests.amounts if amount > 0}
+    for container in role.template.requests:
+        names.update(k for k, _ in container)
+    return names
+
+
+def _tolerated(taints: Iterable[Taint], tolerations: Sequence[Toleration]) -> bool:
+    return all(
+        any(t.tolerates(taint) for t in tolerations)
+        for taint in taints
+        if taint.effect in ("NoSchedule", "NoExecute")
+    )
+
+
+def admission(workload: Workload, role: Role, queues: Queues) -> tuple[Admission | None, str]:
+    """How Kueue admits the role's pod set (None: not through Kueue, or not resolvable), and a
+    note when its queue names something the inventory does not hold."""
+    ns = workload.ref.namespace
+    queue = queue_of(workload, role)
+    if not queue:
+        if (ns, DEFAULT_QUEUE) not in queues.local:
+            return None, ""
+        queue = DEFAULT_QUEUE
+    cq_name = queues.local.get((ns, queue))
+    if cq_name is None:
+        return (
+            None,
+            f"{role}: LocalQueue {ns}/{queue} is not among the objects read; Kueue's flavors not applied",
+        )
+    cq = queues.cluster.get(cq_name)
+    if cq is None:
+        return (
+            None,
+            f"{role}: ClusterQueue {cq_name} (of LocalQueue {ns}/{queue}) is not among the objects read",
+        )
+    wanted = _requested(role)
+    per_group: list[list[Flavor]] = []
+    for covered, names in cq.groups:
+        if not (covered & wanted):
+            continue
+        flavors = []
+        for n in names:
+            f = queues.flavors.get(n)
+            if f is None:
+                return (
+                    None,
+                    f"{role}: ResourceFlavor {n} (of ClusterQueue {cq_name}) is not among the objects read",
+                )
+            if _tolerated(f.node_taints, (*role.template.tolerations, *f.tolerations)):
+                flavors.append(f)
+        per_group.append(flavors)
+    if not per_group:
+        return Admission(queue, cq_name, ((),)), ""  # requests nothing the queue covers: no flavor
+    combos = []
+    for combo in product(*per_group):
+        labels: dict[str, str] = {}
+        if all(labels.setdefault(k, v) == v for f in combo for k, v in f.node_labels):
+            combos.append(tuple(combo))
+        if len(combos) >= MAX_COMBINATIONS:
+            break
+    return Admission(queue, cq_name, tuple(combos)), ""
+
+
+def admitted_role(role: Role, adm: Admission) -> Role:
+    """The role as Kueue admits it: its pods land where one flavor combination's node labels hold,
+    and carry the flavors' tolerations."""
+    combos = list(adm.combinations)
+    if combos == [()]:
+        return role
+    t = role.template
+    tolerations = list(t.tolerations)
+    for combo in combos:
+        for f in combo:
+            tolerations.extend(x for x in f.tolerations if x not in tolerations)
+    if len(combos) == 1:
+        selector = dict(t.node_selector)
+        selector.update(kv for f in combos[0] for kv in f.node_labels)
+        template = replace(t, node_selector=freeze_labels(selector), tolerations=tuple(tolerations))
+        return replace(role, template=template)
+    required = t.scheduling.node_affinity.required
+    preferred = t.scheduling.node_affinity.preferred
+    if not combos:
+        affinity = NodeAffinity((), preferred)  # no flavor admits it: no node either
+    elif required is None and any(not any(f.node_labels for f in c) for c in combos):
+        affinity = t.scheduling.node_affinity  # a flavor without node labels: any node
+    else:
+        base: tuple[NodeSelectorTerm, ...] = required if required is not None else (NodeSelectorTerm(),)
+        terms = []
+        for combo in combos:
+            extra = tuple(NodeRequirement(k, "In", (v,)) for f in combo for k, v in f.node_labels)
+            for term in base:
+                terms.append(replace(term, match_expressions=term.match_expressions + extra))
+        affinity = NodeAffinity(tuple(terms), preferred)
+    scheduling = replace(t.scheduling, node_affinity=affinity)
+    template = replace(t, scheduling=scheduling, tolerations=tuple(tolerations))
+    return replace(role, template=template)
+
+
+def apply(
+    workloads: Sequence[Workload], queues: Queues
+) -> tuple[list[Workload], dict[tuple[WorkloadRef, str], Admission], list[str]]:
+    """The workloads with their Kueue-managed roles as admitted, each such role's admission by
+    (workload, role name), and notes on queues that could not be resolved."""
+    if not queues:
+        return list(workloads), {}, []
+    out: list[Workload] = []
+    admissions: dict[tuple[WorkloadRef, str], Admission] = {}
+    notes: list[str] = []
+    for w in workloads:
+        roles = []
+        changed = False
+        for r in w.roles:
+            adm, note = admission(w, r, queues)
+            if note:
+                notes.append(note)
+            if adm is None:
+                roles.append(r)
+                continue
+            admissions[(w.ref, r.name)] = adm
+            new = admitted_role(r, adm)
+            changed = changed or new is not r
+            roles.append(new)
+            if not adm.combinations:
+                notes.append(
+                    f"{r}: no ResourceFlavor of ClusterQueue {adm.cluster_queue} admits it "
+                    "(their nodeTaints are not tolerated): Kueue never admits it"
+                )
+        out.append(replace(w, roles=tuple(roles)) if changed else w)
+    return out, admissions, notes
+
+
+def level_nests(
+    adm: Admission | None, key: str, zone_key: str, topologies: Mapping[str, Sequence[str]]
+) -> bool:
+    """Whether the Topology of the role's flavors puts `key` at the zone level or below it."""
+    if adm is None:
+        return False
+    found = False
+    for name in adm.topologies():
+        levels = list(topologies.get(name, ()))
+        if key not in levels or zone_key not in levels or levels.index(key) < levels.index(zone_key):
+            return False
+        found = True
+    return found
