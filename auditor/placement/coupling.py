@@ -30,11 +30,17 @@ one role to a pod of the other, and how certain a split across zones is:
 * split `always`: no common feasible zone, or one role forced across zones while the other keeps to
   one zone;
 * `possible`: something packs the roles but does not force it (preferred podAffinity, Kueue
-  `podset-preferred-topology`, a follower that may start first); otherwise `likely` (the default
-  spreading nudges pods of one workload apart).
+  `podset-preferred-topology` or `podset-slice-required-topology`, a follower that may start
+  first, two pod sets each kept in one zone by their Kueue flavors, which they share unless quota
+  runs short), or the split needs a node that does not exist yet (a Karpenter NodePool or an
+  autoscaled node group makes one only for pods the present nodes cannot take); otherwise `likely`
+  (the default spreading nudges pods of one workload apart).
 
 Whether a topology key's domains nest inside zones is decided from the node labels, never from the
-key's name: a node pool or rack whose nodes span two zones does not keep a group in one zone.
+key's name: a node pool or rack whose nodes span two zones does not keep a group in one zone; a
+Kueue Topology whose levels put the key at or below the zone level says so too. The nodes include
+those a provisioner can make (placement/capacity.py) and Kueue-managed roles are placed as admitted
+(placement/kueue.py); docs/placement.md lists every object read and what is not.
 """
 
 from __future__ import annotations
