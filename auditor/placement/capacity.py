@@ -39,10 +39,10 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from auditor.model.labels import SelectorError
 from auditor.model.objects import REGION_KEY, ZONE_KEY, Labels, Node, Taint, freeze_labels
 from auditor.model.scheduling import NodeRequirement, parse_int64
 from auditor.model.source import SourceRef
+from auditor.reachability.specs import PolicyError
 
 NODEPOOL_KIND = "NodePool"
 NODECLAIM_KIND = "NodeClaim"
@@ -79,8 +79,9 @@ MAX_ZONES_PER_POOL = 64
 _WHOLE_NODE = ("cpu", "memory", "nodes", "pods", "ephemeral-storage")
 
 
-class CapacityError(SelectorError):
-    """An object of this module's kinds that cannot be read; `field` is the dotted path in it."""
+CapacityError = PolicyError
+"""The error of an object of this module's kinds that cannot be read (`field`: the dotted path
+in it): mypyc's compiled SelectorError cannot be subclassed outside the compiled modules."""
 
 
 def well_known(key: str) -> bool:

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field, replace
 from itertools import product
 from typing import Any
 
-from auditor.model.labels import SelectorError
-from auditor.model.objects import Labels, Role, Taint, Toleration, Workload, WorkloadRef, freeze_labels
+from auditor.model.objects import Labels, Node, Role, Taint, Toleration, Workload, WorkloadRef, freeze_labels
 from auditor.model.scheduling import NodeAffinity, NodeRequirement, NodeSelectorTerm
 from auditor.model.source import SourceRef
+from auditor.reachability.specs import PolicyError
 
 GROUP = "kueue.x-k8s.io"
 VERSIONS = ("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2")
@@ -43,8 +43,9 @@ SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 MAX_COMBINATIONS = 64
 
 
-class KueueError(SelectorError):
-    """A Kueue object that cannot be read; `field` is the dotted path in it."""
+KueueError = PolicyError
+"""The error of an object of this module's kinds that cannot be read (`field`: the dotted path
+in it): mypyc's compiled SelectorError cannot be subclassed outside the compiled modules."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +212,26 @@ def _tolerated(taints: Iterable[Taint], tolerations: Sequence[Toleration]) -> bo
     )
 
 
+def _selects_flavor(flavor: Flavor, role: Role, keys: frozenset[str]) -> bool:
+    """Kueue's flavor selector: the pod set's nodeSelector and required node affinity, restricted
+    to the label keys the ClusterQueue's flavors define, must hold on the flavor's nodeLabels."""
+    from auditor.placement.filters import term_matches
+
+    labels = dict(flavor.node_labels)
+    t = role.template
+    if any(labels.get(k) != v for k, v in t.node_selector if k in keys):
+        return False
+    required = t.scheduling.node_affinity.required
+    if required is None:
+        return True
+    probe = Node(f"flavor/{flavor.name}", flavor.node_labels)
+    for term in required:
+        kept = tuple(e for e in term.match_expressions if e.key in keys)
+        if not kept or term_matches(replace(term, match_expressions=kept, match_fields=()), probe):
+            return True
+    return False
+
+
 def admission(workload: Workload, role: Role, queues: Queues) -> tuple[Admission | None, str]:
     """How Kueue admits the role's pod set (None: not through Kueue, or not resolvable), and a
     note when its queue names something the inventory does not hold."""
@@ -222,16 +243,14 @@ def admission(workload: Workload, role: Role, queues: Queues) -> tuple[Admission
         queue = DEFAULT_QUEUE
     cq_name = queues.local.get((ns, queue))
     if cq_name is None:
-        return (
-            None,
-            f"{role}: LocalQueue {ns}/{queue} is not among the objects read; Kueue's flavors not applied",
-        )
+        return None, f"LocalQueue {ns}/{queue}"
     cq = queues.cluster.get(cq_name)
     if cq is None:
-        return (
-            None,
-            f"{role}: ClusterQueue {cq_name} (of LocalQueue {ns}/{queue}) is not among the objects read",
-        )
+        return None, f"ClusterQueue {cq_name} (of LocalQueue {ns}/{queue})"
+    missing = [n for _, names in cq.groups for n in names if n not in queues.flavors]
+    if missing:
+        return None, f"ResourceFlavor {missing[0]} (of ClusterQueue {cq_name})"
+    keys = frozenset(k for _, names in cq.groups for n in names for k, _ in queues.flavors[n].node_labels)
     wanted = _requested(role)
     per_group: list[list[Flavor]] = []
     for covered, names in cq.groups:
@@ -239,13 +258,9 @@ def admission(workload: Workload, role: Role, queues: Queues) -> tuple[Admission
             continue
         flavors = []
         for n in names:
-            f = queues.flavors.get(n)
-            if f is None:
-                return (
-                    None,
-                    f"{role}: ResourceFlavor {n} (of ClusterQueue {cq_name}) is not among the objects read",
-                )
-            if _tolerated(f.node_taints, (*role.template.tolerations, *f.tolerations)):
+            f = queues.flavors[n]
+            tolerated = _tolerated(f.node_taints, (*role.template.tolerations, *f.tolerations))
+            if tolerated and _selects_flavor(f, role, keys):
                 flavors.append(f)
         per_group.append(flavors)
     if not per_group:
@@ -305,13 +320,14 @@ def apply(
     out: list[Workload] = []
     admissions: dict[tuple[WorkloadRef, str], Admission] = {}
     notes: list[str] = []
+    lacking: dict[str, list[str]] = {}
     for w in workloads:
         roles = []
         changed = False
         for r in w.roles:
-            adm, note = admission(w, r, queues)
-            if note:
-                notes.append(note)
+            adm, missing = admission(w, r, queues)
+            if missing:
+                lacking.setdefault(missing, []).append(str(r))
             if adm is None:
                 roles.append(r)
                 continue
@@ -321,10 +337,14 @@ def apply(
             roles.append(new)
             if not adm.combinations:
                 notes.append(
-                    f"{r}: no ResourceFlavor of ClusterQueue {adm.cluster_queue} admits it "
-                    "(their nodeTaints are not tolerated): Kueue never admits it"
+                    f"{r}: no ResourceFlavor of ClusterQueue {adm.cluster_queue} admits it (their "
+                    "nodeTaints are not tolerated, or their nodeLabels contradict its node selection): "
+                    "Kueue never admits it"
                 )
         out.append(replace(w, roles=tuple(roles)) if changed else w)
+    for missing, names in lacking.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        notes.append(f"{missing} is not among the objects read: Kueue's flavors are not applied to {shown}")
     return out, admissions, notes
 
 

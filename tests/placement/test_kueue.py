@@ -99,7 +99,8 @@ def test_the_namespace_default_local_queue_manages_unlabelled_jobs() -> None:
     )
     assert not p[W].one_zone
     assert (
-        "ml/j/Worker: LocalQueue ml/other is not among the objects read; Kueue's flavors not applied" in notes
+        "LocalQueue ml/other is not among the objects read: Kueue's flavors are not applied to "
+        "ml/j/Master, ml/j/Worker" in notes
     )
 
 
@@ -214,3 +215,17 @@ def test_a_bad_cluster_queue_is_an_error_naming_file_object_and_field() -> None:
         ("ClusterQueue broken", "spec.resourceGroups[0].flavors[0].name")
     ]
     assert len(inv.workloads) == 1
+
+
+def test_a_flavor_contradicting_the_pod_sets_own_node_selection_is_not_chosen() -> None:
+    # Kueue matches the pod set's nodeSelector / required affinity, on the keys the flavors
+    # define, against each flavor's nodeLabels: a job pinned to zone-b is admitted under zone-b.
+    pinned = "nodeSelector: {topology.kubernetes.io/zone: zone-b}"
+    p, ctx, _ = placed(TWO_ZONES + job(worker_spec=pinned), (KUEUE / "zone-flavors.yaml",))
+    assert p[W].zones == ("zone-b",)
+    adm = ctx.options.admission(p[W].role)
+    assert adm is not None and adm.flavor_names == ("zone-b",)
+    # Pinned to a zone no flavor names: no flavor, never admitted.
+    nowhere = "nodeSelector: {topology.kubernetes.io/zone: zone-c}"
+    p, _, notes = placed(TWO_ZONES + job(worker_spec=nowhere), (KUEUE / "zone-flavors.yaml",))
+    assert p[W].unschedulable and any("Kueue never admits it" in n for n in notes)
