@@ -16,9 +16,10 @@ NODES_2Z = """\
 apiVersion: v1
 kind: NodeList
 items:
-- {apiVersion: v1, kind: Node, metadata: {name: a1, labels: {topology.kubernetes.io/zone: za, cloud.provider.com/topology-block: block-a, cloud.provider.com/topology-rack: rack-a1}}, status: {allocatable: {cpu: "64", nvidia.com/gpu: "8"}}}
-- {apiVersion: v1, kind: Node, metadata: {name: b1, labels: {topology.kubernetes.io/zone: zb, cloud.provider.com/topology-block: block-b, cloud.provider.com/topology-rack: rack-b1}}, status: {allocatable: {cpu: "64", nvidia.com/gpu: "8"}}}
-"""  # the Kueue TAS examples' levels (block, rack) as a TAS cluster labels them, nested in the zones
+- {apiVersion: v1, kind: Node, metadata: {name: a1, labels: {topology.kubernetes.io/zone: za, cloud.provider.com/topology-block: block-a, cloud.provider.com/topology-rack: rack-a1, cloud.provider.com/node-group: tas-group}}, status: {allocatable: {cpu: "64", nvidia.com/gpu: "8"}}}
+- {apiVersion: v1, kind: Node, metadata: {name: b1, labels: {topology.kubernetes.io/zone: zb, cloud.provider.com/topology-block: block-b, cloud.provider.com/topology-rack: rack-b1, cloud.provider.com/node-group: tas-group}}, status: {allocatable: {cpu: "64", nvidia.com/gpu: "8"}}}
+"""  # the Kueue TAS examples' levels (block, rack) as a TAS cluster labels them, nested in the zones,
+# and the node group the examples' ResourceFlavor `tas-flavor` selects (its nodeLabels join the pods')
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:

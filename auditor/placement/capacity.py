@@ -466,10 +466,10 @@ class Capacity:
 
 def provisioned(
     capacity: Capacity, nodes: Sequence[Node], zone_key: str
-) -> tuple[list[Node], list[Node], list[str]]:
+) -> tuple[list[Node], list[Node], list[tuple[str, str]]]:
     """(the nodes as given, less node-group templates the autoscaler cannot grow; the nodes the
-    provisioners can make; notes on what was left out and why)."""
-    notes: list[str] = []
+    provisioners can make; notes on what was left out and why, by the file of the object)."""
+    notes: list[tuple[str, str]] = []
     kept: list[Node] = list(nodes)
     full = capacity.full_groups or {}
     if full:
@@ -477,7 +477,9 @@ def provisioned(
         for n in nodes:
             group = template_group_name(n)
             if group and group in full:
-                notes.append(f"{n.provisioner} is {full[group]}: its template {n.name} makes no node")
+                notes.append(
+                    (n.source.file, f"{n.provisioner} is {full[group]}: its template {n.name} makes no node")
+                )
                 continue
             kept.append(n)
     names = {n.name for n in kept}
@@ -486,17 +488,23 @@ def provisioned(
     extra: list[Node] = list(made)
     for pool in capacity.pools:
         if pool.exhausted:
-            notes.append(f"NodePool {pool.name} makes no node: {pool.exhausted}")
+            notes.append((pool.source.file, f"NodePool {pool.name} makes no node: {pool.exhausted}"))
             continue
         if pool.spent:
             notes.append(
-                f"NodePool {pool.name} makes no node with {', '.join(pool.spent)}: its limit is reached"
+                (
+                    pool.source.file,
+                    f"NodePool {pool.name} makes no node with {', '.join(pool.spent)}: its limit is reached",
+                )
             )
         made_nodes = pool_nodes(pool, zones, zone_key)
         if any(zone_key not in n.label_map for n in made_nodes):
             notes.append(
-                f"NodePool {pool.name} names no zone and no node or pool names one: "
-                "where it makes nodes is unknown"
+                (
+                    pool.source.file,
+                    f"NodePool {pool.name} names no zone and no node or pool names one: "
+                    "where it makes nodes is unknown",
+                )
             )
         extra.extend(made_nodes)
     return kept, extra, notes

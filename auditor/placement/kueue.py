@@ -289,6 +289,10 @@ def admitted_role(role: Role, adm: Admission) -> Role:
     if len(combos) == 1:
         selector = dict(t.node_selector)
         selector.update(kv for f in combos[0] for kv in f.node_labels)
+        if freeze_labels(selector) == freeze_labels(dict(t.node_selector)) and len(tolerations) == len(
+            t.tolerations
+        ):
+            return role  # a flavor that adds nothing (the documentation's `default-flavor`)
         template = replace(t, node_selector=freeze_labels(selector), tolerations=tuple(tolerations))
         return replace(role, template=template)
     required = t.scheduling.node_affinity.required
@@ -312,22 +316,25 @@ def admitted_role(role: Role, adm: Admission) -> Role:
 
 def apply(
     workloads: Sequence[Workload], queues: Queues
-) -> tuple[list[Workload], dict[tuple[WorkloadRef, str], Admission], list[str]]:
+) -> tuple[list[Workload], dict[tuple[WorkloadRef, str], Admission], list[tuple[str, str]]]:
     """The workloads with their Kueue-managed roles as admitted, each such role's admission by
-    (workload, role name), and notes on queues that could not be resolved."""
+    (workload, role name), and notes by the workload's file: how Kueue admits it, or what its
+    queue names that the inventory lacks (one note per workload: an incremental audit keeps
+    them with the workload's unit)."""
     if not queues:
         return list(workloads), {}, []
     out: list[Workload] = []
     admissions: dict[tuple[WorkloadRef, str], Admission] = {}
-    notes: list[str] = []
-    lacking: dict[str, list[str]] = {}
+    notes: list[tuple[str, str]] = []
     for w in workloads:
         roles = []
         changed = False
+        lacking: dict[str, list[str]] = {}
+        admitted: list[str] = []
         for r in w.roles:
             adm, missing = admission(w, r, queues)
             if missing:
-                lacking.setdefault(missing, []).append(str(r))
+                lacking.setdefault(missing, []).append(r.label)
             if adm is None:
                 roles.append(r)
                 continue
@@ -337,14 +344,35 @@ def apply(
             roles.append(new)
             if not adm.combinations:
                 notes.append(
-                    f"{r}: no ResourceFlavor of ClusterQueue {adm.cluster_queue} admits it (their "
-                    "nodeTaints are not tolerated, or their nodeLabels contradict its node selection): "
-                    "Kueue never admits it"
+                    (
+                        w.ref.source.file,
+                        f"{r}: no ResourceFlavor of ClusterQueue {adm.cluster_queue} admits it (their "
+                        "nodeTaints are not tolerated, or their nodeLabels contradict its node selection): "
+                        "Kueue never admits it",
+                    )
                 )
+            elif new is not r:
+                admitted.append(f"{r.label} under {' or '.join(adm.flavor_names)}")
+        file = w.ref.source.file
+        for missing, names in lacking.items():
+            notes.append(
+                (
+                    file,
+                    f"{w.ref}: {missing} is not among the objects read: Kueue's flavors are not "
+                    f"applied to {', '.join(names)}",
+                )
+            )
+        if admitted:
+            adm0 = next(a for (ref, _), a in admissions.items() if ref == w.ref)
+            notes.append(
+                (
+                    file,
+                    f"{w.ref}: admitted by Kueue through LocalQueue {w.ref.namespace}/{adm0.local_queue} "
+                    f"(ClusterQueue {adm0.cluster_queue}): {'; '.join(admitted)}, whose nodeLabels join "
+                    "its nodeSelector",
+                )
+            )
         out.append(replace(w, roles=tuple(roles)) if changed else w)
-    for missing, names in lacking.items():
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        notes.append(f"{missing} is not among the objects read: Kueue's flavors are not applied to {shown}")
     return out, admissions, notes
 
 

@@ -341,8 +341,8 @@ def build_inventory(
             cluster_scoped = raw.kind in _CLUSTER_SCOPED_SELECTING
             inv.errors.append(_error(raw, exc, None if cluster_scoped else raw.namespace(default_ns)))
     if inv.queues:
-        inv.workloads, inv.admissions, notes = kueue.apply(inv.workloads, inv.queues)
-        inv.notes.extend(notes)
+        inv.workloads, inv.admissions, kueue_notes = kueue.apply(inv.workloads, inv.queues)
+        inv.file_notes.extend(kueue_notes)
         inv._by_name_for = []
     _split_per_replica(objects, inv, elsewhere)
     _provision(inv)
@@ -795,7 +795,7 @@ def _provision(inv: Inventory) -> None:
         return
     kept, made, notes = capacity.provisioned(inv.capacity, inv.nodes, inv.settings.topology.zone_key)
     inv.nodes[:] = [*kept, *made]
-    inv.notes.extend(notes)
+    inv.file_notes.extend(notes)
 
 
 def parse_service(raw: RawObject, namespace: str) -> Service:

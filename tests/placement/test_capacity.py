@@ -58,7 +58,11 @@ def placed(
     out = place_roles(
         roles, inv.nodes, options.zone_key, {r: role_claim_zones(inv, r) for r in roles}, options
     )
-    return {str(r): p for r, p in out.items()}, PairContext(inv.nodes, options), inv.notes
+    return (
+        {str(r): p for r, p in out.items()},
+        PairContext(inv.nodes, options),
+        [*inv.notes, *(n for _, n in inv.file_notes)],
+    )
 
 
 W, M = "ml/j/Worker", "ml/j/Master"

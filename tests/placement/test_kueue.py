@@ -56,7 +56,11 @@ def placed(
     out = place_roles(
         roles, inv.nodes, options.zone_key, {r: role_claim_zones(inv, r) for r in roles}, options
     )
-    return {str(r): p for r, p in out.items()}, PairContext(inv.nodes, options), inv.notes
+    return (
+        {str(r): p for r, p in out.items()},
+        PairContext(inv.nodes, options),
+        [*inv.notes, *(n for _, n in inv.file_notes)],
+    )
 
 
 W, M = "ml/j/Worker", "ml/j/Master"
@@ -99,8 +103,8 @@ def test_the_namespace_default_local_queue_manages_unlabelled_jobs() -> None:
     )
     assert not p[W].one_zone
     assert (
-        "LocalQueue ml/other is not among the objects read: Kueue's flavors are not applied to "
-        "ml/j/Master, ml/j/Worker" in notes
+        "PyTorchJob ml/j: LocalQueue ml/other is not among the objects read: Kueue's flavors are not "
+        "applied to Master, Worker" in notes
     )
 
 

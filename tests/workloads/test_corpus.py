@@ -110,12 +110,22 @@ def test_trainjob_without_its_runtime_is_an_error_naming_the_field() -> None:
     assert "ClusterTrainingRuntime 'torch-distributed'" in inv.errors[0].message
 
 
-def test_kueue_objects_are_counted_not_errors() -> None:
+def test_kueue_objects_are_read_not_errors() -> None:
+    # The Kueue TAS setup (Topology, ResourceFlavor, ClusterQueue, LocalQueue) is read by
+    # placement/kueue.py (tests/placement/test_kueue.py): no error, nothing skipped.
     (path,) = CORPUS.glob("24-*.yaml")
     inv = inventory([path])
-    assert inv.errors == [] and inv.skipped_kinds == {
-        "Topology": 1,
-        "ResourceFlavor": 1,
-        "ClusterQueue": 1,
-        "LocalQueue": 1,
+    assert inv.errors == [] and inv.skipped_kinds == {}
+    assert inv.queues.local == {("default", "tas-user-queue"): "tas-cluster-queue"}
+    assert inv.queues.topologies == {
+        "default": (
+            "cloud.provider.com/topology-block",
+            "cloud.provider.com/topology-rack",
+            "kubernetes.io/hostname",
+        )
     }
+    flavor = inv.queues.flavors["tas-flavor"]
+    assert (
+        flavor.node_labels == (("cloud.provider.com/node-group", "tas-group"),)
+        and flavor.topology == "default"
+    )
