@@ -111,6 +111,8 @@ class RolePlacement:
     # Zones the role reaches only through nodes a provisioner would make, and which would make
     # them: ((zone, ("NodePool gpu-spot",)), ...). Empty without such nodes (placement/capacity.py).
     provisioned: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Each Kueue flavor the role can be admitted under keeps it in one zone (placement/kueue.py).
+    flavor_one_zone: bool = False
 
     @property
     def provisioned_zones(self) -> frozenset[str]:
@@ -632,11 +634,22 @@ def flavor_zones(adm: kueue.Admission, ok: Iterable[Node], zone_key: str) -> lis
     return out
 
 
-def _one_flavor_zone(role: Role, ok: Sequence[Node], options: PlacementOptions, zone_key: str) -> str:
+_FlavorCache = dict[tuple[int, tuple[str, ...]], bool]
+
+
+def _one_flavor_zone(
+    role: Role, ok: Sequence[Node], options: PlacementOptions, zone_key: str, cache: _FlavorCache
+) -> str:
     adm = options.admission(role)
     if adm is None or len(adm.combinations) < 2:
         return ""
-    if all(len(z) <= 1 for z in flavor_zones(adm, ok, zone_key)):
+    # Roles filtered in one pass share their list of nodes, and the roles of one ClusterQueue its
+    # flavors: worked out once per pair (thousands of Kueue-managed roles).
+    key = (id(ok), adm.flavor_names)
+    kept = cache.get(key)
+    if kept is None:
+        kept = cache[key] = all(len(z) <= 1 for z in flavor_zones(adm, ok, zone_key))
+    if kept:
         return (
             f"{role} is admitted by Kueue under one ResourceFlavor of ClusterQueue {adm.cluster_queue} "
             f"at a time, and each of its flavors ({', '.join(adm.flavor_names)}) keeps to one zone"
@@ -651,6 +664,7 @@ def _self_colocation(
     topology: Topology,
     options: PlacementOptions,
     ok: Sequence[Node],
+    cache: _FlavorCache,
 ) -> str:
     if len(zones) <= 1:
         return f"{role} can land in one zone only"
@@ -667,7 +681,7 @@ def _self_colocation(
         key = _zone_nested_key(role, topology)
         if key:
             return f"{role} requires podAffinity to its own pods on {_describe(key, topology)}"
-    return _one_flavor_zone(role, ok, options, topology.zone_key)
+    return _one_flavor_zone(role, ok, options, topology.zone_key, cache)
 
 
 def _describe_level(role: Role, key: str, topology: Topology, options: PlacementOptions) -> str:
@@ -744,6 +758,7 @@ def place_roles(
     pool_cache: dict[int, _Pools] = {}
     node_keys = {id(n): (n.label_map.get(zone_key), n.allocatable) for n in nodes}
     to_be_made = any(n.provisioner for n in nodes)
+    flavor_cache: _FlavorCache = {}
     provenance_cache: dict[int, tuple[tuple[str, tuple[str, ...]], ...]] = {}
 
     def provenance_of(ok: list[Node]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -762,7 +777,12 @@ def place_roles(
         ok = feasible[role]
         zones, names = zones_of(ok)
         m = matches.get(role, _Matches((), False))
-        one_zone = _self_colocation(role, zones, m, topology, opts, ok) if ok else ""
+        one_zone = _self_colocation(role, zones, m, topology, opts, ok, flavor_cache) if ok else ""
+        by_flavor = (
+            bool(opts.admissions)
+            and bool(ok)
+            and bool(_one_flavor_zone(role, ok, opts, zone_key, flavor_cache))
+        )
         caps: list[_Cap | _FitCap] = [*_caps(role, nodes, index, opts)]
         multiplying = to_be_made and any(n.multiplies for n in ok)
         fit = _fit_cap(role, pools_of(ok)) if role.replicas > 1 and not multiplying else None
@@ -782,6 +802,7 @@ def place_roles(
             forced,
             notes,
             provenance_of(ok) if to_be_made else (),
+            by_flavor,
         )
     return _propagate_followers(out, matches, topology)
 
@@ -1150,14 +1171,8 @@ def _same_flavor(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> str:
     adm_a, adm_b = ctx.options.admission(a.role), ctx.options.admission(b.role)
     if adm_a is None or adm_b is None or a.role.workload != b.role.workload:
         return ""
-    if adm_a.cluster_queue != adm_b.cluster_queue or not (a.one_zone and b.one_zone):
+    if adm_a.cluster_queue != adm_b.cluster_queue or not (a.flavor_one_zone and b.flavor_one_zone):
         return ""
-    by_name = ctx.node_index()
-    zone_key = ctx.topology.zone_key
-    for p, adm in ((a, adm_a), (b, adm_b)):
-        ok = [by_name[n] for n in p.nodes if n in by_name]
-        if len(adm.combinations) < 2 or not all(len(z) <= 1 for z in flavor_zones(adm, ok, zone_key)):
-            return ""
     return (
         f"Kueue admits {a.role} and {b.role} under one flavor each of ClusterQueue {adm_a.cluster_queue} "
         f"({', '.join(adm_a.flavor_names)}, one zone each): both take the first with quota for them, "

@@ -363,7 +363,7 @@ def apply(
                 )
             )
         if admitted:
-            adm0 = next(a for (ref, _), a in admissions.items() if ref == w.ref)
+            adm0 = admissions[(w.ref, next(r.name for r in w.roles if (w.ref, r.name) in admissions))]
             notes.append(
                 (
                     file,
