@@ -13,6 +13,7 @@ from auditor.model.source import LoadError, NotAudited
 from auditor.placement.capacity import Capacity
 from auditor.placement.kueue import Admission, Queues
 from auditor.placement.pods import pod_endpoint
+from auditor.placement.volcano import HyperNode
 from auditor.reachability import cni
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import PolicyEngine, standard_tiers
@@ -56,6 +57,8 @@ class Inventory:
     # by (workload, role name): those roles' templates are already as admitted.
     queues: Queues = field(default_factory=Queues)
     admissions: dict[tuple[WorkloadRef, str], Admission] = field(default_factory=dict)
+    # Volcano HyperNodes (placement/volcano.py): the network domains a hard networkTopology keeps a job in.
+    hypernodes: list[HyperNode] = field(default_factory=list)
     # Pods a cluster or snapshot reported with their node: where groups actually run.
     live_pods: list[LivePod] = field(default_factory=list)
     # The manifest each workload was read from (as rendered): remediation patches it. Kept only

@@ -313,6 +313,9 @@ class OperatorOptions:
     coordinator: str | None = None  # JobSet spec.coordinator.replicatedJob
     # Volcano spec.plugins: each plugin's name and its `--key=value` arguments.
     plugins: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    # Volcano spec.networkTopology: (mode "hard" | "soft", highestTierAllowed or -1 when unset);
+    # ("", -1) without one.
+    network_topology: tuple[str, int] = ("", -1)
 
     def plugin(self, name: str) -> dict[str, str] | None:
         return next((dict(args) for n, args in self.plugins if n == name), None)

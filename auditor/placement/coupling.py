@@ -24,16 +24,18 @@ one role to a pod of the other, and how certain a split across zones is:
   zones (a follower waits for the pods it follows and shares their domain; a term that also selects
   the follower's own pods lets the first of them start anywhere, so it does not necessarily follow),
   LeaderWorkerSet exclusive topology, Kueue `podset-required-topology` within one pod set or a
-  shared `podset-group-name`, or a single common zone;
+  shared `podset-group-name`, a hard Volcano networkTopology whose allowed HyperNodes each lie in
+  one zone, or a single common zone;
 * separated: required podAntiAffinity, or JobSet exclusive topology, on a key whose domains are the
   zones;
 * split `always`: no common feasible zone, or one role forced across zones while the other keeps to
   one zone;
 * `possible`: something packs the roles but does not force it (preferred podAffinity, Kueue
-  `podset-preferred-topology` or `podset-slice-required-topology`, a follower that may start
-  first, two pod sets each kept in one zone by their Kueue flavors, which they share unless quota
-  runs short), or the split needs a node that does not exist yet (a Karpenter NodePool or an
-  autoscaled node group makes one only for pods the present nodes cannot take); otherwise `likely`
+  `podset-preferred-topology` or `podset-slice-required-topology`, a soft Volcano
+  networkTopology, a follower that may start first, two pod sets each kept in one zone by their
+  Kueue flavors, which they share unless quota runs short), or the split needs a node that does
+  not exist yet (a Karpenter NodePool or an autoscaled node group makes one only for pods the
+  present nodes cannot take); otherwise `likely`
   (the default spreading nudges pods of one workload apart).
 
 Whether a topology key's domains nest inside zones is decided from the node labels, never from the
@@ -53,8 +55,8 @@ from auditor.model.labels import LabelSelector
 from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, Toleration, WorkloadRef
 from auditor.model.scheduling import AffinityTerm, namespace_label_map
 from auditor.model.values import value
-from auditor.placement import capacity, kueue
-from auditor.placement.filters import TOPOLOGY_KEYS, FilterResult, filter_node, node_label_keys
+from auditor.placement import capacity, kueue, volcano
+from auditor.placement.filters import TOPOLOGY_KEYS, UNRESOLVABLE, FilterResult, filter_node, node_label_keys
 from auditor.placement.podfilters import ExistingPod, InterPodAffinity, TopologySpread, missing_topology_key
 from auditor.placement.resources import extended_resources, pods_per_node
 from auditor.workloads.operators import (
@@ -87,6 +89,8 @@ class PlacementOptions:
         default_factory=dict, compare=False, hash=False
     )
     topologies: Mapping[str, Sequence[str]] = field(default_factory=dict, compare=False, hash=False)
+    # Volcano Jobs with a networkTopology: the HyperNodes each may be placed in (placement/volcano.py).
+    volcano: Mapping[WorkloadRef, volcano.Domains] = field(default_factory=dict, compare=False, hash=False)
 
     def admission(self, role: Role) -> kueue.Admission | None:
         return self.admissions.get((role.workload, role.name)) if self.admissions else None
@@ -674,6 +678,9 @@ def _self_colocation(
     lws = _annotation(role, LWS_EXCLUSIVE)
     if lws and topology.nests(lws) and role.replicas <= max(1, _int_annotation(role, LWS_SIZE, 1)):
         return f"{role} is one LeaderWorkerSet group, kept in one domain of {_describe(lws, topology)}"
+    hyper = _volcano_one_zone(role, ok, options, topology.zone_key)
+    if hyper:
+        return hyper
     required = _annotation(role, KUEUE_REQUIRED)
     if required and _kueue_nests(role, required, topology, options):
         return f"{role} has {KUEUE_REQUIRED}: {_describe_level(role, required, topology, options)}"
@@ -682,6 +689,20 @@ def _self_colocation(
         if key:
             return f"{role} requires podAffinity to its own pods on {_describe(key, topology)}"
     return _one_flavor_zone(role, ok, options, topology.zone_key, cache)
+
+
+def _volcano_one_zone(role: Role, ok: Sequence[Node], options: PlacementOptions, zone_key: str) -> str:
+    """A hard networkTopology whose every allowed HyperNode lies inside one zone."""
+    domains = options.volcano.get(role.workload) if options.volcano else None
+    if domains is None or domains.mode != "hard" or not domains.domains:
+        return ""
+    zones = volcano.zones_of(domains, ok, zone_key)
+    if not all(len(z - {""}) <= 1 for z in zones.values()):
+        return ""
+    return (
+        f"{role.workload} has a hard Volcano networkTopology (highestTierAllowed {domains.tier}): "
+        f"its pods share one HyperNode ({', '.join(h for h, _ in domains.domains)}), each inside one zone"
+    )
 
 
 def _describe_level(role: Role, key: str, topology: Topology, options: PlacementOptions) -> str:
@@ -720,6 +741,20 @@ def place_roles(
             by_group = None if existing or _names_a_node(role) else groups
             found = done[key] = _feasible(role, nodes, by_group, claims, opts, position, existing)
         feasible[role], rejected[role] = found[0], list(found[1])
+        domains = opts.volcano.get(role.workload) if opts.volcano else None
+        if domains is not None and domains.mode == "hard":
+            allowed = domains.nodes
+            outside = tuple(n.name for n in feasible[role] if n.name not in allowed)
+            if outside:
+                feasible[role] = [n for n in feasible[role] if n.name in allowed]
+                why = FilterResult(
+                    outside[0],
+                    False,
+                    "NetworkTopology",
+                    f"in no HyperNode of tier {domains.tier} or lower (Volcano networkTopology hard)",
+                    UNRESOLVABLE,
+                )
+                rejected[role] = [*rejected[role], (why, outside)]
     # Required podAffinity: a follower lands only near pods of the roles its terms select; with
     # none among the manifests it waits, unless its own pods match (the first may start anywhere).
     # Pods already running (their anti-affinity too) are judged by the same filter.
@@ -1021,6 +1056,9 @@ def _within(a: RolePlacement, ctx: PairContext) -> PairPlacement:
             f"{role} has {KUEUE_PREFERRED}: {_describe(preferred, topo)} — Kueue packs the pod "
             "set into one domain unless it does not fit",
         )
+    soft = _soft_topology(role, ctx)
+    if soft:
+        return PairPlacement(everywhere, "possible", soft)
     sliced = _annotation(role, kueue.SLICE_REQUIRED)
     if sliced and _kueue_nests(role, sliced, topo, ctx.options):
         size = _annotation(role, "kueue.x-k8s.io/podset-slice-size") or "?"
@@ -1121,6 +1159,10 @@ def _between(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> PairPlacem
             f"LeaderWorkerSet exclusive topology on {_describe(lws, topo)} keeps each "
             "group (leader and workers) in one domain",
         )
+    if same_workload and ctx.options.volcano and ra.workload in ctx.options.volcano:
+        hyper = _volcano_one_zone(ra, [*_nodes_of(a, ctx), *_nodes_of(b, ctx)], ctx.options, topo.zone_key)
+        if hyper:
+            return PairPlacement(same, None, hyper)
     group_a, group_b = _annotation(ra, KUEUE_GROUP), _annotation(rb, KUEUE_GROUP)
     if same_workload and group_a and group_a == group_b:
         required = _annotation(ra, KUEUE_REQUIRED) or _annotation(rb, KUEUE_REQUIRED)
@@ -1159,10 +1201,22 @@ def _between(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> PairPlacem
         return PairPlacement(
             everywhere, "possible", "a preferred podAffinity pulls them together but does not force it"
         )
-    flavors = _same_flavor(a, b, ctx)
+    flavors = _same_flavor(a, b, ctx) or (_soft_topology(ra, ctx) if same_workload else "")
     if flavors:
         return PairPlacement(everywhere, "possible", flavors)
     return PairPlacement(everywhere, "likely", f"nothing couples {ra} and {rb} to one zone")
+
+
+def _nodes_of(p: RolePlacement, ctx: PairContext) -> list[Node]:
+    by_name = ctx.node_index()
+    return [by_name[n] for n in p.nodes if n in by_name]
+
+
+def _soft_topology(role: Role, ctx: PairContext) -> str:
+    domains = ctx.options.volcano.get(role.workload) if ctx.options.volcano else None
+    if domains is None or domains.mode != "soft":
+        return ""
+    return f"{role.workload} has a soft Volcano networkTopology: it prefers one HyperNode, not requires it"
 
 
 def _same_flavor(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> str:

@@ -102,6 +102,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", False),
     Resource("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", False),
     Resource("kueue.x-k8s.io", "v1alpha1", "topologies", "Topology", False),
+    Resource("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", False),
 )
 CILIUM_CONFIG = Resource("", "v1", "configmaps", "ConfigMap", True, optional=True)
 

@@ -32,7 +32,7 @@ from auditor.model.objects import (
 from auditor.model.pickling import by_fields
 from auditor.model.source import LoadError, SourceRef
 from auditor.model.values import value
-from auditor.placement import capacity, kueue
+from auditor.placement import capacity, kueue, volcano
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.engine import NAMESPACE_TIER
 from auditor.reachability.policy import CompiledPolicy
@@ -81,6 +81,7 @@ SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
     "ClusterQueue": kueue.VERSIONS,
     "ResourceFlavor": kueue.VERSIONS,
     "Topology": kueue.TOPOLOGY_VERSIONS,
+    volcano.KIND: volcano.VERSIONS,
     capacity.NODECLAIM_KIND: capacity.KARPENTER_VERSIONS,
 }
 SUPPORTED_VERSIONS["Job"] = ("batch/v1", "batch.volcano.sh/v1alpha1")
@@ -375,6 +376,7 @@ _CLUSTER_SCOPED_SELECTING = frozenset(
         "ClusterQueue",
         "ResourceFlavor",
         "Topology",
+        "HyperNode",
     )
 )
 """Kinds with selectors that have no namespace: a selector error in one names no namespace."""
@@ -714,6 +716,10 @@ def _load_object(
         )
     elif kind == "Node":
         inv.nodes.append(memo(raw.obj, "node", lambda: parse_node(raw)))
+    elif kind == volcano.KIND:
+        inv.hypernodes.append(
+            memo(raw.obj, "hypernode", lambda: volcano.parse_hypernode(raw.obj, raw.source))
+        )
     elif kind in kueue.KINDS:
         kueue.read(kind, raw.obj, ns, raw.source, inv.queues)
     elif kind == capacity.NODEPOOL_KIND:

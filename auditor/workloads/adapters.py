@@ -226,12 +226,29 @@ def _options(ref: WorkloadRef, spec: Any) -> OperatorOptions:
     coordinator = spec.get("coordinator")
     if ref.kind == "JobSet" and isinstance(coordinator, Mapping):
         return OperatorOptions(coordinator=str(coordinator.get("replicatedJob", "")))
-    plugins = spec.get("plugins")
-    if ref.kind == "Job" and ref.api_version.startswith("batch.volcano.sh/") and isinstance(plugins, Mapping):
+    if ref.kind == "Job" and ref.api_version.startswith("batch.volcano.sh/"):
+        plugins = spec.get("plugins")
         return OperatorOptions(
             plugins=tuple((str(name), _plugin_args(args)) for name, args in plugins.items())
+            if isinstance(plugins, Mapping)
+            else (),
+            network_topology=_network_topology(spec.get("networkTopology")),
         )
     return OperatorOptions()
+
+
+def _network_topology(raw: Any) -> tuple[str, int]:
+    """A Volcano Job's spec.networkTopology as (mode, highestTierAllowed or -1)."""
+    if raw is None:
+        return ("", -1)
+    body = specs.mapping(raw, "spec.networkTopology")
+    mode = str(body.get("mode") or "hard")
+    if mode not in ("hard", "soft"):
+        raise specs.PolicyError("spec.networkTopology.mode", f"must be hard or soft, got {mode!r}")
+    tier = body.get("highestTierAllowed")
+    if tier is None:
+        return (mode, -1)
+    return (mode, specs.integer(tier, "spec.networkTopology.highestTierAllowed", 0, 1_000_000))
 
 
 def _plugin_args(args: Any) -> tuple[tuple[str, str], ...]:

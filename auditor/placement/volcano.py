@@ -1,0 +1,162 @@
+"""Volcano network-topology-aware scheduling: HyperNodes and a Job's `networkTopology` (pure).
+
+A HyperNode (`topology.volcano.sh/v1alpha1`) is one domain of the network at a `tier` (1 the
+closest, higher tiers nearer the root); its `members` are Nodes (by `exactMatch.name`,
+`regexMatch.pattern` or `labelMatch` labels) or other HyperNodes (by exact name, or regex). A
+Volcano Job with `spec.networkTopology.mode: hard` must be placed inside one HyperNode whose tier is
+at most `highestTierAllowed`: its pods land only on the nodes such a HyperNode holds, all of them in
+the same one. When every such HyperNode's nodes lie in one zone, the job keeps to one zone; `soft`
+only prefers it (a split stays `possible`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from auditor.model.objects import Node
+from auditor.model.source import SourceRef
+from auditor.reachability.specs import PolicyError
+
+KIND = "HyperNode"
+VERSIONS = ("topology.volcano.sh/v1alpha1",)
+MAX_PATTERN = 256
+
+VolcanoError = PolicyError
+"""The error of a HyperNode that cannot be read (`field`: the dotted path in it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    kind: str  # Node | HyperNode
+    exact: str = ""
+    pattern: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, name: str, labels: Mapping[str, str] | None) -> bool:
+        if self.exact:
+            return name == self.exact
+        if self.pattern:
+            return re.fullmatch(self.pattern, name) is not None
+        if self.labels:
+            return labels is not None and all(labels.get(k) == v for k, v in self.labels)
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class HyperNode:
+    name: str
+    tier: int
+    members: tuple[Member, ...]
+    source: SourceRef = SourceRef("")
+
+
+def _mapping(obj: Any, at: str) -> Mapping[str, Any]:
+    if obj is None:
+        return {}
+    if not isinstance(obj, Mapping):
+        raise VolcanoError(at, f"must be a mapping, got {type(obj).__name__}")
+    return obj
+
+
+def parse_hypernode(obj: Mapping[str, Any], source: SourceRef) -> HyperNode:
+    meta = _mapping(obj.get("metadata"), "metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise VolcanoError("metadata.name", "is required")
+    spec = _mapping(obj.get("spec"), "spec")
+    tier = spec.get("tier")
+    if isinstance(tier, bool) or not isinstance(tier, int) or tier < 0:
+        raise VolcanoError("spec.tier", f"must be a non-negative integer, got {tier!r}")
+    raw = spec.get("members")
+    if raw is not None and not isinstance(raw, list):
+        raise VolcanoError("spec.members", "must be a list")
+    members = []
+    for i, m in enumerate(raw or []):
+        at = f"spec.members[{i}]"
+        body = _mapping(m, at)
+        kind = str(body.get("type") or "Node")
+        if kind not in ("Node", "HyperNode"):
+            raise VolcanoError(f"{at}.type", f"must be Node or HyperNode, got {kind!r}")
+        sel = _mapping(body.get("selector"), f"{at}.selector")
+        given = [k for k in ("exactMatch", "regexMatch", "labelMatch") if k in sel]
+        if len(given) != 1:
+            raise VolcanoError(
+                f"{at}.selector", "must hold exactly one of exactMatch, regexMatch, labelMatch"
+            )
+        part = _mapping(sel[given[0]], f"{at}.selector.{given[0]}")
+        if given[0] == "exactMatch":
+            exact = part.get("name")
+            if not isinstance(exact, str) or not exact:
+                raise VolcanoError(f"{at}.selector.exactMatch.name", "is required")
+            members.append(Member(kind, exact=exact))
+        elif given[0] == "regexMatch":
+            pattern = part.get("pattern")
+            if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_PATTERN:
+                raise VolcanoError(
+                    f"{at}.selector.regexMatch.pattern", f"must be a regex of 1–{MAX_PATTERN} characters"
+                )
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise VolcanoError(f"{at}.selector.regexMatch.pattern", f"is not a regex: {exc}") from None
+            members.append(Member(kind, pattern=pattern))
+        else:
+            labels = _mapping(part.get("matchLabels"), f"{at}.selector.labelMatch.matchLabels")
+            if kind != "Node":
+                raise VolcanoError(f"{at}.selector.labelMatch", "selects Nodes only")
+            members.append(Member(kind, labels=tuple(sorted((str(k), str(v)) for k, v in labels.items()))))
+    return HyperNode(name, tier, tuple(members), source)
+
+
+def leaf_nodes(hypernodes: Sequence[HyperNode], nodes: Sequence[Node]) -> dict[str, frozenset[str]]:
+    """Each HyperNode's nodes (through its HyperNode members, cycles cut)."""
+    by_name = {h.name: h for h in hypernodes}
+    done: dict[str, frozenset[str]] = {}
+
+    def resolve(h: HyperNode, seen: frozenset[str]) -> frozenset[str]:
+        if h.name in done:
+            return done[h.name]
+        out: set[str] = set()
+        for m in h.members:
+            if m.kind == "Node":
+                out.update(n.name for n in nodes if m.matches(n.name, n.label_map))
+            else:
+                for child in by_name.values():
+                    if child.name not in seen and m.matches(child.name, None):
+                        out |= resolve(child, seen | {child.name})
+        found = frozenset(out)
+        done[h.name] = found
+        return found
+
+    for h in hypernodes:
+        resolve(h, frozenset({h.name}))
+    return done
+
+
+@dataclass(frozen=True, slots=True)
+class Domains:
+    """Where a hard-mode Volcano Job may land: the HyperNodes of tier ≤ its highest allowed."""
+
+    mode: str  # hard | soft
+    tier: int
+    domains: tuple[tuple[str, frozenset[str]], ...]  # (HyperNode, its nodes)
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset().union(*(n for _, n in self.domains))
+
+
+def domains_for(
+    mode: str, highest: int | None, hypernodes: Sequence[HyperNode], leaves: Mapping[str, frozenset[str]]
+) -> Domains:
+    tier = highest if highest is not None else max((h.tier for h in hypernodes), default=0)
+    chosen = tuple((h.name, leaves.get(h.name, frozenset())) for h in hypernodes if h.tier <= tier)
+    return Domains(mode, tier, chosen)
+
+
+def zones_of(domains: Domains, nodes: Iterable[Node], zone_key: str) -> dict[str, set[str]]:
+    by_name = {n.name: n.label_map.get(zone_key, "") for n in nodes}
+    return {h: {by_name[n] for n in names if n in by_name} for h, names in domains.domains}
