@@ -2,14 +2,16 @@
 repository (gen_repo.py) against the same repository with the objects that decide zones besides
 the nodes added, measured alternately in one run.
 
-Added to the copy (`clusters/platform/schedulers/`):
+Added to the copy (`clusters/platform/schedulers/`; DRA slices and Service routing come with their
+support, issue 35):
 - one Karpenter NodePool per zone for H100 capacity (the generator's H100 nodes are in two zones
   only): template labels and taint of the H100 node pool, `zone In [<zone>]`, `instance-type In
   [p5.48xlarge]`, a GPU limit;
 - per-zone Kueue ResourceFlavors for the A100 pool (`node-pool: gpu-a100` and the zone, the GPU
   toleration), with every team's ClusterQueue rewritten to list the three instead of its single
   `gpu-a100` flavor (the generator already writes LocalQueues, ClusterQueues and a Topology, and
-  labels a share of its jobs with a queue).
+  labels a share of its jobs with a queue);
+- Volcano HyperNodes for the GPU racks (tier 1, by rack label), blocks (tier 2) and zones (tier 3).
 
 Each measurement is a child process (scan_child.py, `auditor scan --no-cache --jobs 1`), plain and
 with-objects alternated, `--runs` times; medians and their ratio are printed. Target: the scan with
@@ -44,7 +46,7 @@ import gen_repo  # noqa: E402
 from bench_scan import Measured, build_mode, compile_sources, run_child  # noqa: E402
 from scan_child import yaml_files  # noqa: E402
 from world import growth  # noqa: E402
-from world.vocabulary import ZONES  # noqa: E402
+from world.vocabulary import BLOCK_KEY, RACK_KEY, ZONES  # noqa: E402
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -115,10 +117,46 @@ def add_scheduler_objects(directory: Path) -> dict[str, int]:
         }
         for zone in ZONES
     ]
+    racks, blocks = set(), set()
+    for path in sorted((directory / "clusters/platform/nodes").rglob("*.yaml")):
+        for doc in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader):
+            labels = ((doc or {}).get("metadata") or {}).get("labels") or {}
+            if RACK_KEY in labels:
+                racks.add((labels[BLOCK_KEY], labels[RACK_KEY]))
+                blocks.add((labels["topology.kubernetes.io/zone"], labels[BLOCK_KEY]))
+    hypernodes = [
+        _hypernode(rack, 1, [{"type": "Node", "selector": {"labelMatch": {"matchLabels": {RACK_KEY: rack}}}}])
+        for _, rack in sorted(racks)
+    ]
+    hypernodes += [
+        _hypernode(
+            block,
+            2,
+            [
+                {"type": "HyperNode", "selector": {"exactMatch": {"name": r}}}
+                for b, r in sorted(racks)
+                if b == block
+            ],
+        )
+        for _, block in sorted(blocks)
+    ]
+    hypernodes += [
+        _hypernode(
+            f"zone-{zone}",
+            3,
+            [
+                {"type": "HyperNode", "selector": {"exactMatch": {"name": b}}}
+                for z, b in sorted(blocks)
+                if z == zone
+            ],
+        )
+        for zone in ZONES
+    ]
     out = directory / "clusters/platform/schedulers"
     out.mkdir(parents=True, exist_ok=True)
     (out / "nodepools.yaml").write_text(yaml.safe_dump_all(pools, sort_keys=False))
     (out / "flavors.yaml").write_text(yaml.safe_dump_all(flavors, sort_keys=False))
+    (out / "hypernodes.yaml").write_text(yaml.safe_dump_all(hypernodes, sort_keys=False))
     queues_file = directory / "clusters/platform/kueue/cluster-queues.yaml"
     queues = [d for d in yaml.safe_load_all(queues_file.read_text()) if d]
     for cq in queues:
@@ -126,7 +164,21 @@ def add_scheduler_objects(directory: Path) -> dict[str, int]:
             resources = group["flavors"][0]["resources"]
             group["flavors"] = [{"name": f["metadata"]["name"], "resources": resources} for f in flavors]
     queues_file.write_text(yaml.safe_dump_all(queues, sort_keys=False))
-    return {"NodePool": len(pools), "ResourceFlavor": len(flavors), "ClusterQueue": len(queues)}
+    return {
+        "NodePool": len(pools),
+        "ResourceFlavor": len(flavors),
+        "ClusterQueue": len(queues),
+        "HyperNode": len(hypernodes),
+    }
+
+
+def _hypernode(name: str, tier: int, members: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "topology.volcano.sh/v1alpha1",
+        "kind": "HyperNode",
+        "metadata": {"name": name},
+        "spec": {"tier": tier, "members": members},
+    }
 
 
 def queued_workloads(directory: Path) -> set[tuple[str, str]]:
