@@ -68,6 +68,7 @@ _CONTEXT = frozenset(
         ("", "Service"),
         ("", "PersistentVolumeClaim"),
         ("trainer.kubeflow.org", "TrainingRuntime"),
+        ("kueue.x-k8s.io", "LocalQueue"),  # where Kueue admits the namespace's workloads
     }
 )
 _LIVE = frozenset({("", "Pod"), ("apps", "ReplicaSet")})

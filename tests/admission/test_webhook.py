@@ -784,3 +784,32 @@ def test_the_after_state_built_from_the_before_one_answers_as_a_full_rebuild() -
         assert (a.groups, a.running) == (b.groups, b.running), review.name
         with_findings += bool(a.findings)
     assert taken > len(reviews) // 2 and with_findings > 0, (taken, with_findings)
+
+
+def test_the_objects_that_decide_zones_reach_the_answers_inventory() -> None:
+    # Issue 35: a NodePool, Kueue's cluster objects and a HyperNode are cluster-scoped (read with
+    # the cluster bucket); a LocalQueue is read with its namespace's context.
+    objects = [
+        {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"}, "spec": {}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "cq"},
+            "spec": {},
+        },
+        {
+            "apiVersion": "topology.volcano.sh/v1alpha1",
+            "kind": "HyperNode",
+            "metadata": {"name": "s0"},
+            "spec": {"tier": 1},
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "LocalQueue",
+            "metadata": {"name": "q", "namespace": "ml-demo"},
+            "spec": {"clusterQueue": "cq"},
+        },
+    ]
+    model = _model(*objects)
+    kinds = {d.data["kind"] for d in model.documents({"ml-demo"}, [], nodes=False)}
+    assert {"NodePool", "ClusterQueue", "HyperNode", "LocalQueue"} <= kinds
