@@ -3,6 +3,8 @@
 A HyperNode (`topology.volcano.sh/v1alpha1`) is one domain of the network at a `tier` (1 the
 closest, higher tiers nearer the root); its `members` are Nodes (by `exactMatch.name`,
 `regexMatch.pattern` or `labelMatch` labels) or other HyperNodes (by exact name, or regex). A
+pattern is matched as Volcano's Go `regexp.MatchString` does: RE2 syntax, unanchored, in time
+linear in the name (google-re2, so no pattern written in a manifest can make matching hang). A
 Volcano Job with `spec.networkTopology.mode: hard` must be placed inside one HyperNode whose tier is
 at most `highestTierAllowed`: its pods land only on the nodes such a HyperNode holds, all of them in
 the same one. When every such HyperNode's nodes lie in one zone, the job keeps to one zone; `soft`
@@ -11,10 +13,12 @@ only prefers it (a split stays `possible`).
 
 from __future__ import annotations
 
-import re
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import re2  # type: ignore[import-untyped]  # google-re2 ships no stubs
 
 from auditor.model.objects import Node
 from auditor.model.source import SourceRef
@@ -28,6 +32,15 @@ VolcanoError = PolicyError
 """The error of a HyperNode that cannot be read (`field`: the dotted path in it)."""
 
 
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False  # a bad pattern is a LoadError, not a line on stderr
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> Any:
+    return re2.compile(pattern, _OPTIONS)
+
+
 @dataclass(frozen=True, slots=True)
 class Member:
     kind: str  # Node | HyperNode
@@ -39,7 +52,7 @@ class Member:
         if self.exact:
             return name == self.exact
         if self.pattern:
-            return re.fullmatch(self.pattern, name) is not None
+            return _compiled(self.pattern).search(name) is not None
         if self.labels:
             return labels is not None and all(labels.get(k) == v for k, v in self.labels)
         return False
@@ -99,9 +112,12 @@ def parse_hypernode(obj: Mapping[str, Any], source: SourceRef) -> HyperNode:
                     f"{at}.selector.regexMatch.pattern", f"must be a regex of 1–{MAX_PATTERN} characters"
                 )
             try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise VolcanoError(f"{at}.selector.regexMatch.pattern", f"is not a regex: {exc}") from None
+                _compiled(pattern)
+            except re2.error as exc:
+                detail = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+                raise VolcanoError(
+                    f"{at}.selector.regexMatch.pattern", f"is not an RE2 regular expression: {detail}"
+                ) from None
             members.append(Member(kind, pattern=pattern))
         else:
             labels = _mapping(part.get("matchLabels"), f"{at}.selector.labelMatch.matchLabels")

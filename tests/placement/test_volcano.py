@@ -156,3 +156,24 @@ spec: {tier: 2, members: [{type: HyperNode, selector: {exactMatch: {name: a}}}, 
     inv = inventory(text=text + ALIGNED)
     leaves = volcano.leaf_nodes(inv.hypernodes, inv.nodes)
     assert leaves == {"a": {"node-0"}, "b": {"node-0"}}
+
+
+def test_a_hostile_pattern_matches_in_linear_time_and_an_unsupported_one_is_an_error() -> None:
+    # Nested quantifiers backtrack exponentially in Python's re; RE2 does not.
+    many = "".join(
+        f"---\napiVersion: v1\nkind: Node\nmetadata: {{name: {'a' * 200}{i}x}}\n" for i in range(50)
+    )
+    text = (
+        "apiVersion: topology.volcano.sh/v1alpha1\nkind: HyperNode\nmetadata: {name: evil}\n"
+        "spec: {tier: 1, members: [{type: Node, selector: {regexMatch: {pattern: '^(a+)+$'}}}]}\n" + many
+    )
+    inv = inventory(text=text)
+    assert volcano.leaf_nodes(inv.hypernodes, inv.nodes) == {"evil": frozenset()}
+    # Unanchored, as Go's regexp.MatchString: `node-[01]` also matches node-10.
+    assert volcano.Member("Node", pattern="node-[01]").matches("node-10", None)
+    backref = (
+        "apiVersion: topology.volcano.sh/v1alpha1\nkind: HyperNode\nmetadata: {name: bad}\n"
+        "spec: {tier: 1, members: [{type: Node, selector: {regexMatch: {pattern: '(a)\\1'}}}]}\n"
+    )
+    (e,) = inventory(text=backref).errors
+    assert e.field.endswith("regexMatch.pattern") and "RE2" in e.message
