@@ -42,6 +42,7 @@ from typing import Any
 from auditor.model.objects import REGION_KEY, ZONE_KEY, Labels, Node, Taint, freeze_labels
 from auditor.model.scheduling import NodeRequirement, parse_int64
 from auditor.model.source import SourceRef
+from auditor.reachability import specs
 from auditor.reachability.specs import PolicyError
 
 NODEPOOL_KIND = "NodePool"
@@ -178,33 +179,17 @@ def range_matches(want: NodeRequirement, node: Node) -> bool | None:
 # --- reading the objects -----------------------------------------------------------------------
 
 
-def _mapping(obj: Any, field: str) -> Mapping[str, Any]:
-    if obj is None:
-        return {}
-    if not isinstance(obj, Mapping):
-        raise CapacityError(field, f"must be a mapping, got {type(obj).__name__}")
-    return obj
-
-
-def _seq(obj: Any, field: str) -> list[Any]:
-    if obj is None:
-        return []
-    if not isinstance(obj, list):
-        raise CapacityError(field, f"must be a list, got {type(obj).__name__}")
-    return obj
-
-
 def _requirements(obj: Any, field: str) -> tuple[NodeRequirement, ...]:
     out = []
-    for i, item in enumerate(_seq(obj, field)):
+    for i, item in enumerate(specs.seq(obj, field)):
         at = f"{field}[{i}]"
-        body = _mapping(item, at)
+        body = specs.mapping(item, at)
         key, op = body.get("key"), body.get("operator")
         if not isinstance(key, str) or not key:
             raise CapacityError(f"{at}.key", "is required and must be a string")
         if op not in _OPERATORS:
             raise CapacityError(f"{at}.operator", f"must be one of {', '.join(_OPERATORS)}, got {op!r}")
-        values = tuple(str(v) for v in _seq(body.get("values"), f"{at}.values"))
+        values = tuple(str(v) for v in specs.seq(body.get("values"), f"{at}.values"))
         if op in ("In", "NotIn") and not values:
             raise CapacityError(f"{at}.values", f"must not be empty for operator {op}")
         if op in ("Gt", "Lt") and (len(values) != 1 or parse_int64(values[0]) is None):
@@ -213,10 +198,10 @@ def _requirements(obj: Any, field: str) -> tuple[NodeRequirement, ...]:
     return tuple(out)
 
 
-def _taints(obj: Any, field: str) -> tuple[Taint, ...]:
+def parse_taints(obj: Any, field: str) -> tuple[Taint, ...]:
     out = []
-    for i, item in enumerate(_seq(obj, field)):
-        body = _mapping(item, f"{field}[{i}]")
+    for i, item in enumerate(specs.seq(obj, field)):
+        body = specs.mapping(item, f"{field}[{i}]")
         effect = str(body.get("effect") or "")
         if effect not in ("NoSchedule", "NoExecute", "PreferNoSchedule"):
             raise CapacityError(
@@ -255,20 +240,18 @@ class NodePool:
 
 
 def parse_node_pool(obj: Mapping[str, Any], source: SourceRef) -> NodePool:
-    meta = _mapping(obj.get("metadata"), "metadata")
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise CapacityError("metadata.name", "is required")
-    spec = _mapping(obj.get("spec"), "spec")
-    template = _mapping(spec.get("template"), "spec.template")
-    tmeta = _mapping(template.get("metadata"), "spec.template.metadata")
-    tspec = _mapping(template.get("spec"), "spec.template.spec")
-    labels = _mapping(tmeta.get("labels"), "spec.template.metadata.labels")
+    meta = specs.mapping(obj.get("metadata"), "metadata")
+    name = str(meta.get("name"))  # the loader requires it
+    spec = specs.mapping(obj.get("spec"), "spec")
+    template = specs.mapping(spec.get("template"), "spec.template")
+    tmeta = specs.mapping(template.get("metadata"), "spec.template.metadata")
+    tspec = specs.mapping(template.get("spec"), "spec.template.spec")
+    labels = specs.mapping(tmeta.get("labels"), "spec.template.metadata.labels")
     requirements = _requirements(tspec.get("requirements"), "spec.template.spec.requirements")
-    taints = _taints(tspec.get("taints"), "spec.template.spec.taints")
-    _taints(tspec.get("startupTaints"), "spec.template.spec.startupTaints")  # read, never applied
-    limits = _mapping(spec.get("limits"), "spec.limits")
-    used = _mapping(_mapping(obj.get("status"), "status").get("resources"), "status.resources")
+    taints = parse_taints(tspec.get("taints"), "spec.template.spec.taints")
+    parse_taints(tspec.get("startupTaints"), "spec.template.spec.startupTaints")  # read, never applied
+    limits = specs.mapping(spec.get("limits"), "spec.limits")
+    used = specs.mapping(specs.mapping(obj.get("status"), "status").get("resources"), "status.resources")
     exhausted, spent = "", []
     for resource in sorted(limits, key=str):
         limit = _quantity(limits[resource], f"spec.limits.{resource}")
@@ -298,17 +281,15 @@ def _zone_of(labels: Mapping[str, str], requirements: Sequence[NodeRequirement],
 def parse_node_claim(obj: Mapping[str, Any], source: SourceRef, zone_key: str) -> tuple[Node | None, str]:
     """The node a NodeClaim stands for (None when it names no zone), and the Node name it became
     ("" while it is not registered)."""
-    meta = _mapping(obj.get("metadata"), "metadata")
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise CapacityError("metadata.name", "is required")
-    spec = _mapping(obj.get("spec"), "spec")
-    status = _mapping(obj.get("status"), "status")
-    labels = {str(k): str(v) for k, v in _mapping(meta.get("labels"), "metadata.labels").items()}
+    meta = specs.mapping(obj.get("metadata"), "metadata")
+    name = str(meta.get("name"))  # the loader requires it
+    spec = specs.mapping(obj.get("spec"), "spec")
+    status = specs.mapping(obj.get("status"), "status")
+    labels = {str(k): str(v) for k, v in specs.mapping(meta.get("labels"), "metadata.labels").items()}
     requirements = _requirements(spec.get("requirements"), "spec.requirements")
-    taints = _taints(spec.get("taints"), "spec.taints")
+    taints = parse_taints(spec.get("taints"), "spec.taints")
     node_name = status.get("nodeName")
-    allocatable = _mapping(status.get("allocatable"), "status.allocatable")
+    allocatable = specs.mapping(status.get("allocatable"), "status.allocatable")
     zone = _zone_of(labels, requirements, zone_key)
     if zone is None:
         return None, str(node_name or "")
@@ -524,8 +505,3 @@ def provenance(nodes: Iterable[Node], zone_key: str) -> tuple[tuple[str, tuple[s
         else:
             present.add(zone)
     return tuple((z, tuple(sorted(p))) for z, p in sorted(through.items()) if z not in present)
-
-
-def describe_provenance(role: str, provisioned_zones: Sequence[tuple[str, Sequence[str]]]) -> str:
-    """`ns/job/Worker: zone-b only through NodePool gpu-spot` (one clause per zone), or ""."""
-    return "; ".join(f"{role}: {zone} only through {', '.join(p)}" for zone, p in provisioned_zones)

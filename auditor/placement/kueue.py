@@ -31,7 +31,10 @@ from typing import Any
 from auditor.model.objects import Labels, Node, Role, Taint, Toleration, Workload, WorkloadRef, freeze_labels
 from auditor.model.scheduling import NodeAffinity, NodeRequirement, NodeSelectorTerm
 from auditor.model.source import SourceRef
+from auditor.placement.capacity import parse_taints
+from auditor.reachability import specs
 from auditor.reachability.specs import PolicyError
+from auditor.workloads.podspec import parse_tolerations
 
 GROUP = "kueue.x-k8s.io"
 VERSIONS = ("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2")
@@ -98,90 +101,49 @@ class Admission:
 # --- reading ---------------------------------------------------------------------------------------
 
 
-def _mapping(obj: Any, at: str) -> Mapping[str, Any]:
-    if obj is None:
-        return {}
-    if not isinstance(obj, Mapping):
-        raise KueueError(at, f"must be a mapping, got {type(obj).__name__}")
-    return obj
-
-
-def _seq(obj: Any, at: str) -> list[Any]:
-    if obj is None:
-        return []
-    if not isinstance(obj, list):
-        raise KueueError(at, f"must be a list, got {type(obj).__name__}")
-    return obj
-
-
 def _name(obj: Any, at: str) -> str:
     if not isinstance(obj, str) or not obj:
         raise KueueError(at, "is required and must be a string")
     return obj
 
 
-def _taints(raw: Any, at: str) -> tuple[Taint, ...]:
-    out = []
-    for i, t in enumerate(_seq(raw, at)):
-        body = _mapping(t, f"{at}[{i}]")
-        effect = str(body.get("effect") or "")
-        if effect not in ("NoSchedule", "NoExecute", "PreferNoSchedule"):
-            raise KueueError(
-                f"{at}[{i}].effect", f"must be NoSchedule, PreferNoSchedule or NoExecute, got {effect!r}"
-            )
-        out.append(Taint(_name(body.get("key"), f"{at}[{i}].key"), str(body.get("value") or ""), effect))
-    return tuple(out)
-
-
-def _tolerations(raw: Any, at: str) -> tuple[Toleration, ...]:
-    out = []
-    for i, t in enumerate(_seq(raw, at)):
-        body = _mapping(t, f"{at}[{i}]")
-        op = str(body.get("operator") or "Equal")
-        if op not in ("Equal", "Exists"):
-            raise KueueError(f"{at}[{i}].operator", f"must be Equal or Exists, got {op!r}")
-        out.append(
-            Toleration(
-                str(body.get("key") or ""), op, str(body.get("value") or ""), str(body.get("effect") or "")
-            )
-        )
-    return tuple(out)
-
-
 def read(kind: str, obj: Mapping[str, Any], namespace: str, source: SourceRef, into: Queues) -> None:
     """Add one Kueue object to `into` (KueueError naming the field when it cannot be read)."""
-    meta = _mapping(obj.get("metadata"), "metadata")
-    name = _name(meta.get("name"), "metadata.name")
-    spec = _mapping(obj.get("spec"), "spec")
+    name = str(specs.mapping(obj.get("metadata"), "metadata").get("name"))  # the loader requires it
+    spec = specs.mapping(obj.get("spec"), "spec")
     if kind == "LocalQueue":
         into.local[(namespace, name)] = _name(spec.get("clusterQueue"), "spec.clusterQueue")
     elif kind == "ClusterQueue":
         groups = []
-        for i, g in enumerate(_seq(spec.get("resourceGroups"), "spec.resourceGroups")):
+        for i, g in enumerate(specs.seq(spec.get("resourceGroups"), "spec.resourceGroups")):
             at = f"spec.resourceGroups[{i}]"
-            body = _mapping(g, at)
-            covered = frozenset(str(r) for r in _seq(body.get("coveredResources"), f"{at}.coveredResources"))
+            body = specs.mapping(g, at)
+            covered = frozenset(
+                str(r) for r in specs.seq(body.get("coveredResources"), f"{at}.coveredResources")
+            )
             flavors = tuple(
-                _name(_mapping(f, f"{at}.flavors[{j}]").get("name"), f"{at}.flavors[{j}].name")
-                for j, f in enumerate(_seq(body.get("flavors"), f"{at}.flavors"))
+                _name(specs.mapping(f, f"{at}.flavors[{j}]").get("name"), f"{at}.flavors[{j}].name")
+                for j, f in enumerate(specs.seq(body.get("flavors"), f"{at}.flavors"))
             )
             groups.append((covered, flavors))
         into.cluster[name] = ClusterQueue(name, tuple(groups), source)
     elif kind == "ResourceFlavor":
-        labels = _mapping(spec.get("nodeLabels"), "spec.nodeLabels")
+        labels = specs.mapping(spec.get("nodeLabels"), "spec.nodeLabels")
         into.flavors[name] = Flavor(
             name,
             freeze_labels(labels),
-            _taints(spec.get("nodeTaints"), "spec.nodeTaints"),
-            _tolerations(spec.get("tolerations"), "spec.tolerations"),
+            parse_taints(spec.get("nodeTaints"), "spec.nodeTaints"),
+            tuple(parse_tolerations(spec.get("tolerations"), "spec.tolerations")),
             str(spec.get("topologyName") or ""),
             source,
         )
     elif kind == "Topology":
         levels = []
-        for i, level in enumerate(_seq(spec.get("levels"), "spec.levels")):
+        for i, level in enumerate(specs.seq(spec.get("levels"), "spec.levels")):
             levels.append(
-                _name(_mapping(level, f"spec.levels[{i}]").get("nodeLabel"), f"spec.levels[{i}].nodeLabel")
+                _name(
+                    specs.mapping(level, f"spec.levels[{i}]").get("nodeLabel"), f"spec.levels[{i}].nodeLabel"
+                )
             )
         into.topologies[name] = tuple(levels)
 

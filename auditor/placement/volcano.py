@@ -22,6 +22,7 @@ import re2  # type: ignore[import-untyped]  # google-re2 ships no stubs
 
 from auditor.model.objects import Node
 from auditor.model.source import SourceRef
+from auditor.reachability import specs
 from auditor.reachability.specs import PolicyError
 
 KIND = "HyperNode"
@@ -66,20 +67,9 @@ class HyperNode:
     source: SourceRef = SourceRef("")
 
 
-def _mapping(obj: Any, at: str) -> Mapping[str, Any]:
-    if obj is None:
-        return {}
-    if not isinstance(obj, Mapping):
-        raise VolcanoError(at, f"must be a mapping, got {type(obj).__name__}")
-    return obj
-
-
 def parse_hypernode(obj: Mapping[str, Any], source: SourceRef) -> HyperNode:
-    meta = _mapping(obj.get("metadata"), "metadata")
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise VolcanoError("metadata.name", "is required")
-    spec = _mapping(obj.get("spec"), "spec")
+    name = str(specs.mapping(obj.get("metadata"), "metadata").get("name"))  # the loader requires it
+    spec = specs.mapping(obj.get("spec"), "spec")
     tier = spec.get("tier")
     if isinstance(tier, bool) or not isinstance(tier, int) or tier < 0:
         raise VolcanoError("spec.tier", f"must be a non-negative integer, got {tier!r}")
@@ -89,17 +79,17 @@ def parse_hypernode(obj: Mapping[str, Any], source: SourceRef) -> HyperNode:
     members = []
     for i, m in enumerate(raw or []):
         at = f"spec.members[{i}]"
-        body = _mapping(m, at)
+        body = specs.mapping(m, at)
         kind = str(body.get("type") or "Node")
         if kind not in ("Node", "HyperNode"):
             raise VolcanoError(f"{at}.type", f"must be Node or HyperNode, got {kind!r}")
-        sel = _mapping(body.get("selector"), f"{at}.selector")
+        sel = specs.mapping(body.get("selector"), f"{at}.selector")
         given = [k for k in ("exactMatch", "regexMatch", "labelMatch") if k in sel]
         if len(given) != 1:
             raise VolcanoError(
                 f"{at}.selector", "must hold exactly one of exactMatch, regexMatch, labelMatch"
             )
-        part = _mapping(sel[given[0]], f"{at}.selector.{given[0]}")
+        part = specs.mapping(sel[given[0]], f"{at}.selector.{given[0]}")
         if given[0] == "exactMatch":
             exact = part.get("name")
             if not isinstance(exact, str) or not exact:
@@ -120,7 +110,7 @@ def parse_hypernode(obj: Mapping[str, Any], source: SourceRef) -> HyperNode:
                 ) from None
             members.append(Member(kind, pattern=pattern))
         else:
-            labels = _mapping(part.get("matchLabels"), f"{at}.selector.labelMatch.matchLabels")
+            labels = specs.mapping(part.get("matchLabels"), f"{at}.selector.labelMatch.matchLabels")
             if kind != "Node":
                 raise VolcanoError(f"{at}.selector.labelMatch", "selects Nodes only")
             members.append(Member(kind, labels=tuple(sorted((str(k), str(v)) for k, v in labels.items()))))

@@ -51,15 +51,7 @@ def parse_pod(
         labels.update(extra_labels)
     annotations = specs.mapping(meta.get("annotations"), f"{at}metadata.annotations")
     node_selector = specs.mapping(spec.get("nodeSelector"), f"{at}spec.nodeSelector")
-    tolerations = []
-    for i, t in enumerate(specs.seq(spec.get("tolerations"), f"{at}spec.tolerations")):
-        tb = specs.mapping(t, f"{at}spec.tolerations[{i}]")
-        op = str(tb.get("operator") or "Equal")
-        if op not in ("Equal", "Exists"):
-            raise PolicyError(f"{at}spec.tolerations[{i}].operator", f"must be Equal or Exists, got {op!r}")
-        tolerations.append(
-            Toleration(str(tb.get("key") or ""), op, str(tb.get("value") or ""), str(tb.get("effect") or ""))
-        )
+    tolerations = parse_tolerations(spec.get("tolerations"), f"{at}spec.tolerations")
     named: list[NamedPort] = []
     declared: list[tuple[str, int]] = []
     requests: list[tuple[tuple[str, str], ...]] = []
@@ -110,6 +102,20 @@ def parse_pod(
         containers=tuple(_container(c) for c in app if isinstance(c, Mapping)),
         init_containers=tuple(_container(c) for c in init if isinstance(c, Mapping)),
     )
+
+
+def parse_tolerations(raw: Any, field: str) -> list[Toleration]:
+    """A list of tolerations (a pod's, a Kueue ResourceFlavor's): `field` names the list."""
+    out = []
+    for i, t in enumerate(specs.seq(raw, field)):
+        tb = specs.mapping(t, f"{field}[{i}]")
+        op = str(tb.get("operator") or "Equal")
+        if op not in ("Equal", "Exists"):
+            raise PolicyError(f"{field}[{i}].operator", f"must be Equal or Exists, got {op!r}")
+        out.append(
+            Toleration(str(tb.get("key") or ""), op, str(tb.get("value") or ""), str(tb.get("effect") or ""))
+        )
+    return out
 
 
 def _container(body: Mapping[str, Any]) -> Container:
