@@ -13,7 +13,7 @@ from auditor.model.source import LoadError, NotAudited
 from auditor.placement.capacity import Capacity
 from auditor.placement.kueue import Admission, Queues
 from auditor.placement.pods import pod_endpoint
-from auditor.placement.volcano import HyperNode
+from auditor.placement.volcano import Domains, HyperNode
 from auditor.reachability import cni
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.reachability.engine import PolicyEngine, standard_tiers
@@ -59,6 +59,9 @@ class Inventory:
     admissions: dict[tuple[WorkloadRef, str], Admission] = field(default_factory=dict)
     # Volcano HyperNodes (placement/volcano.py): the network domains a hard networkTopology keeps a job in.
     hypernodes: list[HyperNode] = field(default_factory=list)
+    # The HyperNodes each Volcano Job with a networkTopology may be placed in, worked out once the
+    # nodes (those to be made included) are known.
+    volcano: dict[WorkloadRef, Domains] = field(default_factory=dict)
     # Pods a cluster or snapshot reported with their node: where groups actually run.
     live_pods: list[LivePod] = field(default_factory=list)
     # The manifest each workload was read from (as rendered): remediation patches it. Kept only

@@ -668,8 +668,10 @@ def _self_colocation(
     topology: Topology,
     options: PlacementOptions,
     ok: Sequence[Node],
-    cache: _FlavorCache,
+    flavor: str,
 ) -> str:
+    """Why every replica of the role lands in one zone ("" when nothing says so); `flavor`: what
+    its Kueue flavors say (_one_flavor_zone), the last reason tried."""
     if len(zones) <= 1:
         return f"{role} can land in one zone only"
     exclusive = _annotation(role, EXCLUSIVE)
@@ -688,7 +690,7 @@ def _self_colocation(
         key = _zone_nested_key(role, topology)
         if key:
             return f"{role} requires podAffinity to its own pods on {_describe(key, topology)}"
-    return _one_flavor_zone(role, ok, options, topology.zone_key, cache)
+    return flavor
 
 
 def _volcano_one_zone(role: Role, ok: Sequence[Node], options: PlacementOptions, zone_key: str) -> str:
@@ -812,12 +814,8 @@ def place_roles(
         ok = feasible[role]
         zones, names = zones_of(ok)
         m = matches.get(role, _Matches((), False))
-        one_zone = _self_colocation(role, zones, m, topology, opts, ok, flavor_cache) if ok else ""
-        by_flavor = (
-            bool(opts.admissions)
-            and bool(ok)
-            and bool(_one_flavor_zone(role, ok, opts, zone_key, flavor_cache))
-        )
+        flavor = _one_flavor_zone(role, ok, opts, zone_key, flavor_cache) if opts.admissions and ok else ""
+        one_zone = _self_colocation(role, zones, m, topology, opts, ok, flavor) if ok else ""
         caps: list[_Cap | _FitCap] = [*_caps(role, nodes, index, opts)]
         multiplying = to_be_made and any(n.multiplies for n in ok)
         fit = _fit_cap(role, pools_of(ok)) if role.replicas > 1 and not multiplying else None
@@ -837,7 +835,7 @@ def place_roles(
             forced,
             notes,
             provenance_of(ok) if to_be_made else (),
-            by_flavor,
+            bool(flavor),
         )
     return _propagate_followers(out, matches, topology)
 

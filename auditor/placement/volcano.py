@@ -20,7 +20,7 @@ from typing import Any
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships no stubs
 
-from auditor.model.objects import Node
+from auditor.model.objects import Node, Workload, WorkloadRef
 from auditor.model.source import SourceRef
 from auditor.reachability import specs
 from auditor.reachability.specs import PolicyError
@@ -166,3 +166,21 @@ def domains_for(
 def zones_of(domains: Domains, nodes: Iterable[Node], zone_key: str) -> dict[str, set[str]]:
     by_name = {n.name: n.label_map.get(zone_key, "") for n in nodes}
     return {h: {by_name[n] for n in names if n in by_name} for h, names in domains.domains}
+
+
+def job_domains(
+    workloads: Sequence[Workload], hypernodes: Sequence[HyperNode], nodes: Sequence[Node]
+) -> dict[WorkloadRef, Domains]:
+    """The HyperNodes each Volcano Job with a networkTopology may be placed in (none without
+    HyperNodes: nothing constrains them)."""
+    if not hypernodes:
+        return {}
+    jobs = [w for w in workloads if w.options.network_topology[0]]
+    if not jobs:
+        return {}
+    leaves = leaf_nodes(hypernodes, nodes)
+    out = {}
+    for w in jobs:
+        mode, tier = w.options.network_topology
+        out[w.ref] = domains_for(mode, tier if tier >= 0 else None, hypernodes, leaves)
+    return out

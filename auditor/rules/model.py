@@ -12,7 +12,6 @@ from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_e
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.model.objects import Node, Role, Workload, WorkloadRef
 from auditor.model.values import value
-from auditor.placement import volcano
 from auditor.placement.coupling import (
     PairContext,
     PairPlacement,
@@ -236,21 +235,8 @@ def placement_options(inv: Inventory) -> PlacementOptions:
         {ns: dict(labels) for ns, labels in inv.namespaces.items()},
         inv.admissions,
         inv.queues.topologies,
-        volcano_domains(inv),
+        inv.volcano,
     )
-
-
-def volcano_domains(inv: Inventory) -> dict[WorkloadRef, volcano.Domains]:
-    """The HyperNodes each Volcano Job with a networkTopology may be placed in."""
-    jobs = [w for w in inv.workloads if w.options.network_topology[0]]
-    if not jobs or not inv.hypernodes:
-        return {}
-    leaves = volcano.leaf_nodes(inv.hypernodes, inv.nodes)
-    out = {}
-    for w in jobs:
-        mode, tier = w.options.network_topology
-        out[w.ref] = volcano.domains_for(mode, tier if tier >= 0 else None, inv.hypernodes, leaves)
-    return out
 
 
 def place_inventory_roles(inv: Inventory, roles: Sequence[Role]) -> dict[Role, RolePlacement]:

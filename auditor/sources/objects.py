@@ -347,6 +347,7 @@ def build_inventory(
         inv._by_name_for = []
     _split_per_replica(objects, inv, elsewhere)
     _provision(inv)
+    inv.volcano = volcano.job_domains(inv.workloads, inv.hypernodes, inv.nodes)
     return inv
 
 
