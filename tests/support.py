@@ -11,6 +11,7 @@ from auditor import yamlio
 from auditor.audit.explain import endpoint_for
 from auditor.inventory import Inventory
 from auditor.model.source import SourceRef
+from auditor.placement.coupling import PairContext, RolePlacement
 from auditor.reachability.endpoints import PodEndpoint
 from auditor.settings.config import NetworkConfig, Settings
 from auditor.sources.objects import build_inventory
@@ -39,6 +40,36 @@ def inventory(
         docs += more
         errors += more_errors
     return build_inventory(docs, settings or Settings(network=NetworkConfig(cni=cni)), errors)
+
+
+def node_yaml(name: str, zone: str, **labels: str) -> str:
+    """One Node document (a `---` first) in `zone`, with its hostname and `labels`."""
+    extra = "".join(f", {k}: '{v}'" for k, v in labels.items())
+    return (
+        f"---\napiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: "
+        f"{{topology.kubernetes.io/zone: {zone}, kubernetes.io/hostname: {name}{extra}}}}}\n"
+    )
+
+
+def placed(
+    text: str = "", paths: Iterable[Path] = (), settings: Settings | None = None
+) -> tuple[dict[str, RolePlacement], PairContext, list[str]]:
+    """Every role of the manifests placed as a scan places them (place_roles over all roles, with
+    the inventory's claims and options), by `str(role)`; the pair context; the inventory's notes,
+    its file notes' texts after them. The inventory must load without errors."""
+    from auditor.inventory import role_claim_zones
+    from auditor.placement.coupling import place_roles
+    from auditor.rules.model import placement_options
+
+    inv = inventory(paths=paths, text=text, settings=settings)
+    assert not inv.errors, inv.errors
+    roles = [r for w in inv.workloads for r in w.roles]
+    options = placement_options(inv)
+    out = place_roles(
+        roles, inv.nodes, options.zone_key, {r: role_claim_zones(inv, r) for r in roles}, options
+    )
+    notes = [*inv.notes, *(n for _, n in inv.file_notes)]
+    return {str(r): p for r, p in out.items()}, PairContext(inv.nodes, options), notes
 
 
 def pod_endpoints(inv: Inventory) -> dict[str, PodEndpoint]:

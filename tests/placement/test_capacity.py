@@ -13,26 +13,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import DATA, inventory
+from support import DATA, inventory, placed
+from support import node_yaml as node
 
 from auditor.audit.scan import scan
-from auditor.inventory import role_claim_zones
 from auditor.model.objects import Node, freeze_labels
 from auditor.model.scheduling import NodeRequirement
 from auditor.placement import capacity
-from auditor.placement.coupling import PairContext, RolePlacement, pair_placement, place_roles
-from auditor.rules.model import placement_options
+from auditor.placement.coupling import pair_placement
 
 CAP = DATA / "capacity"
 SEED = DATA / "seed-lab"
-
-
-def node(name: str, zone: str, **labels: str) -> str:
-    extra = "".join(f", {k}: '{v}'" for k, v in labels.items())
-    return (
-        f"---\napiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: "
-        f"{{topology.kubernetes.io/zone: {zone}, kubernetes.io/hostname: {name}{extra}}}}}\n"
-    )
 
 
 def job(worker_spec: str = "", replicas: int = 4) -> str:
@@ -46,23 +37,6 @@ spec:
     Master: {{replicas: 1, template: {{metadata: {{labels: {{app: train}}}}, spec: {spec}}}}}
     Worker: {{replicas: {replicas}, template: {{metadata: {{labels: {{app: train}}}}, spec: {spec}}}}}
 """
-
-
-def placed(
-    text: str = "", paths: tuple[Path, ...] = ()
-) -> tuple[dict[str, RolePlacement], PairContext, list[str]]:
-    inv = inventory(paths=paths, text=text)
-    assert not inv.errors, inv.errors
-    roles = [r for w in inv.workloads for r in w.roles]
-    options = placement_options(inv)
-    out = place_roles(
-        roles, inv.nodes, options.zone_key, {r: role_claim_zones(inv, r) for r in roles}, options
-    )
-    return (
-        {str(r): p for r, p in out.items()},
-        PairContext(inv.nodes, options),
-        [*inv.notes, *(n for _, n in inv.file_notes)],
-    )
 
 
 W, M = "ml/j/Worker", "ml/j/Master"

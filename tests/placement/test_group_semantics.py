@@ -12,11 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import support
 from support import findings, inventory
 
-from auditor.inventory import role_claim_zones
-from auditor.placement.coupling import PairContext, RolePlacement, pair_placement, place_roles
-from auditor.rules.model import placement_options
+from auditor.placement.coupling import PairContext, RolePlacement, pair_placement
 from auditor.settings.config import KubernetesSettings, Settings
 
 # Three zones of two nodes; racks nest inside zones; node pool `p-ab` spans zones za and zb.
@@ -70,14 +69,8 @@ spec:
 
 
 def placed(text: str, settings: Settings | None = None) -> tuple[dict[str, RolePlacement], PairContext]:
-    inv = inventory(text=text, settings=settings)
-    assert not inv.errors, inv.errors
-    roles = [r for w in inv.workloads for r in w.roles]
-    options = placement_options(inv)
-    placements = place_roles(
-        roles, inv.nodes, options.zone_key, {r: role_claim_zones(inv, r) for r in roles}, options
-    )
-    return {str(r): p for r, p in placements.items()}, PairContext(inv.nodes, options)
+    found, ctx, _ = support.placed(text, settings=settings)
+    return found, ctx
 
 
 def split(text: str, src: str, dst: str) -> str | None:

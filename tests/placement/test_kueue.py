@@ -9,23 +9,12 @@ below the zone keeps a pod set in one zone, a preferred or sliced one does not.
 
 from __future__ import annotations
 
-from pathlib import Path
+from support import DATA, inventory, placed
+from support import node_yaml as node
 
-from support import DATA, inventory
-
-from auditor.inventory import role_claim_zones
-from auditor.placement.coupling import PairContext, RolePlacement, pair_placement, place_roles
-from auditor.rules.model import placement_options
+from auditor.placement.coupling import pair_placement
 
 KUEUE = DATA / "kueue"
-
-
-def node(name: str, zone: str, **labels: str) -> str:
-    extra = "".join(f", {k}: '{v}'" for k, v in labels.items())
-    return (
-        f"---\napiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: "
-        f"{{topology.kubernetes.io/zone: {zone}, kubernetes.io/hostname: {name}{extra}}}}}\n"
-    )
 
 
 def job(labels: str = "{kueue.x-k8s.io/queue-name: team-queue}", worker_spec: str = "") -> str:
@@ -44,23 +33,6 @@ spec:
     Master: {{replicas: 1, template: {{metadata: {{labels: {{app: train}}}}, spec: {spec}}}}}
     Worker: {{replicas: 4, template: {{metadata: {{labels: {{app: train}}}}, spec: {spec}}}}}
 """
-
-
-def placed(
-    text: str = "", paths: tuple[Path, ...] = ()
-) -> tuple[dict[str, RolePlacement], PairContext, list[str]]:
-    inv = inventory(paths=paths, text=text)
-    assert not inv.errors, inv.errors
-    roles = [r for w in inv.workloads for r in w.roles]
-    options = placement_options(inv)
-    out = place_roles(
-        roles, inv.nodes, options.zone_key, {r: role_claim_zones(inv, r) for r in roles}, options
-    )
-    return (
-        {str(r): p for r, p in out.items()},
-        PairContext(inv.nodes, options),
-        [*inv.notes, *(n for _, n in inv.file_notes)],
-    )
 
 
 W, M = "ml/j/Worker", "ml/j/Master"

@@ -8,12 +8,11 @@ job lands inside s4 (node-0..3) or s5 (node-4..7), never across both; `soft` onl
 from __future__ import annotations
 
 import pytest
+import support
 from support import DATA, inventory
 
-from auditor.inventory import role_claim_zones
 from auditor.placement import volcano
-from auditor.placement.coupling import PairContext, RolePlacement, pair_placement, place_roles
-from auditor.rules.model import placement_options
+from auditor.placement.coupling import PairContext, RolePlacement, pair_placement
 
 VOLCANO = DATA / "volcano"
 ROLE = "ml/mindspore-cpu/pod"
@@ -29,14 +28,8 @@ def nodes(zones: dict[int, str]) -> str:
 
 def placed(text: str, job: str | None = None) -> tuple[dict[str, RolePlacement], PairContext]:
     job = job if job is not None else (VOLCANO / "job.yaml").read_text()
-    inv = inventory(paths=[VOLCANO / "hypernodes.yaml"], text=text + "---\n" + job)
-    assert not inv.errors, inv.errors
-    roles = [r for w in inv.workloads for r in w.roles]
-    options = placement_options(inv)
-    out = place_roles(
-        roles, inv.nodes, options.zone_key, {r: role_claim_zones(inv, r) for r in roles}, options
-    )
-    return {str(r): p for r, p in out.items()}, PairContext(inv.nodes, options)
+    found, ctx, _ = support.placed(text + "---\n" + job, [VOLCANO / "hypernodes.yaml"])
+    return found, ctx
 
 
 # node-0..3 in zone-a, node-4..7 in zone-b: s4 and s5 each inside one zone.
