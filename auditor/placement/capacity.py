@@ -322,15 +322,14 @@ def template_group(node: Node, annotations: Mapping[str, Any]) -> Node:
     return replace(
         node,
         labels=freeze_labels(labels),
-        provisioner=f"node group {group} (cluster-autoscaler)",
+        provisioner=group_provisioner(group),
         multiplies=True,
     )
 
 
-def template_group_name(node: Node) -> str:
-    prefix, suffix = "node group ", " (cluster-autoscaler)"
-    p = node.provisioner
-    return p[len(prefix) : -len(suffix)] if p.startswith(prefix) and p.endswith(suffix) else ""
+def group_provisioner(group: str) -> str:
+    """What makes the nodes of an autoscaled node group, as Node.provisioner says it."""
+    return f"node group {group} (cluster-autoscaler)"
 
 
 _LEGACY_GROUP = re.compile(
@@ -452,14 +451,14 @@ def provisioned(
     provisioners can make; notes on what was left out and why, by the file of the object)."""
     notes: list[tuple[str, str]] = []
     kept: list[Node] = list(nodes)
-    full = capacity.full_groups or {}
-    if full:
+    full_by = {group_provisioner(g): why for g, why in (capacity.full_groups or {}).items()}
+    if full_by:
         kept = []
         for n in nodes:
-            group = template_group_name(n)
-            if group and group in full:
+            why = full_by.get(n.provisioner) if n.provisioner else None
+            if why is not None:
                 notes.append(
-                    (n.source.file, f"{n.provisioner} is {full[group]}: its template {n.name} makes no node")
+                    (n.source.file, f"{n.provisioner} is {why}: its template {n.name} makes no node")
                 )
                 continue
             kept.append(n)
