@@ -118,27 +118,48 @@ def parse_hypernode(obj: Mapping[str, Any], source: SourceRef) -> HyperNode:
 
 
 def leaf_nodes(hypernodes: Sequence[HyperNode], nodes: Sequence[Node]) -> dict[str, frozenset[str]]:
-    """Each HyperNode's nodes (through its HyperNode members, cycles cut)."""
+    """Each HyperNode's nodes, through its HyperNode members. Iterative, each HyperNode resolved
+    once (a chain of thousands cannot exhaust the stack); a member that closes a cycle is cut
+    (Volcano cannot schedule with one either)."""
     by_name = {h.name: h for h in hypernodes}
-    done: dict[str, frozenset[str]] = {}
-
-    def resolve(h: HyperNode, seen: frozenset[str]) -> frozenset[str]:
-        if h.name in done:
-            return done[h.name]
-        out: set[str] = set()
+    direct: dict[str, set[str]] = {}
+    children: dict[str, list[str]] = {}
+    for h in by_name.values():
+        direct[h.name] = {
+            n.name for m in h.members if m.kind == "Node" for n in nodes if m.matches(n.name, n.label_map)
+        }
+        kids: list[str] = []
         for m in h.members:
-            if m.kind == "Node":
-                out.update(n.name for n in nodes if m.matches(n.name, n.label_map))
+            if m.kind != "HyperNode":
+                continue
+            if m.exact:
+                kids.extend([m.exact] if m.exact in by_name else [])
             else:
-                for child in by_name.values():
-                    if child.name not in seen and m.matches(child.name, None):
-                        out |= resolve(child, seen | {child.name})
-        found = frozenset(out)
-        done[h.name] = found
-        return found
-
-    for h in hypernodes:
-        resolve(h, frozenset({h.name}))
+                kids.extend(c for c in by_name if m.matches(c, None))
+        children[h.name] = kids
+    done: dict[str, frozenset[str]] = {}
+    on_path: set[str] = set()
+    for root in by_name:
+        if root in done:
+            continue
+        stack = [(root, 0)]
+        on_path.add(root)
+        while stack:
+            name, i = stack[-1]
+            kids = children[name]
+            if i < len(kids):
+                stack[-1] = (name, i + 1)
+                child = kids[i]
+                if child not in done and child not in on_path:
+                    on_path.add(child)
+                    stack.append((child, 0))
+                continue
+            stack.pop()
+            on_path.discard(name)
+            out = set(direct[name])
+            for child in kids:
+                out |= done.get(child, frozenset())
+            done[name] = frozenset(out)
     return done
 
 

@@ -170,3 +170,20 @@ def test_a_hostile_pattern_matches_in_linear_time_and_an_unsupported_one_is_an_e
     )
     (e,) = inventory(text=backref).errors
     assert e.field.endswith("regexMatch.pattern") and "RE2" in e.message
+
+
+def test_a_long_chain_of_hypernodes_resolves_without_exhausting_the_stack() -> None:
+    chain = "".join(
+        "---\napiVersion: topology.volcano.sh/v1alpha1\nkind: HyperNode\n"
+        f"metadata: {{name: h{i}}}\nspec: {{tier: {i + 1}, members: "
+        + (
+            f"[{{type: HyperNode, selector: {{exactMatch: {{name: h{i - 1}}}}}}}]}}\n"
+            if i
+            else "[{type: Node, selector: {exactMatch: {name: node-0}}}]}\n"
+        )
+        for i in reversed(range(3000))  # the top first: resolving it walks the whole chain
+    )
+    inv = inventory(text=chain + ALIGNED)
+    assert not inv.errors
+    leaves = volcano.leaf_nodes(inv.hypernodes, inv.nodes)
+    assert leaves["h2999"] == leaves["h0"] == {"node-0"}
