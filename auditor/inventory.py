@@ -11,6 +11,7 @@ from typing import Any
 from auditor.model.objects import LivePod, Node, Role, Service, Workload, WorkloadRef, freeze_labels
 from auditor.model.source import LoadError, NotAudited
 from auditor.placement.capacity import Capacity
+from auditor.placement.dra import Devices
 from auditor.placement.kueue import Admission, Queues
 from auditor.placement.pods import pod_endpoint
 from auditor.placement.volcano import Domains, HyperNode
@@ -59,6 +60,8 @@ class Inventory:
     admissions: dict[tuple[WorkloadRef, str], Admission] = field(default_factory=dict)
     # Volcano HyperNodes (placement/volcano.py): the network domains a hard networkTopology keeps a job in.
     hypernodes: list[HyperNode] = field(default_factory=list)
+    # DRA DeviceClasses, ResourceSlices' devices, ResourceClaims and templates (placement/dra.py).
+    devices: Devices = field(default_factory=Devices)
     # The HyperNodes each Volcano Job with a networkTopology may be placed in, worked out once the
     # nodes (those to be made included) are known.
     volcano: dict[WorkloadRef, Domains] = field(default_factory=dict)

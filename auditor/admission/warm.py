@@ -69,6 +69,8 @@ _CONTEXT = frozenset(
         ("", "PersistentVolumeClaim"),
         ("trainer.kubeflow.org", "TrainingRuntime"),
         ("kueue.x-k8s.io", "LocalQueue"),  # where Kueue admits the namespace's workloads
+        ("resource.k8s.io", "ResourceClaim"),  # DRA: where the namespace's claims can be met
+        ("resource.k8s.io", "ResourceClaimTemplate"),
     }
 )
 _LIVE = frozenset({("", "Pod"), ("apps", "ReplicaSet")})

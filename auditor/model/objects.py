@@ -137,6 +137,9 @@ class PodTemplate:
     pod_requests: PodRequests = PodRequests()
     claims: tuple[Claim, ...] = ()  # spec.volumes[].persistentVolumeClaim, in order
     sysctls: tuple[tuple[str, str], ...] = ()  # spec.securityContext.sysctls (name, value)
+    # spec.resourceClaims (DRA): (name, resourceClaimName, resourceClaimTemplateName), one of the
+    # two names "" (placement/dra.py).
+    resource_claims: tuple[tuple[str, str, str], ...] = ()
     # Compared but not hashed: templates key many caches, and the labels, ports and requests
     # above already tell templates apart.
     containers: tuple[Container, ...] = field(default=(), hash=False)

@@ -55,7 +55,7 @@ from auditor.model.labels import LabelSelector
 from auditor.model.objects import ZONE_KEY, Node, PodTemplate, Role, Toleration, WorkloadRef
 from auditor.model.scheduling import AffinityTerm, namespace_label_map
 from auditor.model.values import value
-from auditor.placement import capacity, kueue, volcano
+from auditor.placement import capacity, dra, kueue, volcano
 from auditor.placement.filters import TOPOLOGY_KEYS, UNRESOLVABLE, FilterResult, filter_node, node_label_keys
 from auditor.placement.podfilters import ExistingPod, InterPodAffinity, TopologySpread, missing_topology_key
 from auditor.placement.resources import extended_resources, pods_per_node
@@ -91,6 +91,8 @@ class PlacementOptions:
     topologies: Mapping[str, Sequence[str]] = field(default_factory=dict, compare=False, hash=False)
     # Volcano Jobs with a networkTopology: the HyperNodes each may be placed in (placement/volcano.py).
     volcano: Mapping[WorkloadRef, volcano.Domains] = field(default_factory=dict, compare=False, hash=False)
+    # DRA DeviceClasses, ResourceSlices, claims and claim templates (placement/dra.py).
+    devices: dra.Devices | None = field(default=None, compare=False, hash=False)
 
     def admission(self, role: Role) -> kueue.Admission | None:
         return self.admissions.get((role.workload, role.name)) if self.admissions else None
@@ -117,6 +119,10 @@ class RolePlacement:
     provisioned: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Each Kueue flavor the role can be admitted under keeps it in one zone (placement/kueue.py).
     flavor_one_zone: bool = False
+    # The DRA ResourceClaims its pods share (namespace, name), and why that keeps them in one zone
+    # ("" when it does not; placement/dra.py).
+    shared_claims: tuple[tuple[str, str], ...] = ()
+    claim_one_zone: str = ""
 
     @property
     def provisioned_zones(self) -> frozenset[str]:
@@ -733,6 +739,8 @@ def place_roles(
     done: dict[object, tuple[list[Node], list[tuple[FilterResult, tuple[str, ...]]]]] = {}
     feasible: dict[Role, list[Node]] = {}
     rejected: dict[Role, list[tuple[FilterResult, tuple[str, ...]]]] = {}
+    claimed = dra.Bounds(opts.devices, nodes, zone_key) if opts.devices else None
+    claim_zones: dict[Role, dra.Bound] = {}
     for role in roles:
         claims = (volume_zones or {}).get(role) or {}
         key = _filter_signature(role, claims, opts)
@@ -757,6 +765,8 @@ def place_roles(
                     UNRESOLVABLE,
                 )
                 rejected[role] = [*rejected[role], (why, outside)]
+        if claimed is not None and role.template.resource_claims:
+            _claim_filter(role, claimed, feasible, rejected, claim_zones)
     # Required podAffinity: a follower lands only near pods of the roles its terms select; with
     # none among the manifests it waits, unless its own pods match (the first may start anywhere).
     # Pods already running (their anti-affinity too) are judged by the same filter.
@@ -815,14 +825,16 @@ def place_roles(
         zones, names = zones_of(ok)
         m = matches.get(role, _Matches((), False))
         flavor = _one_flavor_zone(role, ok, opts, zone_key, flavor_cache) if opts.admissions and ok else ""
-        one_zone = _self_colocation(role, zones, m, topology, opts, ok, flavor) if ok else ""
+        claim = claim_zones.get(role)
+        claim_zone = claim.one_zone if claim is not None else ""
+        one_zone = _self_colocation(role, zones, m, topology, opts, ok, claim_zone or flavor) if ok else ""
         caps: list[_Cap | _FitCap] = [*_caps(role, nodes, index, opts)]
         multiplying = to_be_made and any(n.multiplies for n in ok)
         fit = _fit_cap(role, pools_of(ok)) if role.replicas > 1 and not multiplying else None
         if fit is not None:
             caps.append(fit)
         max_replicas, capacity_reason, forced = _replica_bounds(role, ok, zones, one_zone, caps, zone_key)
-        notes = _admission_notes(role, rejected[role], opts)
+        notes = _admission_notes(role, rejected[role], opts) + (claim.notes if claim is not None else ())
         out[role] = RolePlacement(
             role,
             zones,
@@ -836,8 +848,39 @@ def place_roles(
             notes,
             provenance_of(ok) if to_be_made else (),
             bool(flavor),
+            tuple((role.workload.namespace, c) for c in claim.shared) if claim is not None else (),
+            claim_zone,
         )
     return _propagate_followers(out, matches, topology)
+
+
+def _claim_filter(
+    role: Role,
+    claimed: dra.Bounds,
+    feasible: dict[Role, list[Node]],
+    rejected: dict[Role, list[tuple[FilterResult, tuple[str, ...]]]],
+    claim_zones: dict[Role, dra.Bound],
+) -> None:
+    """The scheduler's DynamicResources filter: only nodes every claim of the role can be met from."""
+    found = claimed.of(role.workload.namespace, role.template)
+    if found is None:
+        return
+    claim_zones[role] = found
+    kept = [n for n in feasible[role] if n.name in found.allowed]
+    if len(kept) == len(feasible[role]):
+        return
+    by_reason: dict[str, list[str]] = {}
+    for n in feasible[role]:
+        if n.name not in found.allowed:
+            by_reason.setdefault(found.why.get(n.name, "its claims cannot be met"), []).append(n.name)
+    feasible[role] = kept
+    rejected[role] = [
+        *rejected[role],
+        *(
+            (FilterResult(names[0], False, "DynamicResources", reason, UNRESOLVABLE), tuple(names))
+            for reason, names in by_reason.items()
+        ),
+    ]
 
 
 def _admission_notes(
@@ -1161,6 +1204,14 @@ def _between(a: RolePlacement, b: RolePlacement, ctx: PairContext) -> PairPlacem
         hyper = _volcano_one_zone(ra, [*_nodes_of(a, ctx), *_nodes_of(b, ctx)], ctx.options, topo.zone_key)
         if hyper:
             return PairPlacement(same, None, hyper)
+    shared = set(a.shared_claims) & set(b.shared_claims)
+    if shared and (a.claim_one_zone or b.claim_one_zone):
+        ns, name = min(shared)
+        return PairPlacement(
+            same,
+            None,
+            f"{ra} and {rb} share ResourceClaim {ns}/{name}: {a.claim_one_zone or b.claim_one_zone}",
+        )
     group_a, group_b = _annotation(ra, KUEUE_GROUP), _annotation(rb, KUEUE_GROUP)
     if same_workload and group_a and group_a == group_b:
         required = _annotation(ra, KUEUE_REQUIRED) or _annotation(rb, KUEUE_REQUIRED)

@@ -131,14 +131,70 @@ def _cel() -> Any:
     return cel
 
 
+Library = Literal["rules", "devices"]
+"""The functions an expression may call beyond CEL's standard ones and `strings`: ``devices`` adds
+the part of Kubernetes' quantity library DRA device selectors use (placement/dra.py)."""
+
+
+def _milli(text: str) -> int:
+    from auditor.placement.resources import milli_value, parse_quantity
+
+    try:
+        return milli_value(parse_quantity(text))
+    except ValueError as exc:
+        raise ValueError(f"quantity({text!r}): {exc}") from None
+
+
+def _quantity_functions(cel: Any) -> list[Any]:
+    """`quantity(s)` and its comparisons, as Kubernetes' CEL quantity library defines them. A
+    quantity is its value in thousandths (an int), so a capacity compares exactly with a literal
+    whatever the suffixes; `asInteger` and `asApproximateFloat` give the value in whole units."""
+    i, b, s, d = cel.Type.INT, cel.Type.BOOL, cel.Type.STRING, cel.Type.DOUBLE
+
+    def member(name: str, result: Any, impl: Any) -> Any:
+        return cel.FunctionDecl(
+            name, [cel.Overload(f"quantity_{name}", result, [i, i], is_member=True, impl=impl)]
+        )
+
+    def unary(name: str, result: Any, impl: Any) -> Any:
+        return cel.FunctionDecl(
+            name, [cel.Overload(f"quantity_{name}", result, [i], is_member=True, impl=impl)]
+        )
+
+    return [
+        cel.FunctionDecl("quantity", [cel.Overload("quantity_string", i, [s], impl=_milli)]),
+        cel.FunctionDecl("isQuantity", [cel.Overload("is_quantity_string", b, [s], impl=_is_quantity)]),
+        member("compareTo", i, lambda x, y: (x > y) - (x < y)),
+        member("isGreaterThan", b, lambda x, y: x > y),
+        member("isLessThan", b, lambda x, y: x < y),
+        member("add", i, lambda x, y: x + y),
+        member("sub", i, lambda x, y: x - y),
+        unary("asInteger", i, lambda x: x // 1000),
+        unary("asApproximateFloat", d, lambda x: x / 1000),
+        unary("isInteger", b, lambda x: x % 1000 == 0),
+        unary("sign", i, lambda x: (x > 0) - (x < 0)),
+    ]
+
+
+def _is_quantity(text: str) -> bool:
+    try:
+        _milli(text)
+    except ValueError:
+        return False
+    return True
+
+
 @cache
-def _environment(variables: tuple[str, ...]) -> Any:
-    """One CEL environment per variable set; built on first use, never at import."""
+def _environment(variables: tuple[str, ...], library: Library = "rules") -> Any:
+    """One CEL environment per variable set and library; built on first use, never at import."""
     from cel_expr_python.ext.ext_strings import ExtStrings  # type: ignore[import-untyped]
 
     cel = _cel()
     any_map = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
-    return cel.NewEnv(variables=dict.fromkeys(variables, any_map), extensions=[ExtStrings()])
+    functions = _quantity_functions(cel) if library == "devices" else []
+    return cel.NewEnv(
+        variables=dict.fromkeys(variables, any_map), extensions=[ExtStrings()], functions=functions
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +228,7 @@ class CelExpression:
 
 
 def compile_expression(
-    source: str, variables: Collection[str] = VARIABLES, returns: Returns = "bool"
+    source: str, variables: Collection[str] = VARIABLES, returns: Returns = "bool", library: Library = "rules"
 ) -> CelExpression:
     """Parse and type-check ``source`` over the given (map-typed) variables.
 
@@ -186,7 +242,7 @@ def compile_expression(
         raise CelError("the expression is empty")
     names = tuple(sorted(variables))
     try:
-        program = _environment(names).compile(source)
+        program = _environment(names, library).compile(source)
     except MemoryError:
         raise
     except Exception as exc:  # RuntimeError for CEL problems; odd input must still be a CelError

@@ -236,6 +236,7 @@ def placement_options(inv: Inventory) -> PlacementOptions:
         inv.admissions,
         inv.queues.topologies,
         inv.volcano,
+        inv.devices if inv.devices else None,
     )
 
 

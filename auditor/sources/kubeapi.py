@@ -103,6 +103,11 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", False),
     Resource("kueue.x-k8s.io", "v1alpha1", "topologies", "Topology", False),
     Resource("topology.volcano.sh", "v1alpha1", "hypernodes", "HyperNode", False),
+    # DRA (GA in 1.34; optional: absent on older clusters and where the API is off).
+    Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
+    Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
+    Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
+    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
 )
 CILIUM_CONFIG = Resource("", "v1", "configmaps", "ConfigMap", True, optional=True)
 

@@ -32,7 +32,7 @@ from auditor.model.objects import (
 from auditor.model.pickling import by_fields
 from auditor.model.source import LoadError, SourceRef
 from auditor.model.values import value
-from auditor.placement import capacity, kueue, volcano
+from auditor.placement import capacity, dra, kueue, volcano
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.engine import NAMESPACE_TIER
 from auditor.reachability.policy import CompiledPolicy
@@ -83,6 +83,7 @@ SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
     "Topology": kueue.TOPOLOGY_VERSIONS,
     volcano.KIND: volcano.VERSIONS,
     capacity.NODECLAIM_KIND: capacity.KARPENTER_VERSIONS,
+    **dict.fromkeys(dra.KINDS, dra.VERSIONS),
 }
 SUPPORTED_VERSIONS["Job"] = ("batch/v1", "batch.volcano.sh/v1alpha1")
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
@@ -378,6 +379,7 @@ _CLUSTER_SCOPED_SELECTING = frozenset(
         "ResourceFlavor",
         "Topology",
         "HyperNode",
+        *dra.CLUSTER_KINDS,
     )
 )
 """Kinds with selectors that have no namespace: a selector error in one names no namespace."""
@@ -721,6 +723,11 @@ def _load_object(
         inv.hypernodes.append(
             memo(raw.obj, "hypernode", lambda: volcano.parse_hypernode(raw.obj, raw.source))
         )
+    elif kind == "ResourceSlice":
+        slice_devices = memo(raw.obj, "resourceslice", lambda: dra.parse_slice(raw.obj, raw.source))
+        inv.devices.devices.extend(slice_devices)
+    elif kind in dra.KINDS:
+        dra.read(kind, raw.obj, ns, raw.source, inv.devices)
     elif kind in kueue.KINDS:
         kueue.read(kind, raw.obj, ns, raw.source, inv.queues)
     elif kind == capacity.NODEPOOL_KIND:

@@ -99,6 +99,7 @@ def parse_pod(
         pod_requests=pod_requests(spec),
         claims=tuple(_claims(spec.get("volumes"))),
         sysctls=_sysctls(spec.get("securityContext")),
+        resource_claims=_resource_claims(spec.get("resourceClaims"), f"{at}spec.resourceClaims"),
         containers=tuple(_container(c) for c in app if isinstance(c, Mapping)),
         init_containers=tuple(_container(c) for c in init if isinstance(c, Mapping)),
     )
@@ -144,6 +145,25 @@ def _claims(volumes: Any) -> list[Claim]:
         if isinstance(pvc, Mapping) and pvc.get("claimName"):
             out.append(Claim(str(pvc["claimName"])))
     return out
+
+
+def _resource_claims(raw: Any, field: str) -> tuple[tuple[str, str, str], ...]:
+    """spec.resourceClaims: each names a ResourceClaim (shared by every pod naming it) or a
+    ResourceClaimTemplate (one claim per pod), never both (the API server's validation)."""
+    out: list[tuple[str, str, str]] = []
+    for i, item in enumerate(specs.seq(raw, field)):
+        body = specs.mapping(item, f"{field}[{i}]")
+        name = str(body.get("name") or "")
+        if not name:
+            raise PolicyError(f"{field}[{i}].name", "is required")
+        claim = str(body.get("resourceClaimName") or "")
+        template = str(body.get("resourceClaimTemplateName") or "")
+        if bool(claim) == bool(template):
+            raise PolicyError(
+                f"{field}[{i}]", "must set exactly one of resourceClaimName and resourceClaimTemplateName"
+            )
+        out.append((name, claim, template))
+    return tuple(out)
 
 
 def _sysctls(context: Any) -> tuple[tuple[str, str], ...]:
