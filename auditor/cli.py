@@ -141,27 +141,65 @@ def _jobs(text: str) -> int:
     return value
 
 
+def _explain_mode_error(args: argparse.Namespace) -> str:
+    """Why the options ask neither or both of explain's questions ("" when they ask one)."""
+    question = {"--from": args.from_, "--to": args.to, "--port": args.port}
+    pinned = {"--from-zone": args.from_zone, "--to-zone": args.to_zone, "--protocol": args.protocol}
+    if args.placement is not None:
+        given = [k for k, v in {**question, **pinned}.items() if v is not None]
+        if given:
+            return f"--placement cannot be combined with {', '.join(given)}: ask one question at a time"
+        return ""
+    missing = [k for k, v in question.items() if v is None]
+    if missing:
+        return (
+            f"explain needs --from, --to and --port (missing: {', '.join(missing)}), or --placement NS/NAME"
+        )
+    return ""
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
+    """A reachability question (--from/--to/--port: 0 allowed, 1 denied), or a placement one
+    (--placement NS/NAME: 0 when every replica of every role named can be placed, 1 when not)."""
+    from auditor.audit import placement_explain
     from auditor.audit.explain import ExplainError, explain, to_json, to_text
 
+    mode_error = _explain_mode_error(args)
+    if mode_error:
+        print(f"error: {mode_error}", file=sys.stderr)
+        return EXIT_USAGE
     settings = _settings(args)
     paths = _paths(args)
     stream = _read_stdin() if STDIN in args.paths else None
     inv = load_inventory(paths, settings, stream=stream)
+    errors = [e.to_json() for e in inv.errors]
+    as_json = args.format == "json"
     try:
-        exp = explain(inv, args.from_, args.to, str(args.port), args.protocol, args.from_zone, args.to_zone)
+        if args.placement is not None:
+            placed = placement_explain.explain_placement(inv, args.placement)
+            ok = placed.placeable
+            out = (
+                json.dumps(placement_explain.to_json(placed, errors), indent=2)
+                if as_json
+                else placement_explain.to_text(placed)
+            )
+        else:
+            exp = explain(
+                inv, args.from_, args.to, str(args.port), args.protocol or "TCP", args.from_zone, args.to_zone
+            )
+            ok = exp.allowed
+            out = json.dumps(to_json(exp, errors), indent=2) if as_json else to_text(exp)
     except ExplainError as exc:
         for e in inv.errors:
             print(f"warning: {e}", file=sys.stderr)
-        print(f"error: {exc}", file=sys.stderr)
+        message = placement_explain.clean(str(exc)) if args.placement is not None else str(exc)
+        print(f"error: {message}", file=sys.stderr)
         return EXIT_USAGE
-    if args.format == "json":
-        print(json.dumps(to_json(exp, [e.to_json() for e in inv.errors]), indent=2))
-    else:
-        print(to_text(exp))
+    print(out)
+    if not as_json:
         for e in inv.errors:
             print(f"warning: {e}", file=sys.stderr)
-    return EXIT_OK if exp.allowed else EXIT_FINDINGS
+    return EXIT_OK if ok else EXIT_FINDINGS
 
 
 def _baseline_fingerprints(path: Path) -> set[str]:
@@ -871,6 +909,8 @@ EPILOGS = {
   auditor explain --example seed-lab/before --from ml-demo/trainer-workers \\
       --to ml-demo/trainer-coordinator --port 9999
   auditor explain manifests/ --nodes nodes.yaml --from ml/job/Worker --to ml/job/Master --port 23456
+  auditor explain manifests/ --nodes nodes.yaml --placement ml/job          # where each role can land
+  auditor explain manifests/ --nodes nodes.yaml --placement ml/job/Worker --format json
 
 """,
     "cluster": """examples:
@@ -934,29 +974,38 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
         cmd.add_argument("--config", help=config)
 
-    ex = sub.add_parser("explain", help="answer one reachability question with the deciding policies")
+    ex = sub.add_parser(
+        "explain",
+        help="answer one reachability question with the deciding policies, or where a workload can land",
+    )
     ex.add_argument("paths", nargs="*", metavar="PATH", help="manifest files or directories; - for stdin")
     ex.add_argument("--nodes", action="append", metavar="FILE", help="`kubectl get nodes -o yaml` dumps")
     ex.add_argument("--example", help="use a bundled example (e.g. seed-lab/before)")
     ex.add_argument(
         "--from",
         dest="from_",
-        required=True,
+        required=False,
         metavar="NS/NAME",
         help="source: NS/POD, NS/WORKLOAD or NS/WORKLOAD/ROLE",
     )
-    ex.add_argument("--to", required=True, metavar="NS/NAME", help="destination, same forms")
+    ex.add_argument("--to", required=False, metavar="NS/NAME", help="destination, same forms")
     ex.add_argument(
         "--port",
-        required=True,
+        required=False,
         help="destination port: a number, a container port name, a range LO-HI, or ephemeral "
         "(the data-plane range scan uses for this destination)",
     )
-    ex.add_argument("--protocol", default="TCP", help="TCP (default), UDP or SCTP")
+    ex.add_argument("--protocol", help="TCP (default), UDP or SCTP")
     ex.add_argument(
         "--from-zone", help="zone the source lands in (default: its node's or only feasible zone)"
     )
     ex.add_argument("--to-zone", help="zone the destination lands in")
+    ex.add_argument(
+        "--placement",
+        metavar="NS/NAME",
+        help="instead of --from/--to/--port: per role of the workload NS/NAME (or the one role "
+        "NS/WORKLOAD/ROLE), the zones it can reach and every object that narrowed or widened them",
+    )
     ex.add_argument("--config", help=CONFIG_HELP)
     ex.add_argument("--format", choices=("text", "json"), default="text")
     ex.set_defaults(func=cmd_explain)

@@ -2,8 +2,7 @@
 repository (gen_repo.py) against the same repository with the objects that decide zones besides
 the nodes added, measured alternately in one run.
 
-Added to the copy (`clusters/platform/schedulers/`; DRA slices and Service routing come with their
-support, issue 35):
+Added to the copy (`clusters/platform/schedulers/`):
 - one Karpenter NodePool per zone for H100 capacity (the generator's H100 nodes are in two zones
   only): template labels and taint of the H100 node pool, `zone In [<zone>]`, `instance-type In
   [p5.48xlarge]`, a GPU limit;
@@ -11,7 +10,9 @@ support, issue 35):
   toleration), with every team's ClusterQueue rewritten to list the three instead of its single
   `gpu-a100` flavor (the generator already writes LocalQueues, ClusterQueues and a Topology, and
   labels a share of its jobs with a queue);
-- Volcano HyperNodes for the GPU racks (tier 1, by rack label), blocks (tier 2) and zones (tier 3).
+- Volcano HyperNodes for the GPU racks (tier 1, by rack label), blocks (tier 2) and zones (tier 3);
+- DRA: a `gpu.nvidia.com` DeviceClass and one node-local ResourceSlice per GPU node with its GPUs
+  (the generated workloads request GPUs as extended resources, so the slices are read, not claimed).
 
 Each measurement is a child process (scan_child.py, `auditor scan --no-cache --jobs 1`), plain and
 with-objects alternated, `--runs` times; medians and their ratio are printed. Target: the scan with
@@ -118,9 +119,13 @@ def add_scheduler_objects(directory: Path) -> dict[str, int]:
         for zone in ZONES
     ]
     racks, blocks = set(), set()
+    slices = []
     for path in sorted((directory / "clusters/platform/nodes").rglob("*.yaml")):
         for doc in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader):
             labels = ((doc or {}).get("metadata") or {}).get("labels") or {}
+            gpus = str((((doc or {}).get("status") or {}).get("allocatable") or {}).get("nvidia.com/gpu", ""))
+            if gpus.isdigit() and int(gpus):
+                slices.append(_slice(str(doc["metadata"]["name"]), int(gpus)))
             if RACK_KEY in labels:
                 racks.add((labels[BLOCK_KEY], labels[RACK_KEY]))
                 blocks.add((labels["topology.kubernetes.io/zone"], labels[BLOCK_KEY]))
@@ -157,6 +162,7 @@ def add_scheduler_objects(directory: Path) -> dict[str, int]:
     (out / "nodepools.yaml").write_text(yaml.safe_dump_all(pools, sort_keys=False))
     (out / "flavors.yaml").write_text(yaml.safe_dump_all(flavors, sort_keys=False))
     (out / "hypernodes.yaml").write_text(yaml.safe_dump_all(hypernodes, sort_keys=False))
+    (out / "dra.yaml").write_text(yaml.safe_dump_all([DEVICE_CLASS, *slices], sort_keys=False))
     queues_file = directory / "clusters/platform/kueue/cluster-queues.yaml"
     queues = [d for d in yaml.safe_load_all(queues_file.read_text()) if d]
     for cq in queues:
@@ -169,6 +175,37 @@ def add_scheduler_objects(directory: Path) -> dict[str, int]:
         "ResourceFlavor": len(flavors),
         "ClusterQueue": len(queues),
         "HyperNode": len(hypernodes),
+        "ResourceSlice": len(slices),
+    }
+
+
+DEVICE_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+}
+
+
+def _slice(node: str, gpus: int) -> dict[str, Any]:
+    """The ResourceSlice NVIDIA's DRA driver publishes for a GPU node: its GPUs, node-local."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {"index": {"int": i}, "productName": {"string": "NVIDIA H100 80GB HBM3"}},
+                    "capacity": {"memory": {"value": "80Gi"}},
+                }
+                for i in range(gpus)
+            ],
+        },
     }
 
 

@@ -33,6 +33,7 @@ CORE = (
     "auditor.inventory",
     "auditor.audit.scan",
     "auditor.audit.explain",
+    "auditor.audit.placement_explain",
     "auditor.audit.connectivity",
 )
 CONFIG_LOADER = ("auditor.settings.config",)

@@ -348,6 +348,18 @@ class Service:
     selector: Labels
     ports: tuple[ServicePort, ...]
     source: SourceRef
+    # How kube-proxy (or the CNI in its place) routes the Service's ClusterIP traffic
+    # (placement/routing.py): spec.clusterIP ("None" for a headless Service, whose DNS names
+    # the pods themselves), spec.trafficDistribution, spec.internalTrafficPolicy, and the
+    # service.kubernetes.io/topology-mode annotation (topology-aware hints).
+    cluster_ip: str = ""
+    traffic_distribution: str = ""
+    internal_traffic_policy: str = ""
+    topology_mode: str = ""
+
+    @property
+    def headless(self) -> bool:
+        return self.cluster_ip == "None"
 
 
 @dataclass(frozen=True, slots=True)

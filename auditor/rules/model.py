@@ -12,6 +12,7 @@ from auditor.inventory import Inventory, policy_engine, role_claim_zones, role_e
 from auditor.model.findings import EdgeRef, Finding, ObjectRef, PolicyMention
 from auditor.model.objects import Node, Role, Workload, WorkloadRef
 from auditor.model.values import value
+from auditor.placement import routing
 from auditor.placement.coupling import (
     PairContext,
     PairPlacement,
@@ -325,6 +326,9 @@ def build_model(
             pp = pair_placement(a, b, pair_context)
         else:
             pp = observed_pair(observed[edge.source], observed[edge.destination])
+        if edge.via is not None:
+            seen = observed[edge.destination] if observed is not None else None
+            pp = routed_placement(pp, edge, b, frozenset(seen.zones) if seen is not None else None)
         verdicts = []
         # When each end's replicas meet the same verdicts in every zone of the pairs (the common
         # case: nothing a policy reads differs by zone), the first pair's are every pair's.
@@ -352,6 +356,27 @@ def build_model(
             verdicts.append(known)
         analyses.append(EdgeAnalysis(edge, pp, tuple(verdicts), classify(pp, verdicts)))
     return AuditModel(inv, engine, placements, analyses, notes, list(edges))
+
+
+def routed_placement(
+    pp: PairPlacement, edge: CommEdge, destination: RolePlacement, seen: frozenset[str] | None
+) -> PairPlacement:
+    """The zone pairs of a path through a ClusterIP Service, as its routing sends the traffic
+    (placement/routing.py); `seen`: the zones the destination's pods run in, when observed."""
+    kind, why = routing.routing(edge.via) if edge.via is not None else ("", "")
+    if not kind:
+        return pp
+    pairs = routing.routed_pairs(pp.pairs, kind, seen)
+    crosses = any(x != y for x, y in pairs)
+    if seen is not None:
+        split = pp.split if crosses else None
+    else:
+        split = routing.routed_split(
+            pp.split if crosses else None, kind, destination.role.replicas, destination.single_zone
+        )
+    if pairs == pp.pairs and split == pp.split:
+        return pp
+    return PairPlacement(pairs, split, f"{why}; {pp.coupling}", pp.provisioned)
 
 
 def annotation(workload: Workload, key: str) -> str | None:

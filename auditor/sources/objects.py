@@ -32,7 +32,7 @@ from auditor.model.objects import (
 from auditor.model.pickling import by_fields
 from auditor.model.source import LoadError, SourceRef
 from auditor.model.values import value
-from auditor.placement import capacity, dra, kueue, volcano
+from auditor.placement import capacity, dra, kueue, routing, volcano
 from auditor.reachability import adminpolicy, calico, cilium, cni, netpol, specs
 from auditor.reachability.engine import NAMESPACE_TIER
 from auditor.reachability.policy import CompiledPolicy
@@ -823,4 +823,24 @@ def parse_service(raw: RawObject, namespace: str) -> Service:
             ServicePort(str(pb.get("name") or ""), port, str(target), str(pb.get("protocol") or "TCP"))
         )
     selector = specs.mapping(spec.get("selector"), "spec.selector")
-    return Service(namespace, raw.name, freeze_labels(selector), tuple(ports), raw.source)
+    distribution = str(spec.get("trafficDistribution") or "")
+    if distribution and distribution not in routing.TRAFFIC_DISTRIBUTIONS:
+        raise specs.PolicyError(
+            "spec.trafficDistribution",
+            f"must be one of {', '.join(routing.TRAFFIC_DISTRIBUTIONS)}, got {distribution!r}",
+        )
+    internal = str(spec.get("internalTrafficPolicy") or "")
+    if internal and internal not in ("Cluster", "Local"):
+        raise specs.PolicyError("spec.internalTrafficPolicy", f"must be Cluster or Local, got {internal!r}")
+    annotations = specs.mapping(_meta(raw.obj).get("annotations"), "metadata.annotations")
+    return Service(
+        namespace,
+        raw.name,
+        freeze_labels(selector),
+        tuple(ports),
+        raw.source,
+        str(spec.get("clusterIP") or ""),
+        distribution,
+        internal,
+        routing.topology_mode(annotations),
+    )

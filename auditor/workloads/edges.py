@@ -53,6 +53,9 @@ class CommEdge:
     # where that matters: a role split by per-replica labels (workloads/replicas.py).
     to_replica: int | None = field(default=None, compare=False)
     origin: EdgeOrigin = field(kw_only=True)
+    # The ClusterIP Service the traffic goes through (its routing may keep it in the zone,
+    # placement/routing.py); None for a path to the pods themselves.
+    via: Service | None = field(default=None, compare=False, hash=False, kw_only=True)
 
     @property
     def ports(self) -> PortRange:
@@ -329,21 +332,25 @@ class _RolesByLabel:
         return _selected(svc, self.index.get((svc.namespace, k, v), ()))
 
 
-def _service_targets(svc: Service, port: int | None, selected: Sequence[Role]) -> Iterator[tuple[Role, int]]:
+def _service_targets(
+    svc: Service, port: int | None, selected: Sequence[Role]
+) -> Iterator[tuple[Role, int, bool]]:
     """The selected roles with the container port each reference reaches: the port written after
-    the name (a Service port, mapped to its targetPort) or every Service port."""
+    the name (a Service port, mapped to its targetPort) or every Service port; and whether the
+    traffic goes through the Service's ClusterIP (False: a port it does not list, reached on the
+    pod itself through headless DNS)."""
     ports = [p for p in svc.ports if port is None or p.port == port]
     for r in selected:
         if port is not None and not ports:
-            yield r, port  # a port the Service does not list: headless DNS reaches the pod directly
+            yield r, port, False  # a port the Service does not list: headless DNS reaches the pod directly
             continue
         for p in ports:
             if p.target_port.isdigit():
-                yield r, int(p.target_port)
+                yield r, int(p.target_port), True
             else:
                 named = next((np.port for np in r.template.named_ports if np.name == p.target_port), None)
                 if named is not None:
-                    yield r, named
+                    yield r, named, True
 
 
 def _reference(name: str, ns: str, services: Sequence[Service]) -> Service | None:
@@ -414,10 +421,11 @@ def service_edges(roles: Sequence[Role], services: Sequence[Service]) -> Iterato
                 port = int(port_text) if port_text.isdigit() else None
                 references.append((referenced, port, f"annotation {TALKS_TO}: {item}", "annotation"))
         for svc, port, reason, origin in references:
-            for target, tport in _service_targets(svc, port, selected_by(svc)):
+            for target, tport, routed in _service_targets(svc, port, selected_by(svc)):
                 if (target is not role or role.replicas > 1) and (target, tport) not in seen:
                     seen.add((target, tport))
-                    yield CommEdge(role, target, tport, "TCP", reason, origin=origin)
+                    via = svc if routed and not svc.headless else None
+                    yield CommEdge(role, target, tport, "TCP", reason, origin=origin, via=via)
 
 
 def _whole(w: Workload) -> tuple[Workload, dict[Role, list[Role]]]:
