@@ -146,9 +146,36 @@ class PodTemplate:
     init_containers: tuple[Container, ...] = field(default=(), hash=False)
     # Selectors of Services, policies and affinity terms read the labels over and over.
     label_map: Mapping[str, str] = field(init=False, compare=False, hash=False, repr=False)
+    # Templates key roles, filter passes and admission caches: hash the (deep) fields once.
+    _hash: int = field(default=0, init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_map", dict(self.labels))
+        object.__setattr__(self, "_hash", hash(self.hashed_fields()))
+
+    def hashed_fields(self) -> tuple[object, ...]:
+        """Every field compared, but containers (the labels, ports and requests tell them apart)."""
+        return (
+            self.labels,
+            self.annotations,
+            self.node_selector,
+            self.scheduling,
+            self.tolerations,
+            self.named_ports,
+            self.container_ports,
+            self.service_account,
+            self.host_network,
+            self.node_name,
+            self.requests,
+            self.pod_ips,
+            self.pod_requests,
+            self.claims,
+            self.sysctls,
+            self.resource_claims,
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @by_fields

@@ -28,7 +28,17 @@ from dataclasses import dataclass, field, replace
 from itertools import product
 from typing import Any
 
-from auditor.model.objects import Labels, Node, Role, Taint, Toleration, Workload, WorkloadRef, freeze_labels
+from auditor.model.objects import (
+    Labels,
+    Node,
+    PodTemplate,
+    Role,
+    Taint,
+    Toleration,
+    Workload,
+    WorkloadRef,
+    freeze_labels,
+)
 from auditor.model.scheduling import NodeAffinity, NodeRequirement, NodeSelectorTerm
 from auditor.model.source import SourceRef
 from auditor.placement.capacity import parse_taints
@@ -194,15 +204,34 @@ def _selects_flavor(flavor: Flavor, role: Role, keys: frozenset[str]) -> bool:
     return False
 
 
-def admission(workload: Workload, role: Role, queues: Queues) -> tuple[Admission | None, str]:
+_Found = tuple[Admission | None, str]
+
+
+def admission(
+    workload: Workload, role: Role, queues: Queues, memo: dict[tuple[object, ...], _Found] | None = None
+) -> _Found:
     """How Kueue admits the role's pod set (None: not through Kueue, or not resolvable), and a
-    note when its queue names something the inventory does not hold."""
+    note when its queue names something the inventory does not hold. `memo`: answers kept by
+    queue and by what of the pod template the answer reads (thousands of pod sets, a few
+    templates)."""
     ns = workload.ref.namespace
     queue = queue_of(workload, role)
     if not queue:
         if (ns, DEFAULT_QUEUE) not in queues.local:
             return None, ""
         queue = DEFAULT_QUEUE
+    wanted = frozenset(_requested(role))
+    if memo is None:
+        return _admission(ns, queue, role, queues, wanted)
+    t = role.template
+    key = (ns, queue, t.node_selector, t.scheduling.node_affinity.required, t.tolerations, wanted)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _admission(ns, queue, role, queues, wanted)
+    return found
+
+
+def _admission(ns: str, queue: str, role: Role, queues: Queues, wanted: frozenset[str]) -> _Found:
     cq_name = queues.local.get((ns, queue))
     if cq_name is None:
         return None, f"LocalQueue {ns}/{queue}"
@@ -213,7 +242,6 @@ def admission(workload: Workload, role: Role, queues: Queues) -> tuple[Admission
     if missing:
         return None, f"ResourceFlavor {missing[0]} (of ClusterQueue {cq_name})"
     keys = frozenset(k for _, names in cq.groups for n in names for k, _ in queues.flavors[n].node_labels)
-    wanted = _requested(role)
     per_group: list[list[Flavor]] = []
     for covered, names in cq.groups:
         if not (covered & wanted):
@@ -237,13 +265,39 @@ def admission(workload: Workload, role: Role, queues: Queues) -> tuple[Admission
     return Admission(queue, cq_name, tuple(combos)), ""
 
 
-def admitted_role(role: Role, adm: Admission) -> Role:
+_Admitted = dict[tuple[object, ...], PodTemplate | None]
+
+
+def admitted_role(role: Role, adm: Admission, memo: _Admitted | None = None) -> Role:
     """The role as Kueue admits it: its pods land where one flavor combination's node labels hold,
-    and carry the flavors' tolerations."""
+    and carry the flavors' tolerations. `memo`: admitted templates by admission and template."""
+    if memo is None:
+        template = _admitted_template(role.template, adm)
+    else:
+        t = role.template
+        key = (id(adm), t.node_selector, t.tolerations, t.scheduling.node_affinity)
+        if key in memo:
+            template = memo[key]
+            if template is not None:  # the same fields admitted before, on another template
+                affinity = template.scheduling.node_affinity
+                template = replace(
+                    t,
+                    node_selector=template.node_selector,
+                    tolerations=template.tolerations,
+                    scheduling=t.scheduling
+                    if affinity == t.scheduling.node_affinity
+                    else replace(t.scheduling, node_affinity=affinity),
+                )
+        else:
+            template = memo[key] = _admitted_template(t, adm)
+    return role if template is None else replace(role, template=template)
+
+
+def _admitted_template(t: PodTemplate, adm: Admission) -> PodTemplate | None:
+    """The template as admitted under `adm`, or None when admission changes nothing."""
     combos = list(adm.combinations)
     if combos == [()]:
-        return role
-    t = role.template
+        return None
     tolerations = list(t.tolerations)
     for combo in combos:
         for f in combo:
@@ -254,9 +308,8 @@ def admitted_role(role: Role, adm: Admission) -> Role:
         if freeze_labels(selector) == freeze_labels(dict(t.node_selector)) and len(tolerations) == len(
             t.tolerations
         ):
-            return role  # a flavor that adds nothing (the documentation's `default-flavor`)
-        template = replace(t, node_selector=freeze_labels(selector), tolerations=tuple(tolerations))
-        return replace(role, template=template)
+            return None  # a flavor that adds nothing (the documentation's `default-flavor`)
+        return replace(t, node_selector=freeze_labels(selector), tolerations=tuple(tolerations))
     required = t.scheduling.node_affinity.required
     preferred = t.scheduling.node_affinity.preferred
     if not combos:
@@ -272,8 +325,7 @@ def admitted_role(role: Role, adm: Admission) -> Role:
                 terms.append(replace(term, match_expressions=term.match_expressions + extra))
         affinity = NodeAffinity(tuple(terms), preferred)
     scheduling = replace(t.scheduling, node_affinity=affinity)
-    template = replace(t, scheduling=scheduling, tolerations=tuple(tolerations))
-    return replace(role, template=template)
+    return replace(t, scheduling=scheduling, tolerations=tuple(tolerations))
 
 
 def apply(
@@ -288,20 +340,22 @@ def apply(
     out: list[Workload] = []
     admissions: dict[tuple[WorkloadRef, str], Admission] = {}
     notes: list[tuple[str, str]] = []
+    found: dict[tuple[object, ...], _Found] = {}
+    made: _Admitted = {}
     for w in workloads:
         roles = []
         changed = False
         lacking: dict[str, list[str]] = {}
         admitted: list[str] = []
         for r in w.roles:
-            adm, missing = admission(w, r, queues)
+            adm, missing = admission(w, r, queues, found)
             if missing:
                 lacking.setdefault(missing, []).append(r.label)
             if adm is None:
                 roles.append(r)
                 continue
             admissions[(w.ref, r.name)] = adm
-            new = admitted_role(r, adm)
+            new = admitted_role(r, adm, made)
             changed = changed or new is not r
             roles.append(new)
             if not adm.combinations:
