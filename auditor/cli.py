@@ -81,8 +81,16 @@ def _store_errors() -> Iterator[None]:
     """A database error as the CLI's failure (SQLAlchemy imported here: a scan never loads it)."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from auditor.store.database import ENV_URL
+    from auditor.store.url import DatabaseURLError
+
     try:
         yield
+    except DatabaseURLError as exc:
+        # A URL this product cannot use is a configuration error (exit 2), not a failed audit:
+        # name where it came from. The message names the backend, never the URL (its password).
+        where = ("(environment)", ENV_URL) if os.environ.get(ENV_URL) else ("(config)", "database.url")
+        raise ConfigError(where[0], 0, where[1], str(exc)) from None
     except SQLAlchemyError as exc:
         raise AuditFailed(f"the findings store is not available: {type(exc).__name__}: {exc}") from exc
 
@@ -548,7 +556,8 @@ def cmd_db(args: argparse.Namespace) -> int:
 
     settings = _service_settings(args, "defaults")
     url = database.resolve_url(settings.database.url)
-    engine = database.make_engine(url)
+    with _store_errors():
+        engine = database.make_engine(url)
     try:
         database.upgrade(engine)
         print(f"database {database.redacted(url)} is at revision {database.current_revision(engine)}")

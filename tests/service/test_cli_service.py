@@ -51,3 +51,18 @@ def test_password_never_printed(
     assert cli.main(["db", "upgrade"]) == 3
     err = capsys.readouterr().err
     assert "hunter2" not in err and "***" in err
+
+
+@pytest.mark.parametrize("command", [["findings"], ["db", "upgrade"], ["run", "--target", "lab"]])
+def test_an_unsupported_database_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    # Issue 36: `mysql://` exited 3 (a partial audit) with an internal error; it is a setting.
+    config = tmp_path / "auditor.yaml"
+    config.write_text(f"targets:\n  - name: lab\n    directory: '{tmp_path}'\n")
+    monkeypatch.setenv("AUDITOR_DATABASE_URL", "mysql://auditor:hunter2@db/findings")
+    assert cli.main([*command, "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    (line,) = err.strip().splitlines()
+    assert "AUDITOR_DATABASE_URL" in line and "'mysql'" in line
+    assert "sqlite:///" in line and "postgresql://" in line and "hunter2" not in line
