@@ -576,10 +576,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = _build_store(settings)
     runner = bootstrap.build_runner(settings, store)
     runner.recover()
-    result = runner.run(args.target, None, "cli")
+    actor = cli_actor()
+    try:
+        run_id = runner.start(args.target, None, "cli")
+    except Exception as exc:  # busy, or a store that fails: recorded when it can be, then raised
+        with contextlib.suppress(Exception):
+            store.append_audit(actor, "run.start", args.target, outcome="refused", detail=str(exc))
+        raise
+    store.append_audit(actor, "run.start", args.target, detail=f"run {run_id}")
+    result = runner.execute(run_id, args.target)
     store.engine.dispose()
-    if result is None:  # a manual run has no slot, so this cannot happen; kept for the type
-        return EXIT_FAILED
     if result.summary is None:
         print(f"run {result.run_id} of {args.target}: failed: {result.error}", file=sys.stderr)
         return EXIT_FAILED
@@ -592,6 +598,55 @@ def cmd_run(args: argparse.Namespace) -> int:
     if s.status != "succeeded":
         return EXIT_FAILED
     return EXIT_FINDINGS if _active_at_or_above(store, args.target, args.fail_on) else EXIT_OK
+
+
+def cli_actor() -> str:
+    """Who runs this command, for the audit log: `cli:user@host` (the uid when the user has no
+    name, as in a container without a passwd entry)."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+    return f"cli:{user}@{socket.gethostname()}"
+
+
+def cmd_audit_log(args: argparse.Namespace) -> int:
+    from auditor.store.repository import BadCursor
+
+    settings = _service_settings(args, "defaults")
+    try:
+        with _store_errors():
+            page = _build_store(settings).audit_log(
+                actor=args.actor,
+                action=args.action,
+                since=_since(args.since),
+                limit=args.limit,
+                cursor=args.cursor,
+            )
+    except BadCursor as exc:
+        raise ConfigError("(arguments)", 0, "--cursor", str(exc)) from None
+    if args.format == "json":
+        from auditor.service import wire
+
+        print(json.dumps(wire.record_json(page), indent=2))
+        return EXIT_OK
+    if not page.items:
+        print("no audit log entries match")
+    for e in page.items:
+        where = f" from {e.address}" if e.address else ""
+        detail = f": {e.detail}" if e.detail else ""
+        print(
+            table.clean(
+                f"{e.id:>7}  {e.at.isoformat(timespec='seconds')}  {e.outcome:<7} {e.action:<20} "
+                f"{e.subject} by {e.actor}{where}{detail}"
+            )
+        )
+    if page.next_cursor:
+        print(f"more: --cursor {page.next_cursor}")
+    return EXIT_OK
 
 
 def _active_at_or_above(store: Any, target: str, fail_on: str) -> bool:
@@ -1170,6 +1225,16 @@ def build_parser() -> argparse.ArgumentParser:
     fd.add_argument("--cursor", help="continue after a previous page")
     fd.add_argument("--format", choices=("table", "json"), default="table")
     fd.set_defaults(func=cmd_findings)
+
+    al = sub.add_parser("audit-log", help="every write to the service: who, what, when, from where")
+    al.add_argument("--config", help=SERVICE_CONFIG_HELP + " (else the default database)")
+    al.add_argument("--actor", help="one actor (cli:user@host, token:<hash>, service, anonymous)")
+    al.add_argument("--action", help="one action (run.start, pull-request.open, ...)")
+    al.add_argument("--since", metavar="ISO-TIME", help="entries at or after this time")
+    al.add_argument("--limit", type=int, default=50, choices=range(1, 501), metavar="N (1-500)")
+    al.add_argument("--cursor", help="continue after a previous page")
+    al.add_argument("--format", choices=("table", "json"), default="table")
+    al.set_defaults(func=cmd_audit_log)
 
     sv = sub.add_parser("serve", help="the scheduler, the HTTP API and metrics")
     sv.add_argument("--config", help=SERVICE_CONFIG_HELP + " (else the bundled demo)")

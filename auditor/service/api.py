@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import ipaddress
 import logging
@@ -123,6 +124,21 @@ def token_matches(header: str, api_token: str) -> bool:
     return bool(api_token) and hmac.compare_digest(given.strip().encode(), api_token.encode())
 
 
+def token_actor(token: str) -> str:
+    """Who a request authenticated by `token` is, in the audit log: the first 12 hex digits of the
+    token's SHA-256 (tells tokens apart across a rotation; reveals nothing of the token)."""
+    return "token:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client is not None else ""
+
+
+# The write endpoints, by route path: the action the audit log records, and the path parameter
+# that names its subject.
+WRITES = {"/api/v1/targets/{name}/runs": ("run.start", "name")}
+
+
 def create_app(
     store: Store,
     runner: AuditRunner,
@@ -193,10 +209,44 @@ def create_app(
         log.error("database error: %s", exc)
         return JSONResponse({"error": "the database is not available"}, status_code=503)
 
+    def audit(request: Request, actor: str, outcome: str, detail: str) -> None:
+        """Append a write (or a refused one) to the audit log. A store that cannot take it does
+        not change the answer; the entry goes to the error log instead, so it is not lost."""
+        route = getattr(request.scope.get("route"), "path", request.url.path)
+        action, param = WRITES.get(route, (f"{request.method} {route}", ""))
+        subject = str(request.path_params.get(param, "")) if param else ""
+        try:
+            store.append_audit(
+                actor, action, subject, address=_address(request), outcome=outcome, detail=detail
+            )
+        except SQLAlchemyError as exc:
+            log.error(
+                "audit log not written (%s): %s %s %s by %s from %s: %s",
+                type(exc).__name__,
+                outcome,
+                action,
+                subject,
+                actor,
+                _address(request),
+                detail,
+            )
+
     def require_token(request: Request) -> None:
         header = request.headers.get("authorization", "")
         if not api_token:
+            audit(request, "anonymous", "refused", "no API token is configured")
             raise HTTPException(403, "no API token is configured; write endpoints are disabled")
+        if not header.lower().startswith("bearer ") or not token_matches(header, api_token):
+            audit(request, "anonymous", "refused", "no valid bearer token")
+            raise HTTPException(
+                401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+            )
+
+    def require_token_to_read(request: Request) -> None:
+        """The audit log says who did what: it needs the token whatever read_token_required says."""
+        header = request.headers.get("authorization", "")
+        if not api_token:
+            raise HTTPException(403, "no API token is configured; the audit log is not served")
         if not header.lower().startswith("bearer ") or not token_matches(header, api_token):
             raise HTTPException(
                 401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
@@ -295,6 +345,23 @@ def create_app(
             )
         )
 
+    @app.get("/api/v1/audit-log", tags=["audit"], dependencies=[Depends(require_token_to_read)])
+    def audit_log(
+        actor: Annotated[str | None, Query(max_length=256)] = None,
+        action: Annotated[str | None, Query(max_length=64, pattern=r"^[\w./{} -]+$")] = None,
+        since: datetime | None = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+        cursor: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> dict[str, Any]:
+        """Every write to the service, newest first (bearer token required, also when reads are
+        open): who, what, on what, when, from where, done or refused. Append-only."""
+        try:
+            return wire.record_json(
+                store.audit_log(actor=actor, action=action, since=since, limit=limit, cursor=cursor)
+            )
+        except BadCursor as exc:
+            raise HTTPException(400, str(exc)) from None
+
     @app.post(
         "/api/v1/targets/{name}/runs",
         tags=["targets"],
@@ -302,15 +369,20 @@ def create_app(
         dependencies=[Depends(require_token)],
     )
     def trigger(
+        request: Request,
         name: Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")],
     ) -> JSONResponse:
-        """Start an audit of the target now (bearer token required)."""
+        """Start an audit of the target now (bearer token required). Recorded in the audit log."""
+        actor = token_actor(api_token)
         try:
             run_id = runner.start(name, None, "api")
         except (UnknownTarget, ConfigError):
+            audit(request, actor, "refused", "no such target")
             raise HTTPException(404, "no such target") from None
         except (TargetBusy, SlotTaken):
+            audit(request, actor, "refused", "an audit of this target is already running")
             raise HTTPException(409, "an audit of this target is already running") from None
+        audit(request, actor, "done", f"run {run_id}")
         scheduler.submit(run_id, name)
         return JSONResponse(
             {"run_id": run_id, "status": "running", "url": f"/api/v1/runs/{run_id}"},

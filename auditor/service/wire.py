@@ -13,6 +13,7 @@ from typing import Any
 from auditor.store.records import (
     AdmissionDecisionRecord,
     AdmissionSummary,
+    AuditRecord,
     Changes,
     Export,
     FindingRecord,
@@ -71,6 +72,7 @@ Record = (
     | AdmissionDecisionRecord
     | Page[AdmissionDecisionRecord]
     | AdmissionSummary
+    | Page[AuditRecord]
 )
 
 
@@ -78,5 +80,6 @@ def record_json(record: Record) -> dict[str, Any]:
     """A record as the API's JSON: a finding or a run (GET /api/v1/findings/{id} and
     /api/v1/runs/{id}, with the extras read), a target (GET /api/v1/targets), a page (`items` and
     `next_cursor`), the export compliance reports and digests read, a digest's changes, or the
-    admission webhook's answers (GET /api/v1/admission) and their summary (digests)."""
+    admission webhook's answers (GET /api/v1/admission) and their summary (digests), or a page of
+    the audit log (GET /api/v1/audit-log)."""
     return dict(_plain(record))

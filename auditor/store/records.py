@@ -249,3 +249,17 @@ class AdmissionSummary:
     dry_run_by_rule: tuple[tuple[str, str, int], ...]  # the same of the dry runs
     by_namespace: tuple[AdmissionCount, ...]  # every count, per cluster and namespace (digest routing)
     denied: tuple[AdmissionDecisionRecord, ...]  # denials (no dry run), newest first, capped
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One entry of the audit log (store/schema.py AuditEntry says each field)."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    subject: str
+    address: str
+    outcome: str
+    detail: str

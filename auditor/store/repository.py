@@ -42,6 +42,7 @@ from auditor.store.records import (
     AdmissionCount,
     AdmissionDecisionRecord,
     AdmissionSummary,
+    AuditRecord,
     Changes,
     DigestRecord,
     Export,
@@ -61,6 +62,7 @@ from auditor.store.records import (
 from auditor.store.schema import (
     ACTIVE_STATUSES,
     AdmissionDecision,
+    AuditEntry,
     CostEstimate,
     Digest,
     Observation,
@@ -222,6 +224,9 @@ def target_id_of(session: Session | Connection, name: str) -> int:
     if found is None:
         raise UnknownTarget(name)
     return found
+
+
+AUDIT_OUTCOMES = ("done", "refused", "failed")
 
 
 class Store:
@@ -668,6 +673,20 @@ class Store:
                     target_id=target_id, workload=workload, branch=branch, number=number, created_at=now
                 )
                 session.add(row)
+            if row.state != state:
+                # The service wrote to the repository (opened, superseded or closed a fix pull
+                # request): in the audit log, in the same transaction as the record of it.
+                session.add(
+                    AuditEntry(
+                        at=now,
+                        actor="service",
+                        action=f"pull-request.{state}"[:64],
+                        subject=f"{target} {workload}"[:512],
+                        address="",
+                        outcome="done",
+                        detail=f"#{number} {url} (branch {branch}, fix {fix_id})"[:2000],
+                    )
+                )
             row.url, row.state, row.fix_id, row.updated_at = url, state, fix_id, now
             row.closed_by_human = row.closed_by_human or closed_by_human
 
@@ -755,6 +774,61 @@ class Store:
         more = len(items) > limit
         last = items[limit - 1] if more else None
         return Page(items[:limit], encode_admission_cursor(last.at, last.id) if last else None)
+
+    # -- audit log ------------------------------------------------------------------------------
+
+    def append_audit(
+        self,
+        actor: str,
+        action: str,
+        subject: str,
+        *,
+        address: str = "",
+        outcome: str = "done",
+        detail: str = "",
+    ) -> int:
+        """Append one entry to the audit log (its time from the store's clock) and return its id.
+        Each field is cut to its column; the log is never updated or deleted through the store."""
+        if outcome not in AUDIT_OUTCOMES:
+            raise ValueError(f"audit outcome must be one of {', '.join(AUDIT_OUTCOMES)}, got {outcome!r}")
+        row = AuditEntry(
+            at=self.clock(),
+            actor=actor[:256],
+            action=action[:64],
+            subject=subject[:512],
+            address=address[:64],
+            outcome=outcome,
+            detail=detail[:2000],
+        )
+        with self.sessions.begin() as session:
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def audit_log(
+        self,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        since: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[AuditRecord]:
+        """A page of the audit log, newest first (by id: the order appended), of one actor or
+        action, at or after `since`."""
+        query = select(AuditEntry)
+        if actor is not None:
+            query = query.where(AuditEntry.actor == actor)
+        if action is not None:
+            query = query.where(AuditEntry.action == action)
+        if since is not None:
+            query = query.where(AuditEntry.at >= _utc(since))
+        if cursor is not None:
+            query = query.where(AuditEntry.id < decode_cursor(cursor))
+        query = query.order_by(AuditEntry.id.desc()).limit(limit + 1)
+        with self.sessions() as session:
+            items = [record(AuditRecord, row) for row in session.scalars(query)]
+        return _page(items, limit)
 
     def admission_summary(
         self, since: datetime, cluster: str | None = None, denied_limit: int = 100
@@ -971,7 +1045,7 @@ def _run_record(r: Run, target: str, **extras: Any) -> RunRecord:
     )
 
 
-Keyed = TypeVar("Keyed", FindingRecord, RunRecord)
+Keyed = TypeVar("Keyed", FindingRecord, RunRecord, AuditRecord)
 
 
 def _page(items: list[Keyed], limit: int) -> Page[Keyed]:

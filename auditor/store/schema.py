@@ -18,6 +18,8 @@
 - `admission_decisions` (0009): one row per answer of the admission webhook
   (auditor/admission/record.py), unique per (cluster, request uid) so a retried request is stored
   once; read newest first per cluster or per outcome (the web page, the API, the digest).
+- `audit_log` (0010): every write to the service (who, what, on what, when, from where, done or
+  refused), append-only: the database's triggers refuse an UPDATE, DELETE or TRUNCATE of it.
 
 Times are timezone-aware UTC. Migrations (migrations/) must match these models; a test compares them.
 """
@@ -357,3 +359,24 @@ class AdmissionDecision(Base):
     messages: Mapped[list[str]] = mapped_column(JSON)  # the warnings, or the denial, as sent
     reason: Mapped[str] = mapped_column(Text)  # why it failed open or was ignored; "" otherwise
     fingerprints: Mapped[list[str]] = mapped_column(JSON)
+
+
+class AuditEntry(Base):
+    """One write to the service, appended and never changed: who (`actor`: `cli:user@host`,
+    `token:<first 12 hex digits of the token's SHA-256>`, `github:<login>`, or `anonymous` for a
+    refused request), what (`action`, e.g. `run.start`), on what (`subject`: a target, a finding,
+    a repository), when, from where (`address`: the client's IP, or the CLI's host), whether it
+    was done or refused, and `detail` (a run id, a reason). The migration adds triggers that make
+    the database itself refuse an UPDATE or DELETE of a row."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index(None, "at"), Index(None, "actor", "at"))
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    actor: Mapped[str] = mapped_column(String(256))
+    action: Mapped[str] = mapped_column(String(64))
+    subject: Mapped[str] = mapped_column(String(512))
+    address: Mapped[str] = mapped_column(String(64))
+    outcome: Mapped[str] = mapped_column(String(16))  # done | refused | failed
+    detail: Mapped[str] = mapped_column(Text)

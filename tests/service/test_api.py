@@ -165,3 +165,35 @@ def test_write_endpoints_are_closed_without_a_configured_token(
     with serving(create_app(store, runner, scheduler, "")) as base:
         assert call(f"{base}/api/v1/targets/x/runs", "POST", token="")[0] == 403
         assert call(f"{base}/readyz")[0] == 503  # the scheduler is not running
+
+
+def test_every_write_and_every_refused_one_is_in_the_audit_log(api: tuple[str, AuditRunner]) -> None:
+    base, runner = api
+    url = f"{base}/api/v1/targets/lab/runs"
+    assert call(url, "POST")[0] == 401
+    assert call(f"{base}/api/v1/targets/nope/runs", "POST", token=TOKEN)[0] == 404
+    status, body, _ = call(url, "POST", token=TOKEN)
+    assert status == 202
+    entries = runner.store.audit_log().items
+    assert [(e.action, e.subject, e.outcome) for e in entries] == [
+        ("run.start", "lab", "done"),
+        ("run.start", "nope", "refused"),
+        ("run.start", "lab", "refused"),
+    ]
+    done, unknown, anonymous = entries
+    assert done.detail == f"run {body['run_id']}" and done.address == "127.0.0.1"
+    assert done.actor == unknown.actor and done.actor.startswith("token:") and TOKEN not in done.actor
+    assert anonymous.actor == "anonymous" and anonymous.detail == "no valid bearer token"
+    # The export: the token is needed to read it, even though reads are open here.
+    assert call(f"{base}/api/v1/audit-log")[0] == 401
+    assert call(f"{base}/api/v1/findings")[0] == 200
+    status, page, _ = call(f"{base}/api/v1/audit-log?limit=2", token=TOKEN)
+    assert status == 200 and [e["outcome"] for e in page["items"]] == ["done", "refused"]
+    status, rest, _ = call(f"{base}/api/v1/audit-log?limit=2&cursor={page['next_cursor']}", token=TOKEN)
+    assert [e["actor"] for e in rest["items"]] == ["anonymous"] and rest["next_cursor"] is None
+    assert call(f"{base}/api/v1/audit-log?actor=anonymous", token=TOKEN)[1]["items"][0]["id"] == anonymous.id
+    assert call(f"{base}/api/v1/audit-log?cursor=garbage", token=TOKEN)[0] == 400
+    assert call(f"{base}/api/v1/audit-log?limit=100000", token=TOKEN)[0] == 422
+    # Nothing in the API changes or removes an entry.
+    spec = call(f"{base}/api/v1/openapi.json")[1]
+    assert set(spec["paths"]["/api/v1/audit-log"]) == {"get"}

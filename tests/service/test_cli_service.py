@@ -26,7 +26,7 @@ def test_db_upgrade_run_and_findings(
         url = f"sqlite:///{tmp_path / 'x.db'}" if backend == "sqlite" else pg_url(schema)
         monkeypatch.setenv("AUDITOR_DATABASE_URL", url)
         assert cli.main(["db", "upgrade"]) == 0
-        assert "is at revision 0009" in capsys.readouterr().out  # the head
+        assert "is at revision 0010" in capsys.readouterr().out  # the head
         assert cli.main(["run", "--target", "lab", "--config", str(config)]) == 1  # a critical finding
         out = capsys.readouterr().out
         assert "succeeded: 1 finding(s) (1 new" in out
@@ -66,3 +66,30 @@ def test_an_unsupported_database_is_a_configuration_error(
     (line,) = err.strip().splitlines()
     assert "AUDITOR_DATABASE_URL" in line and "'mysql'" in line
     assert "sqlite:///" in line and "postgresql://" in line and "hunter2" not in line
+
+
+def test_cli_writes_are_in_the_audit_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = tmp_path / "repo"
+    for name, src in seed_files().items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes(Path(src).read_bytes())
+    config = tmp_path / "auditor.yaml"
+    config.write_text(f"targets:\n  - name: lab\n    directory: '{repo}'\n")
+    monkeypatch.setenv("AUDITOR_DATABASE_URL", f"sqlite:///{tmp_path / 'x.db'}")
+    assert cli.main(["db", "upgrade"]) == 0
+    assert cli.main(["audit-log", "--config", str(config)]) == 0
+    assert "no audit log entries match" in capsys.readouterr().out
+    assert cli.main(["run", "--target", "lab", "--config", str(config)]) == 1
+    capsys.readouterr()
+    assert cli.main(["audit-log", "--config", str(config), "--format", "json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["items"]
+    assert entry["action"] == "run.start" and entry["subject"] == "lab" and entry["outcome"] == "done"
+    assert entry["actor"] == cli.cli_actor() and entry["detail"].startswith("run ")
+    assert cli.main(["audit-log", "--config", str(config), "--actor", "nobody"]) == 0
+    assert "no audit log entries match" in capsys.readouterr().out
+    assert cli.main(["audit-log", "--config", str(config)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert "run.start" in line and f"lab by {cli.cli_actor()}" in line
+    assert cli.main(["audit-log", "--config", str(config), "--since", "yesterday-ish"]) == 2
