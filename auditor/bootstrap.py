@@ -8,6 +8,7 @@ import os
 import ssl
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +20,7 @@ from auditor.cache import DocumentCache, user_cache_dir
 from auditor.clock import Clock, system_clock
 from auditor.errors import ConfigError
 from auditor.resources import examples_dir
+from auditor.service.access import Authenticator
 from auditor.service.api import create_app
 from auditor.service.hooks import GitHubHook
 from auditor.service.leader import FleetScheduler, Leadership
@@ -122,6 +124,7 @@ def build_service(
         read_token_required=settings.service.read_token_required,
         bind_host=settings.service.host,
         github_hook=hook,
+        authenticator=Authenticator(settings.service.auth, token, store.clock),
     )
     return Service(store, runner, scheduler, app)
 
@@ -148,9 +151,31 @@ def work(settings: Settings, concurrency: int, pool: str, hostname: str | None) 
     app.worker_main(argv)
 
 
+def access_mode(settings: Settings, environ: Mapping[str, str] = os.environ) -> str:
+    """One line: how callers are identified (`auditor serve` prints it first)."""
+    auth = settings.service.auth
+    token = bool(settings.service.api_token or environ.get(settings.service.api_token_env, ""))
+    if auth is None:
+        if not token:
+            return (
+                "access: single-user mode, no identity provider and no API token: reads are open, "
+                "writes are refused (set $" + settings.service.api_token_env + " for the one local admin)"
+            )
+        reads = "need the token" if settings.service.read_token_required else "are open"
+        return (
+            f"access: single-user mode, no identity provider: one local admin (the API token); reads {reads}"
+        )
+    parts = [f"{len(auth.teams)} team(s)", f"{len(auth.tokens)} machine token(s)"]
+    if auth.issuer:
+        parts.insert(0, f"JWTs of {auth.issuer}")
+    admin = "; the API token is the local admin" if token else ""
+    return f"access: per team ({', '.join(parts)}): every read is authenticated and scoped{admin}"
+
+
 def serve(settings: Settings, host: str, port: int) -> None:
     import uvicorn
 
+    print(access_mode(settings), flush=True)  # the first line: who may see and do what
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     service = build_service(settings)
     service.scheduler.start()

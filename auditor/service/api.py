@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import ipaddress
 import logging
@@ -39,6 +38,7 @@ from auditor import __version__
 from auditor.admission.record import OUTCOMES
 from auditor.errors import ConfigError
 from auditor.service import web, wire
+from auditor.service.access import Authenticator, Principal, Unauthorized
 from auditor.service.metrics import registry_for
 from auditor.service.runner import AuditRunner, TargetBusy
 from auditor.store import database
@@ -124,12 +124,6 @@ def token_matches(header: str, api_token: str) -> bool:
     return bool(api_token) and hmac.compare_digest(given.strip().encode(), api_token.encode())
 
 
-def token_actor(token: str) -> str:
-    """Who a request authenticated by `token` is, in the audit log: the first 12 hex digits of the
-    token's SHA-256 (tells tokens apart across a rotation; reveals nothing of the token)."""
-    return "token:" + hashlib.sha256(token.encode()).hexdigest()[:12]
-
-
 def _address(request: Request) -> str:
     return request.client.host if request.client is not None else ""
 
@@ -148,6 +142,7 @@ def create_app(
     read_token_required: bool = False,
     bind_host: str | None = None,
     github_hook: Any = None,
+    authenticator: Authenticator | None = None,
 ) -> FastAPI:
     """The app. `read_token_required`: reads need the token too. `bind_host`: the address the
     server listens on; a loopback one turns on the Host header check."""
@@ -167,6 +162,11 @@ def create_app(
         "Referrer-Policy": "no-referrer",
     }
     check_host = bind_host is not None and is_loopback(bind_host)
+    auth = authenticator if authenticator is not None else Authenticator(None, api_token, store.clock)
+    # Reads are authenticated when identities are configured (teams scope what each caller sees),
+    # or when read_token_required asks it of the one local admin token.
+    reads_authenticated = auth.identities or read_token_required
+    open_reads = Principal("anonymous", "read")
 
     def refuse(request: Request) -> Response | None:
         if check_host and not _host_allowed(request.headers.get("host", "")):
@@ -174,20 +174,30 @@ def create_app(
                 {"error": "this server answers only to localhost, 127.0.0.1 or [::1] (Host header)"},
                 status_code=421,
             )
-        if read_token_required and request.url.path not in OPEN_PATHS:
-            if not api_token:
+        if reads_authenticated and request.url.path not in OPEN_PATHS:
+            if not auth.configured:
                 return JSONResponse(
                     {"error": "reads need the API token (read_token_required) and none is configured"},
                     status_code=403,
                 )
-            if not token_matches(request.headers.get("authorization", ""), api_token):
-                page = not request.url.path.startswith("/api/")
+            page = not request.url.path.startswith("/api/")
+            try:
+                principal = auth.authenticate(request.headers.get("authorization", ""))
+            except Unauthorized as exc:
                 challenge = 'Basic realm="placement-auditor", charset="UTF-8"' if page else "Bearer"
                 return JSONResponse(
-                    {"error": "a valid bearer token is required"},
+                    {"error": f"a valid bearer token is required: {exc}"},
                     status_code=401,
                     headers={"WWW-Authenticate": challenge},
                 )
+            if page and not principal.scope.everything:
+                # The pages are not scoped per team yet (no OIDC sign-in): only a caller who sees
+                # everything reads them.
+                return JSONResponse(
+                    {"error": "the web pages show every team's findings: they need an admin token"},
+                    status_code=403,
+                )
+            request.state.principal = principal
         return None
 
     @app.middleware("http")
@@ -231,26 +241,42 @@ def create_app(
                 detail,
             )
 
-    def require_token(request: Request) -> None:
+    def authenticated(request: Request, what: str) -> Principal:
         header = request.headers.get("authorization", "")
-        if not api_token:
-            audit(request, "anonymous", "refused", "no API token is configured")
-            raise HTTPException(403, "no API token is configured; write endpoints are disabled")
-        if not header.lower().startswith("bearer ") or not token_matches(header, api_token):
-            audit(request, "anonymous", "refused", "no valid bearer token")
-            raise HTTPException(
-                401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
-            )
+        if not auth.configured:
+            raise HTTPException(403, f"no API token is configured; {what}")
+        if not header.lower().startswith("bearer "):
+            raise Unauthorized("a bearer token is required")
+        return auth.authenticate(header)
 
-    def require_token_to_read(request: Request) -> None:
-        """The audit log says who did what: it needs the token whatever read_token_required says."""
-        header = request.headers.get("authorization", "")
-        if not api_token:
-            raise HTTPException(403, "no API token is configured; the audit log is not served")
-        if not header.lower().startswith("bearer ") or not token_matches(header, api_token):
+    def writer(request: Request) -> Principal:
+        """The caller of a write endpoint (its role is checked against the subject by the endpoint)."""
+        try:
+            return authenticated(request, "write endpoints are disabled")
+        except HTTPException:
+            audit(request, "anonymous", "refused", "no API token is configured")
+            raise
+        except Unauthorized as exc:
+            audit(request, "anonymous", "refused", str(exc))
             raise HTTPException(
                 401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
-            )
+            ) from None
+
+    def admin(request: Request) -> Principal:
+        """The audit log says who did what: an admin's, whatever read_token_required says."""
+        try:
+            principal = authenticated(request, "the audit log is not served")
+        except Unauthorized:
+            raise HTTPException(
+                401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+            ) from None
+        if not principal.admin:
+            raise HTTPException(403, "the audit log is for admins")
+        return principal
+
+    def reader(request: Request) -> Principal:
+        """Who reads: the caller the middleware authenticated, or anyone when reads are open."""
+        return getattr(request.state, "principal", None) or open_reads
 
     def paged(
         read: Callable[[], Page[FindingRecord] | Page[RunRecord] | Page[AdmissionDecisionRecord]],
@@ -291,6 +317,7 @@ def create_app(
 
     @app.get("/api/v1/findings", tags=["findings"])
     def findings(
+        request: Request,
         target: Text = None,
         rule: Text = None,
         severity: Severity | None = None,
@@ -301,36 +328,49 @@ def create_app(
         cursor: Annotated[str | None, Query(max_length=64)] = None,
     ) -> dict[str, Any]:
         """Findings, newest first, filtered; `next_cursor` fetches the next page."""
+        caller = reader(request)
         flt = FindingFilter(
             target, rule, severity and severity.value, status and status.value, namespace, since
         )
-        return paged(lambda: store.findings(flt, limit, cursor))
+        return paged(lambda: store.findings(flt, limit, cursor, caller.scope))
 
     @app.get("/api/v1/findings/{finding_id}", tags=["findings"])
-    def finding(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> dict[str, Any]:
+    def finding(finding_id: Annotated[int, Path(ge=1, le=2**62)], request: Request) -> dict[str, Any]:
         """One finding with its history (one entry per run that saw or resolved it)."""
-        return wire.record_json(web.found(store.finding(finding_id), "finding"))
+        caller = reader(request)
+        found = store.finding(finding_id)
+        if found is not None and not caller.scope.sees(found.target, found.workload.namespace):
+            found = None  # another team's: as if it did not exist
+        return wire.record_json(web.found(found, "finding"))
 
     @app.get("/api/v1/runs", tags=["runs"])
     def runs(
+        request: Request,
         target: Text = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
         cursor: Annotated[str | None, Query(max_length=64)] = None,
     ) -> dict[str, Any]:
         """Runs, newest first."""
-        return paged(lambda: store.runs(target, limit, cursor))
+        caller = reader(request)
+        return paged(lambda: store.runs(target, limit, cursor, caller.scope))
 
     @app.get("/api/v1/runs/{run_id}", tags=["runs"])
-    def run(run_id: Annotated[int, Path(ge=1, le=2**62)]) -> dict[str, Any]:
-        return wire.record_json(web.found(store.run(run_id), "run"))
+    def run(run_id: Annotated[int, Path(ge=1, le=2**62)], request: Request) -> dict[str, Any]:
+        caller = reader(request)
+        found = store.run(run_id)
+        if found is not None and not caller.scope.sees_target(found.target):
+            found = None
+        return wire.record_json(web.found(found, "run"))
 
     @app.get("/api/v1/targets", tags=["targets"])
-    def targets() -> dict[str, Any]:
-        """The targets, with their schedule and last successful run."""
-        return {"items": [wire.record_json(t) for t in store.targets()]}
+    def targets(request: Request) -> dict[str, Any]:
+        """The targets, with their schedule and last successful run (the caller's teams')."""
+        caller = reader(request)
+        return {"items": [wire.record_json(t) for t in store.targets() if caller.scope.sees_target(t.name)]}
 
     @app.get("/api/v1/admission", tags=["admission"])
     def admission(
+        request: Request,
         cluster: Text = None,
         outcome: Outcome = None,
         since: datetime | None = None,
@@ -339,13 +379,14 @@ def create_app(
     ) -> dict[str, Any]:
         """The admission webhook's answers, newest first, of one cluster or outcome, at or after
         `since`; dry runs (`dry_run: true`) changed nothing. `next_cursor` fetches the next page."""
+        caller = reader(request)
         return paged(
             lambda: store.admission_decisions(
-                cluster=cluster, outcome=outcome, since=since, limit=limit, cursor=cursor
+                cluster=cluster, outcome=outcome, since=since, limit=limit, cursor=cursor, scope=caller.scope
             )
         )
 
-    @app.get("/api/v1/audit-log", tags=["audit"], dependencies=[Depends(require_token_to_read)])
+    @app.get("/api/v1/audit-log", tags=["audit"], dependencies=[Depends(admin)])
     def audit_log(
         actor: Annotated[str | None, Query(max_length=256)] = None,
         action: Annotated[str | None, Query(max_length=64, pattern=r"^[\w./{} -]+$")] = None,
@@ -366,14 +407,18 @@ def create_app(
         "/api/v1/targets/{name}/runs",
         tags=["targets"],
         status_code=202,
-        dependencies=[Depends(require_token)],
     )
     def trigger(
         request: Request,
         name: Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")],
     ) -> JSONResponse:
-        """Start an audit of the target now (bearer token required). Recorded in the audit log."""
-        actor = token_actor(api_token)
+        """Start an audit of the target now (a token whose role covers the target). Recorded in
+        the audit log."""
+        caller = writer(request)
+        actor = caller.actor
+        if not caller.can_write(name):
+            audit(request, actor, "refused", f"role {caller.role} does not cover target {name}")
+            raise HTTPException(403, "your teams' role does not let you start runs of this target")
         try:
             run_id = runner.start(name, None, "api")
         except (UnknownTarget, ConfigError):

@@ -220,6 +220,122 @@ class GitHubAppSettings:
         return self.webhook_secret or environ.get(self.webhook_secret_env, "")
 
 
+def _iso_date(text: str) -> str | None:
+    from datetime import date
+
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return "not an ISO date (YYYY-MM-DD)"
+    return None
+
+
+def _sha256_hex(text: str) -> str | None:
+    return None if re.fullmatch(r"[0-9a-fA-F]{64}", text) else "not a SHA-256 in hex (64 hex digits)"
+
+
+def _algorithm(name: str) -> str | None:
+    from auditor.service.access import ALGORITHMS
+
+    if name in ALGORITHMS:
+        return None
+    return f"not an asymmetric JWT algorithm ({', '.join(ALGORITHMS)}); none and HS* are never accepted"
+
+
+@dataclass(frozen=True, slots=True)
+class TeamSettings:
+    """A team: who is in it (values of the group claim) and what it sees and may do."""
+
+    name: str = setting(
+        doc="Team name (letters, digits, '.', '_' or '-').",
+        pattern=NAME_RE.pattern.strip("^$"),
+        pattern_text="letters, digits, '.', '_' or '-' (at most 100)",
+    )
+    groups: tuple[str, ...] = setting((), doc="Values of the group claim whose holders are members.")
+    targets: tuple[str, ...] = setting(
+        (), doc="Targets (repositories, clusters) whose findings and runs it sees."
+    )
+    namespaces: tuple[str, ...] = setting(
+        (),
+        doc="Namespaces whose findings it sees: names, or patterns with `*` and `?` (`ml-*`).",
+        item_check=lambda p: "only * and ? are patterns here, not [...]" if "[" in p or "]" in p else None,
+    )
+    role: str = setting(
+        "read",
+        doc="read: see; write: also start runs of its targets; admin: everything, the audit log too.",
+        choices=("read", "write", "admin"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MachineTokenSettings:
+    """A token for CI or a script: stored as its SHA-256 only, with scopes, teams and an expiry."""
+
+    name: str = setting(
+        doc="Its name in the audit log (`machine:<name>`).",
+        pattern=NAME_RE.pattern.strip("^$"),
+        pattern_text="letters, digits, '.', '_' or '-' (at most 100)",
+    )
+    sha256: str = setting(doc="SHA-256 of the token, hex (`printf %s TOKEN | sha256sum`).", check=_sha256_hex)
+    expires: str = setting(doc="Last day it is accepted (YYYY-MM-DD, UTC).", check=_iso_date)
+    scopes: tuple[str, ...] = setting(
+        ("read",),
+        doc="read, write (start runs of its teams' targets).",
+        item_check=lambda s: None if s in ("read", "write") else "read or write",
+    )
+    teams: tuple[str, ...] = setting((), doc="The teams whose scope it has (names of service.auth.teams).")
+
+    @property
+    def expires_on(self) -> Any:
+        from datetime import date
+
+        return date.fromisoformat(self.expires)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSettings:
+    """Who may see and do what (docs/service.md#access): JWTs of an OIDC issuer, machine tokens, teams.
+    With it, every read of the API is authenticated and scoped to the caller's teams."""
+
+    issuer: str = setting(
+        "", doc="The issuer (`iss`) of the bearer JWTs; empty: no JWTs, machine tokens only."
+    )
+    audience: str = setting("placement-auditor", doc="The audience (`aud`) they must carry.")
+    jwks_url: str = setting("", doc="The issuer's JWKS (its signing keys); required with issuer.")
+    algorithms: tuple[str, ...] = setting(
+        ("RS256", "ES256"), doc="Signature algorithms accepted (asymmetric only).", item_check=_algorithm
+    )
+    groups_claim: str = setting("groups", doc="The claim listing the caller's groups.")
+    leeway_seconds: int = setting(
+        30, doc="Clock skew allowed on exp and nbf.", unit="seconds", minimum=0, maximum=300
+    )
+    jwks_refresh_cooldown_seconds: float = setting(
+        30.0,
+        doc="A token naming an unknown key makes the JWKS be fetched again at most this often.",
+        unit="seconds",
+        why="a key rotation is picked up without a restart, but tokens with made-up key ids cannot make "
+        "the service hammer the issuer.",
+        minimum=0,
+    )
+    timeout_seconds: float = setting(
+        5.0, doc="One JWKS fetch may take this long.", unit="seconds", exclusive_minimum=0
+    )
+    teams: tuple[TeamSettings, ...] = setting((), doc="The teams.")
+    tokens: tuple[MachineTokenSettings, ...] = setting((), doc="Machine tokens.")
+
+    def validated(self, raw: Any, where: Where, path: str, line: int) -> AuthSettings:
+        if self.issuer and not self.jwks_url:
+            raise where.error(f"{path}.jwks_url", line, "required with issuer")
+        if self.jwks_url and not re.fullmatch(HTTP_URL, self.jwks_url):
+            raise where.error(f"{path}.jwks_url", line, "not an http(s) URL")
+        names = [t.name for t in self.teams]
+        for i, token in enumerate(self.tokens):
+            unknown = [n for n in token.teams if n not in names]
+            if unknown:
+                raise where.error(f"{path}.tokens[{i}].teams", line, f"no team named {unknown[0]!r}")
+        return self
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceSettings:
     """`auditor serve`: the HTTP API, the scheduler and its runs."""
@@ -229,6 +345,11 @@ class ServiceSettings:
     api_token: str = setting("", doc="Bearer token for writes (prefer api_token_env).", secret=True)
     api_token_env: str = setting(
         "AUDITOR_API_TOKEN", doc="Environment variable holding the bearer token for writes."
+    )
+    auth: AuthSettings | None = setting(
+        None,
+        doc="Per-team access: bearer JWTs of an OIDC issuer, machine tokens, teams (docs/service.md#access); "
+        "absent: the one local admin (api_token).",
     )
     read_token_required: bool = setting(
         False,

@@ -263,3 +263,26 @@ class AuditRecord:
     address: str
     outcome: str
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a caller may read (service/access.py): the findings, runs and admission answers of
+    these targets, or of namespaces matching these shell patterns (`ml-*`); None: every one."""
+
+    targets: frozenset[str] | None
+    namespaces: tuple[str, ...] | None
+
+    @property
+    def everything(self) -> bool:
+        return self.targets is None and self.namespaces is None
+
+    def sees_target(self, target: str) -> bool:
+        return self.targets is None or target in self.targets
+
+    def sees(self, target: str, namespace: str) -> bool:
+        import fnmatch
+
+        if self.sees_target(target):
+            return True
+        return self.namespaces is None or any(fnmatch.fnmatchcase(namespace, p) for p in self.namespaces)

@@ -28,6 +28,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -53,6 +54,7 @@ from auditor.store.records import (
     PullRequestRecord,
     RuleCost,
     RunRecord,
+    Scope,
     TargetEvidence,
     TargetRecord,
     WaiverNote,
@@ -401,10 +403,18 @@ class Store:
                 existing[(w.fingerprint, w.source)] = row
             row.reason, row.expires, row.expired, row.last_run_id = w.reason, w.expires, w.expired, run_id
 
-    def runs(self, target: str | None = None, limit: int = 50, cursor: str | None = None) -> Page[RunRecord]:
+    def runs(
+        self,
+        target: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        scope: Scope | None = None,
+    ) -> Page[RunRecord]:
         query = select(Run, Target.name).join(Target, Run.target_id == Target.id)
         if target is not None:
             query = query.where(Target.name == target)
+        if scope is not None and scope.targets is not None:
+            query = query.where(Target.name.in_(sorted(scope.targets)) if scope.targets else false())
         if cursor is not None:
             query = query.where(Run.id < decode_cursor(cursor))
         query = query.order_by(Run.id.desc()).limit(limit + 1)
@@ -457,8 +467,11 @@ class Store:
                 )
         return query
 
-    def findings(self, flt: FindingFilter, limit: int = 50, cursor: str | None = None) -> Page[FindingRecord]:
-        """A page of findings, newest first (keyset pagination on the id)."""
+    def findings(
+        self, flt: FindingFilter, limit: int = 50, cursor: str | None = None, scope: Scope | None = None
+    ) -> Page[FindingRecord]:
+        """A page of findings, newest first (keyset pagination on the id); `scope`: only those of
+        its targets or namespaces (a caller's teams)."""
         before = decode_cursor(cursor) if cursor is not None else None
         with self._reads.connect() as connection:
             try:
@@ -466,6 +479,8 @@ class Store:
             except UnknownTarget:
                 return Page([], None)
             query = self._finding_query(flt, target_id)
+            if scope is not None and not scope.everything:
+                query = query.where(_in_scope(scope, Target.name, FindingRow.namespace))
             if before is not None:
                 query = query.where(FindingRow.id < before)
             query = query.order_by(FindingRow.id.desc()).limit(limit + 1)
@@ -750,10 +765,14 @@ class Store:
         since: datetime | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        scope: Scope | None = None,
     ) -> Page[AdmissionDecisionRecord]:
         """A page of the webhook's answers, newest first (keyset pagination on time, then id),
-        of one cluster, of one outcome, at or after `since`."""
+        of one cluster, of one outcome, at or after `since`; `scope`: of its clusters (targets)
+        or namespaces."""
         query = select(*_ADMISSION_COLUMNS)
+        if scope is not None and not scope.everything:
+            query = query.where(_in_scope(scope, AdmissionDecision.cluster, AdmissionDecision.namespace))
         if cluster is not None:
             query = query.where(AdmissionDecision.cluster == cluster)
         if outcome is not None:
@@ -1046,6 +1065,34 @@ def _run_record(r: Run, target: str, **extras: Any) -> RunRecord:
 
 
 Keyed = TypeVar("Keyed", FindingRecord, RunRecord, AuditRecord)
+
+
+def _like(pattern: str) -> str:
+    """A shell pattern (`*`, `?`) as a LIKE pattern, `%`, `_` and the escape itself escaped."""
+    out = []
+    for ch in pattern:
+        if ch in "\\%_":
+            out.append("\\" + ch)
+        elif ch == "*":
+            out.append("%")
+        elif ch == "?":
+            out.append("_")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _in_scope(scope: Scope, target: Any, namespace: Any) -> ColumnElement[bool]:
+    """Rows of the scope's targets or of a namespace matching one of its patterns."""
+    terms: list[ColumnElement[bool]] = []
+    if scope.targets is None:
+        return true()
+    if scope.targets:
+        terms.append(target.in_(sorted(scope.targets)))
+    if scope.namespaces is None:
+        return true()
+    terms.extend(namespace.like(_like(p), escape="\\") for p in scope.namespaces if "[" not in p)
+    return or_(*terms) if terms else false()
 
 
 def _page(items: list[Keyed], limit: int) -> Page[Keyed]:

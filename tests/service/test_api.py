@@ -183,7 +183,7 @@ def test_every_write_and_every_refused_one_is_in_the_audit_log(api: tuple[str, A
     done, unknown, anonymous = entries
     assert done.detail == f"run {body['run_id']}" and done.address == "127.0.0.1"
     assert done.actor == unknown.actor and done.actor.startswith("token:") and TOKEN not in done.actor
-    assert anonymous.actor == "anonymous" and anonymous.detail == "no valid bearer token"
+    assert anonymous.actor == "anonymous" and anonymous.detail == "a bearer token is required"
     # The export: the token is needed to read it, even though reads are open here.
     assert call(f"{base}/api/v1/audit-log")[0] == 401
     assert call(f"{base}/api/v1/findings")[0] == 200
