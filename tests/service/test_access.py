@@ -169,7 +169,7 @@ def test_reads_are_authenticated_and_scoped_to_the_callers_teams(
     assert call(f"{base}/findings", token=ADMIN)[0] == 200
     assert call(f"{base}/findings", token=token(clock, groups=["ml-platform"]))[0] == 403
     assert call(f"{base}/findings")[0] == 401
-        # Probes and the metrics scrape stay open.
+    # Probes and the metrics scrape stay open.
     assert call(f"{base}/healthz")[0] == 200 and call(f"{base}/metrics")[0] == 200
 
 
