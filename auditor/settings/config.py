@@ -23,6 +23,7 @@ from auditor.settings.admission import AdmissionSettings
 from auditor.settings.schema import Invalid, Where, field_docs, json_schema, read, setting
 from auditor.settings.service import (
     HTTP_URL,
+    AuthSettings,
     DatabaseSettings,
     DigestSettings,
     ReportSettings,
@@ -443,11 +444,13 @@ class Settings:
             names.add(t.name)
         cache = self.service.git_cache_dir
         service = replace(self.service, git_cache_dir=str(where.base / cache))
+        digest = _team_digests(self.digest, self.service.auth, raw, where, line)
         return replace(
             self,
             source=where.file,
             service=service,
-            warnings=warnings_for(self.targets, self.digest, where.file),
+            digest=digest,
+            warnings=warnings_for(self.targets, digest, where.file),
         )
 
     def target(self, name: str) -> TargetSettings:
@@ -456,6 +459,47 @@ class Settings:
                 return t
         known = ", ".join(t.name for t in self.targets) or "none configured"
         raise ConfigError(self.source, 0, "--target", f"no target named {name!r} (known: {known})")
+
+
+def _team_digests(
+    digest: DigestSettings | None, auth: AuthSettings | None, raw: Any, where: Where, line: int
+) -> DigestSettings | None:
+    """With per-team access (service.auth), each team's digest holds its own findings only: a
+    digest team named like an access team sees what that team sees (its targets and namespaces,
+    everything for an admin team) unless it narrows them itself; any other digest team must say
+    what it covers, else it would mail every team's findings."""
+    if digest is None or auth is None:
+        return digest
+    access = {t.name: t for t in auth.teams}
+    teams = []
+    for i, team in enumerate(digest.teams):
+        known = access.get(team.name)
+        at = yamlio.line_of(raw.get("digest"), line) if isinstance(raw, dict) else line
+        if known is not None and known.role != "admin":
+            narrowed = replace(
+                team,
+                targets=team.targets or known.targets,
+                namespaces=team.namespaces or known.namespaces,
+            )
+            if not narrowed.targets and not narrowed.namespaces:
+                raise where.error(
+                    f"digest.teams[{i}]",
+                    at,
+                    f"access team {team.name!r} sees nothing: its digest would be empty",
+                )
+            # The digest keeps a finding matching both its targets and its namespaces (access: either),
+            # so a team with both gets a digest within what it may see, never beyond it.
+            teams.append(narrowed)
+        elif known is None and not team.targets and not team.namespaces:
+            raise where.error(
+                f"digest.teams[{i}]",
+                at,
+                f"with service.auth, digest team {team.name!r} would get every team's findings: name it "
+                "after an access team (service.auth.teams) or give it targets or namespaces",
+            )
+        else:
+            teams.append(team)
+    return replace(digest, teams=tuple(teams))
 
 
 def parse_settings(data: Any, file: str) -> Settings:

@@ -344,3 +344,34 @@ def test_serve_says_its_access_mode_on_its_first_line(tmp_path: Path, idp: JWKS)
     teams = load_settings(config(tmp_path, idp.url))
     line = access_mode(teams, {})
     assert line.startswith(f"access: per team (JWTs of {ISSUER}, 3 team(s), 2 machine token(s))")
+
+
+def test_each_teams_digest_holds_its_own_findings_only(tmp_path: Path) -> None:
+    from auditor.errors import ConfigError
+
+    base = (
+        "service:\n  auth:\n    teams:\n"
+        "      - {name: ml-platform, groups: [ml], targets: [lab], role: write}\n"
+        "      - {name: data, groups: [data], namespaces: ['data-*']}\n"
+        "      - {name: sec, groups: [security], role: admin}\n"
+        "digest:\n  smtp: {host: 127.0.0.1}\n  teams:\n"
+    )
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        base
+        + "    - {name: ml-platform, to: [ml@example.com]}\n"
+        + "    - {name: data, to: [data@example.com]}\n"
+        + "    - {name: sec, to: [sec@example.com]}\n"
+        + "    - {name: oncall, to: [oncall@example.com], targets: [lab]}\n"
+    )
+    digest = load_settings(path).digest
+    assert digest is not None
+    teams = {t.name: t for t in digest.teams}
+    assert teams["ml-platform"].targets == ("lab",) and teams["ml-platform"].namespaces == ()
+    assert teams["data"].namespaces == ("data-*",) and teams["data"].targets == ()
+    assert teams["sec"].targets == () and teams["sec"].namespaces == ()  # an admin team: everything
+    assert teams["oncall"].targets == ("lab",)
+    # A digest team that is no access team and says nothing of what it covers would mail everything.
+    path.write_text(base + "    - {name: everyone, to: [all@example.com]}\n")
+    with pytest.raises(ConfigError, match="every team's findings"):
+        load_settings(path)
