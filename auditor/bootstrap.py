@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import ssl
 import threading
 import time
@@ -26,6 +27,7 @@ from auditor.service.hooks import GitHubHook
 from auditor.service.leader import FleetScheduler, Leadership
 from auditor.service.runner import AuditRunner
 from auditor.service.scheduler import Scheduler
+from auditor.service.signin import SignIn
 from auditor.service.tasks import (
     Dispatch,
     InProcess,
@@ -116,6 +118,7 @@ def build_service(
         }
         hook = GitHubHook(app_settings, app_settings.secret(environ), fleet, dispatch, store.clock, branches)
     token = settings.service.api_token or environ.get(settings.service.api_token_env, "")
+    authenticator = Authenticator(settings.service.auth, token, store.clock)
     app = create_app(
         store,
         runner,
@@ -124,7 +127,8 @@ def build_service(
         read_token_required=settings.service.read_token_required,
         bind_host=settings.service.host,
         github_hook=hook,
-        authenticator=Authenticator(settings.service.auth, token, store.clock),
+        authenticator=authenticator,
+        signin=_signin(authenticator, environ, store.clock),
     )
     return Service(store, runner, scheduler, app)
 
@@ -149,6 +153,23 @@ def work(settings: Settings, concurrency: int, pool: str, hostname: str | None) 
     if hostname:
         argv.append(f"--hostname={hostname}")
     app.worker_main(argv)
+
+
+def _signin(auth: Authenticator, environ: Mapping[str, str], clock: Clock) -> SignIn | None:
+    """The web pages' OIDC sign-in, when service.auth names a client."""
+    settings = auth.auth
+    if settings is None or not settings.client_id:
+        return None
+    key = environ.get(settings.session_secret_env, "").encode()
+    if not key:
+        log.warning(
+            "$%s is not set: session cookies are signed with a key of this process only "
+            "(sign-ins end at a restart and are not shared by replicas)",
+            settings.session_secret_env,
+        )
+        key = secrets.token_bytes(32)
+    secret = environ.get(settings.client_secret_env, "") if settings.client_secret_env else ""
+    return SignIn(auth, key, secret, clock)
 
 
 def access_mode(settings: Settings, environ: Mapping[str, str] = os.environ) -> str:

@@ -135,7 +135,9 @@ class Authenticator:
         ceiling = "write" if "write" in found.scopes else "read"
         return Principal(f"machine:{found.name}", _lower(role, ceiling), tuple(found.teams), scope)
 
-    def _jwt(self, token: str) -> Principal:
+    def _jwt(self, token: str, audience: str | None = None, nonce: str | None = None) -> Principal:
+        """A bearer JWT (audience `auth.audience`), or an ID token of the sign-in (`audience`: the
+        client id, `nonce`: the one the sign-in sent)."""
         import jwt
 
         auth = self.auth
@@ -159,7 +161,7 @@ class Authenticator:
                 token,
                 key.key,
                 algorithms=[alg],
-                audience=auth.audience,
+                audience=audience or auth.audience,
                 issuer=auth.issuer,
                 # Times are checked below against the injected clock, not the process's.
                 options={
@@ -178,12 +180,34 @@ class Authenticator:
             raise Unauthorized("JWT expired")
         if nbf is not None and (not isinstance(nbf, int | float) or now + leeway < nbf):
             raise Unauthorized("JWT not valid yet (nbf)")
-        groups = _groups(claims.get(auth.groups_claim))
+        if nonce is not None and not hmac.compare_digest(str(claims.get("nonce", "")), nonce):
+            raise Unauthorized("the ID token's nonce is not the sign-in's")
+        return self.member(str(claims["sub"]), _groups(claims.get(auth.groups_claim)))
+
+    def id_token(self, token: str, nonce: str) -> Principal:
+        """The caller an ID token of the web sign-in names (audience: the client id)."""
+        assert self.auth is not None
+        if token.count(".") != 2:
+            raise Unauthorized("the token endpoint sent no ID token")
+        return self._jwt(token, self.auth.client_id, nonce)
+
+    def member(self, sub: str, groups: set[str]) -> Principal:
+        """The principal of a signed-in person: the teams its groups make it a member of."""
+        auth = self.auth
+        assert auth is not None
         teams = [t for t in auth.teams if groups.intersection(t.groups)]
         role, scope = team_scope(teams)
         if not teams:
             scope = Scope(frozenset(), ())
-        return Principal(f"oidc:{str(claims['sub'])[:200]}", role, tuple(t.name for t in teams), scope)
+        return Principal(f"oidc:{sub[:200]}", role, tuple(t.name for t in teams), scope)
+
+    def of_teams(self, actor: str, names: Sequence[str]) -> Principal:
+        """A session's principal again, from its team names and the teams configured now."""
+        teams = [self._teams[n] for n in names if n in self._teams]
+        role, scope = team_scope(teams)
+        if not teams:
+            scope = Scope(frozenset(), ())
+        return Principal(actor, role, tuple(t.name for t in teams), scope)
 
     def jwks(self) -> Any:
         if self._jwks is None:

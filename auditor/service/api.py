@@ -22,6 +22,7 @@ import hmac
 import ipaddress
 import logging
 import re
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from enum import StrEnum
@@ -30,7 +31,7 @@ from typing import Annotated, Any, Protocol
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -41,6 +42,8 @@ from auditor.service import web, wire
 from auditor.service.access import Authenticator, Principal, Unauthorized
 from auditor.service.metrics import registry_for
 from auditor.service.runner import AuditRunner, TargetBusy
+from auditor.service.signin import SignIn
+from auditor.service.signin import mount as mount_signin
 from auditor.store import database
 from auditor.store.records import AdmissionDecisionRecord, FindingRecord, Page, RunRecord
 from auditor.store.repository import BadCursor, FindingFilter, SlotTaken, Store, UnknownTarget
@@ -143,6 +146,7 @@ def create_app(
     bind_host: str | None = None,
     github_hook: Any = None,
     authenticator: Authenticator | None = None,
+    signin: SignIn | None = None,
 ) -> FastAPI:
     """The app. `read_token_required`: reads need the token too. `bind_host`: the address the
     server listens on; a loopback one turns on the Host header check."""
@@ -174,16 +178,26 @@ def create_app(
                 {"error": "this server answers only to localhost, 127.0.0.1 or [::1] (Host header)"},
                 status_code=421,
             )
-        if reads_authenticated and request.url.path not in OPEN_PATHS:
+        path = request.url.path
+        if reads_authenticated and path not in OPEN_PATHS and not (signin and path.startswith("/auth/")):
             if not auth.configured:
                 return JSONResponse(
                     {"error": "reads need the API token (read_token_required) and none is configured"},
                     status_code=403,
                 )
-            page = not request.url.path.startswith("/api/")
+            page = not path.startswith("/api/")
+            header = request.headers.get("authorization", "")
+            # The pages also take the sign-in's session cookie; the API takes bearer tokens only (a
+            # cookie would let another site's form write through the caller's browser).
+            session = signin.principal(request) if signin is not None and page and not header else None
             try:
-                principal = auth.authenticate(request.headers.get("authorization", ""))
+                principal = session or auth.authenticate(header)
             except Unauthorized as exc:
+                if signin is not None and page and not header:
+                    target = path + (f"?{request.url.query}" if request.url.query else "")
+                    return RedirectResponse(
+                        "/auth/login?" + urllib.parse.urlencode({"next": target}), status_code=302
+                    )
                 challenge = 'Basic realm="placement-auditor", charset="UTF-8"' if page else "Bearer"
                 return JSONResponse(
                     {"error": f"a valid bearer token is required: {exc}"},
@@ -459,5 +473,7 @@ def create_app(
             )
             return JSONResponse(answer, status_code=status)
 
+    if signin is not None:
+        mount_signin(app, signin)
     web.mount(app, store, runner)
     return app

@@ -322,12 +322,37 @@ class AuthSettings:
     )
     teams: tuple[TeamSettings, ...] = setting((), doc="The teams.")
     tokens: tuple[MachineTokenSettings, ...] = setting((), doc="Machine tokens.")
+    # The web pages' sign-in: OpenID Connect authorization code flow with PKCE (service/signin.py).
+    client_id: str = setting("", doc="OIDC client of the web pages' sign-in; empty: no sign-in.")
+    client_secret_env: str = setting(
+        "", doc="Environment variable holding the client secret (a confidential client); empty: PKCE only."
+    )
+    authorization_endpoint: str = setting("", doc="The issuer's authorization endpoint (with client_id).")
+    token_endpoint: str = setting("", doc="The issuer's token endpoint (with client_id).")
+    redirect_url: str = setting(
+        "", doc="This service's /auth/callback as registered with the issuer (https:// outside a lab)."
+    )
+    session_secret_env: str = setting(
+        "AUDITOR_SESSION_SECRET",
+        doc="Environment variable holding the key that signs session cookies (shared by replicas); "
+        "unset: a key per process (sign-ins do not survive a restart).",
+    )
+    session_hours: int = setting(8, doc="A sign-in lasts this long.", unit="hours", minimum=1, maximum=168)
 
     def validated(self, raw: Any, where: Where, path: str, line: int) -> AuthSettings:
         if self.issuer and not self.jwks_url:
             raise where.error(f"{path}.jwks_url", line, "required with issuer")
         if self.jwks_url and not re.fullmatch(HTTP_URL, self.jwks_url):
             raise where.error(f"{path}.jwks_url", line, "not an http(s) URL")
+        if self.client_id:
+            if not self.issuer:
+                raise where.error(f"{path}.issuer", line, "required with client_id (the ID token's issuer)")
+            for key in ("authorization_endpoint", "token_endpoint", "redirect_url"):
+                value = getattr(self, key)
+                if not value:
+                    raise where.error(f"{path}.{key}", line, "required with client_id")
+                if not re.fullmatch(HTTP_URL, value):
+                    raise where.error(f"{path}.{key}", line, "not an http(s) URL")
         names = [t.name for t in self.teams]
         for i, token in enumerate(self.tokens):
             unknown = [n for n in token.teams if n not in names]
