@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Any, Protocol, TypeVar
 
-from fastapi import FastAPI, HTTPException, Path, Query
+from fastapi import FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup
 
@@ -39,9 +39,12 @@ from auditor.store.records import (
     AdmissionSummary,
     FindingRecord,
     RunRecord,
+    Scope,
     TargetRecord,
 )
 from auditor.store.repository import FindingFilter, Store
+
+EVERYTHING = Scope(None, None)
 
 Name = Annotated[str | None, Query(max_length=253, pattern=r"^[\w./:@-]*$")]
 Choice = Annotated[str | None, Query(max_length=20, pattern=r"^[a-z-]*$")]
@@ -59,6 +62,13 @@ FAVICON = (
     'fill="#1d4f91"/><rect x="9" y="3" width="6" height="10" rx="1" fill="#1d4f91"/>'
     '<rect x="7" y="7" width="2" height="2" fill="#c62828"/></svg>'
 )
+
+
+def seen(finding: FindingRecord | None, scope: Scope) -> FindingRecord | None:
+    """The finding if the caller's scope covers it, else None (another team's: not found)."""
+    if finding is not None and not scope.sees(finding.target, finding.workload.namespace):
+        return None
+    return finding
 
 
 def found(value: V | None, what: str) -> V:
@@ -219,12 +229,13 @@ class AdmissionView:
         return bool(self.recent or self.summary.outcomes or self.summary.dry_run)
 
 
-def admission_view(store: Store) -> AdmissionView:
+def admission_view(store: Store, scope: Scope = EVERYTHING) -> AdmissionView:
+    """The counts are of every answer (counts name nothing); the answers listed, of `scope`."""
     summary = store.admission_summary(store.clock() - ADMISSION_WINDOW, denied_limit=0)
     latest = [
         d
         for outcome in ("denied", "warned")
-        for d in store.admission_decisions(outcome=outcome, limit=ADMISSION_SHOWN).items
+        for d in store.admission_decisions(outcome=outcome, limit=ADMISSION_SHOWN, scope=scope).items
     ]
     latest.sort(key=lambda d: (d.at, d.id), reverse=True)
     return AdmissionView(summary, latest[:ADMISSION_SHOWN])
@@ -236,23 +247,32 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
     rules = [r.META.id for r in RULES]
     analyses = _Analyses(analyser, store)
 
-    def page(template: str, **values: Any) -> HTMLResponse:
-        return HTMLResponse(env.get_template(template).render(targets=store.targets(), **values))
+    def scope_of(request: Request) -> Scope:
+        """What the caller may see (the principal the API's middleware authenticated; everything
+        when reads are open)."""
+        principal = getattr(request.state, "principal", None)
+        return principal.scope if principal is not None else EVERYTHING
 
-    def every(flt: FindingFilter) -> list[FindingRecord]:
+    def visible_targets(scope: Scope) -> list[Any]:
+        return [t for t in store.targets() if scope.sees_target(t.name)]
+
+    def page(template: str, scope: Scope, **values: Any) -> HTMLResponse:
+        return HTMLResponse(env.get_template(template).render(targets=visible_targets(scope), **values))
+
+    def every(flt: FindingFilter, scope: Scope) -> list[FindingRecord]:
         out: list[FindingRecord] = []
         cursor = None
         while True:
-            result = store.findings(flt, 5000, cursor)
+            result = store.findings(flt, 5000, cursor, scope)
             out.extend(result.items)
             if result.next_cursor is None:
                 return out
             cursor = result.next_cursor
 
-    def evidence() -> dict[str, Evidence]:
-        """Per target: its location and the revision of its last successful run."""
+    def evidence(scope: Scope) -> dict[str, Evidence]:
+        """Per target the caller sees: its location and the revision of its last successful run."""
         out = {}
-        for t in store.targets():
+        for t in visible_targets(scope):
             last = next((r for r in store.runs(t.name, 20).items if r.status == "succeeded"), None)
             out[t.name] = Evidence(t, last.revision if last else None, last)
         return out
@@ -260,8 +280,8 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
     def trends(names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         return {n: [wire.record_json(r) for r in store.trend(n)] for n in names}
 
-    def analysis(name: str) -> Analysis:
-        if name not in {t.name for t in store.targets()}:
+    def analysis(name: str, scope: Scope) -> Analysis:
+        if name not in {t.name for t in visible_targets(scope)}:
             raise HTTPException(404, "no such target")
         return analyses.get(name)
 
@@ -275,9 +295,10 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def fleet_page() -> HTMLResponse:
-        items = [_item(f) for f in every(FindingFilter())]
-        runs = trends([t.name for t in store.targets()])
+    def fleet_page(request: Request) -> HTMLResponse:
+        scope = scope_of(request)
+        items = [_item(f) for f in every(FindingFilter(), scope)]
+        runs = trends([t.name for t in visible_targets(scope)])
         fleet = overview.overview(items, runs)
         per_target = {
             n: overview.overview([i for i in items if i.target == n], {n: r}, 0) for n, r in runs.items()
@@ -288,17 +309,18 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         cost = line_chart([(p.label, p.cost) for p in fleet.trend], " USD", "monthly cost over runs")
         return page(
             "overview.html.j2",
-            scope=None,
+            scope,
             o=fleet,
             per_target=per_target,
-            info=evidence(),
+            info=evidence(scope),
             findings_chart=Markup(chart),
             cost_chart=Markup(cost),
-            admission=admission_view(store),
+            admission=admission_view(store, scope),
         )
 
     @app.get("/findings", response_class=HTMLResponse, include_in_schema=False)
     def findings_page(
+        request: Request,
         target: Name = None,
         rule: Name = None,
         severity: Choice = None,
@@ -311,12 +333,13 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         if status and status not in ("new", "open", "reopened", "waived", "resolved"):
             raise HTTPException(422, "unknown status")
         flt = FindingFilter(target or None, rule or None, severity or None, status or None, namespace or None)
-        rows = every(flt)
+        scope = scope_of(request)
+        rows = every(flt, scope)
         by_id = {f.id: f for f in rows}
         ordered = sorted(map(_item, rows), key=overview.order)
         start = (page_no - 1) * PER_PAGE
         shown = [by_id[i.id] for i in ordered[start : start + PER_PAGE]]
-        info = evidence()
+        info = evidence(scope)
         urls = {}
         for f in shown:
             e = info.get(f.target)
@@ -328,6 +351,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         next_url = "/findings?" + urllib.parse.urlencode({**query, "page": page_no + 1}) if more else ""
         return page(
             "findings.html.j2",
+            scope,
             items=shown,
             urls=urls,
             total=len(ordered),
@@ -338,15 +362,16 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         )
 
     @app.get("/findings/{finding_id}", response_class=HTMLResponse, include_in_schema=False)
-    def finding_page(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> HTMLResponse:
-        item = found(store.finding(finding_id), "finding")
+    def finding_page(request: Request, finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> HTMLResponse:
+        scope = scope_of(request)
+        item = found(seen(store.finding(finding_id), scope), "finding")
         w, detail = item.workload, item.detail or {}
         title = f"{w.kind} {w.namespace}/{w.name}"
         # The group's map from every stored finding of the same workload (a fresh read of the
         # target draws the whole group: the link under the map).
         siblings = [
             f
-            for f in every(FindingFilter(item.target, namespace=w.namespace))
+            for f in every(FindingFilter(item.target, namespace=w.namespace), scope)
             if f.workload.name == w.name
             and f.workload.kind == w.kind
             and f.status != "resolved"
@@ -357,10 +382,11 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
             *(d.detail for d in map(store.finding, (s.id for s in siblings)) if d and d.detail),
         ]
         drawn = zonemap.svg(zonemap.from_findings(title, details)) if detail.get("edge") else ""
-        e = evidence().get(item.target)
+        e = evidence(scope).get(item.target)
         revision = next((h.revision for h in reversed(item.history or ()) if h.revision), None)
         return page(
             "finding.html.j2",
+            scope,
             item=item,
             map=Markup(drawn),
             source_url=source_link(e, revision, w.file, w.line),
@@ -370,17 +396,19 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         )
 
     @app.get("/findings/{finding_id}/fix", response_class=HTMLResponse, include_in_schema=False)
-    def fix_page(finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> HTMLResponse:
-        item = found(store.finding(finding_id), "finding")
-        return page("fix.html.j2", item=item, preview=analyses.fix(item.target, item.fingerprint))
+    def fix_page(request: Request, finding_id: Annotated[int, Path(ge=1, le=2**62)]) -> HTMLResponse:
+        scope = scope_of(request)
+        item = found(seen(store.finding(finding_id), scope), "finding")
+        return page("fix.html.j2", scope, item=item, preview=analyses.fix(item.target, item.fingerprint))
 
     @app.get("/targets/{name}", response_class=HTMLResponse, include_in_schema=False)
-    def target_page(name: TargetName) -> HTMLResponse:
-        info = evidence()
+    def target_page(request: Request, name: TargetName) -> HTMLResponse:
+        scope = scope_of(request)
+        info = evidence(scope)
         if name not in info:
             raise HTTPException(404, "no such target")
         runs = store.trend(name)
-        items = [_item(f) for f in every(FindingFilter(name))]
+        items = [_item(f) for f in every(FindingFilter(name), scope)]
         o = overview.overview(items, trends([name]))
         findings_chart = line_chart(
             [(wire.iso(r.finished_at) or "", float(r.findings)) for r in runs], label="findings over runs"
@@ -392,6 +420,7 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         )
         return page(
             "target.html.j2",
+            scope,
             name=name,
             t=info[name],
             runs=runs,
@@ -401,13 +430,17 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         )
 
     @app.get("/targets/{name}/map", response_class=HTMLResponse, include_in_schema=False)
-    def cluster_map_page(name: TargetName) -> HTMLResponse:
-        a = analysis(name)
+    def cluster_map_page(request: Request, name: TargetName) -> HTMLResponse:
+        scope = scope_of(request)
+        if scope.targets is not None and name not in scope.targets:
+            raise HTTPException(404, "no such target")  # the whole cluster: its teams only
+        a = analysis(name, scope)
         cmap = connectivity(a.inventory, "TCP", a.inventory.settings.network.ephemeral_ports)
         groups = clustermap.straddlers(a.result.groups) if a.result.groups is not None else []
         drawn = clustermap.svg(cmap, groups, f"cluster map of {name}")
         return page(
             "clustermap.html.j2",
+            scope,
             name=name,
             map=Markup(drawn),
             straddlers=groups[:200],
@@ -419,8 +452,11 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
     @app.get(
         "/targets/{name}/groups/{namespace}/{workload}", response_class=HTMLResponse, include_in_schema=False
     )
-    def group_page(name: TargetName, namespace: K8sName, workload: K8sName) -> HTMLResponse:
-        a = analysis(name)
+    def group_page(request: Request, name: TargetName, namespace: K8sName, workload: K8sName) -> HTMLResponse:
+        scope = scope_of(request)
+        if not scope.sees(name, namespace):
+            raise HTTPException(404, f"no group {namespace}/{workload} in target {name}")
+        a = analysis(name, EVERYTHING)
         groups = a.result.groups
         found = (
             [g for g in groups.groups if g.workload.namespace == namespace and g.workload.name == workload]
@@ -430,4 +466,4 @@ def mount(app: FastAPI, store: Store, analyser: Analyser | None = None) -> None:
         if not found or groups is None:
             raise HTTPException(404, f"no group {namespace}/{workload} in target {name}")
         maps = [Markup(zonemap.svg(zonemap.from_group(groups, g, a.result.findings))) for g in found]
-        return page("group.html.j2", name=name, groups=found, maps=maps, revision=a.revision)
+        return page("group.html.j2", scope, name=name, groups=found, maps=maps, revision=a.revision)

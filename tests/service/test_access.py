@@ -165,9 +165,16 @@ def test_reads_are_authenticated_and_scoped_to_the_callers_teams(
     assert [t["name"] for t in body["items"]] == ["lab"]
     runs = call(f"{base}/api/v1/runs", token=token(clock, groups=["ml-platform"]))[1]["items"]
     assert {r["target"] for r in runs} == {"lab"}
-    # The pages are not scoped per team yet: only a caller who sees everything reads them.
-    assert call(f"{base}/findings", token=ADMIN)[0] == 200
-    assert call(f"{base}/findings", token=token(clock, groups=["ml-platform"]))[0] == 403
+    # The pages are scoped alike: the team's target only, another's finding not found.
+    status, page, _ = call(f"{base}/findings", token=ADMIN)
+    assert status == 200 and "/targets/other" in page and "/targets/lab" in page
+    status, page, _ = call(f"{base}/findings", token=token(clock, groups=["ml-platform"]))
+    assert status == 200 and "/targets/lab" in page and "/targets/other" not in page
+    assert call(f"{base}/findings/{other}", token=token(clock, groups=["ml-platform"]))[0] == 404
+    assert call(f"{base}/targets/other", token=token(clock, groups=["ml-platform"]))[0] == 404
+    assert call(f"{base}/targets/lab", token=token(clock, groups=["ml-platform"]))[0] == 200
+    status, page, _ = call(f"{base}/", token=token(clock, groups=["data-eng"]))
+    assert status == 200 and "/targets/lab" not in page
     assert call(f"{base}/findings")[0] == 401
     # Probes and the metrics scrape stay open.
     assert call(f"{base}/healthz")[0] == 200 and call(f"{base}/metrics")[0] == 200

@@ -192,12 +192,14 @@ def test_sign_in_with_pkce_then_the_pages_by_session(site: tuple[str, TokenEndpo
     assert browser.get("/findings")[0] == 302
 
 
-def test_a_team_member_signs_in_but_the_pages_are_for_admins_yet(site: tuple[str, TokenEndpoint]) -> None:
+def test_a_team_member_signs_in_and_sees_its_teams_pages(site: tuple[str, TokenEndpoint]) -> None:
     base, tokens = site
     browser = Browser(base)
     sign_in(browser, tokens, ["ml-platform"])
-    status, _, body = browser.get("/findings")
-    assert status == 403 and b"admin" in body
+    status, _, body = browser.get("/")
+    assert status == 200 and b"/targets/lab" in body and b"/targets/other" not in body
+    assert browser.get("/targets/other")[0] == 404
+    assert browser.get("/targets/lab")[0] == 200
 
 
 def test_a_forged_or_replayed_sign_in_is_refused(site: tuple[str, TokenEndpoint]) -> None:
