@@ -153,7 +153,10 @@ class Authenticator:
             key = self.jwks().get_signing_key_from_jwt(token)
         except jwt.PyJWTError as exc:
             raise Unauthorized(f"no key of the issuer verifies it ({exc})") from None
-        stated = getattr(key, "algorithm_name", None) or (getattr(key, "_jwk_data", None) or {}).get("alg")
+        # The algorithm the JWKS itself states for the key, when it states one (PyJWK otherwise
+        # infers a default from the key type, which says nothing of the issuer's intent).
+        data = getattr(key, "_jwk_data", None)
+        stated = data.get("alg") if isinstance(data, dict) else None
         if stated and stated != alg:
             raise Unauthorized(f"the key {header.get('kid')!r} is for {stated}, the token says {alg}")
         try:
