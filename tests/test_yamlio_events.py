@@ -50,6 +50,11 @@ EDGE_CASES = {
     "C1 control": "a: x\x9by\n",
     "allowed odd characters": "a: x\x85y\nb: \ufeffz\nc: \ue000\nd: \U0001f600\n",
     "non-character": "a: x\ufffey\n",
+    # Found by tests/fuzz: the C extension's libyaml (the system's) and PyYAML's differ on a BOM
+    # that starts a later document.
+    "BOM after a document end": "...\n\ufeff...",
+    "BOM starting a later document": "a: 1\n---\n\ufeffb: 2\n",
+    "BOM inside a document": "a: \ufeff1\nb: [\ufeff]\n",
 }
 
 
