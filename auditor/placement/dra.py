@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from auditor.model.objects import Node, PodTemplate
@@ -277,13 +278,24 @@ def _device(raw: Any, at: str, driver: str, pool: str, reach: Reach | None, sour
 
 
 def _quantity(raw: Any, at: str) -> int:
-    from auditor.placement.resources import milli_value, parse_quantity
-
     body = specs.mapping(raw, at)
+    value = body.get("value")
     try:
-        return milli_value(parse_quantity(body.get("value")))
+        return _milli(value) if isinstance(value, str) else _milli_of(value)
     except ValueError as exc:
         raise DraError(f"{at}.value", str(exc)) from None
+
+
+@lru_cache(maxsize=1024)
+def _milli(text: str) -> int:
+    """A quantity in thousandths (slices repeat a few capacities over thousands of devices)."""
+    return _milli_of(text)
+
+
+def _milli_of(value: Any) -> int:
+    from auditor.placement.resources import milli_value, parse_quantity
+
+    return milli_value(parse_quantity(value))
 
 
 def parse_slice(obj: Mapping[str, Any], source: SourceRef) -> list[Device]:

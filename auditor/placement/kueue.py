@@ -99,10 +99,12 @@ class Admission:
     local_queue: str
     cluster_queue: str
     combinations: tuple[tuple[Flavor, ...], ...]  # admissible, in the order Kueue tries them
+    # Read for every note and coupling of thousands of pod sets sharing a few admissions.
+    flavor_names: tuple[str, ...] = field(init=False, compare=False, repr=False)
 
-    @property
-    def flavor_names(self) -> tuple[str, ...]:
-        return tuple("+".join(f.name for f in c) for c in self.combinations)
+    def __post_init__(self) -> None:
+        names = tuple("+".join(f.name for f in c) for c in self.combinations)
+        object.__setattr__(self, "flavor_names", names)
 
     def topologies(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(f.topology for c in self.combinations for f in c if f.topology))
