@@ -24,7 +24,6 @@ Pure but for PyJWKClient's HTTP fetch of the JWKS (its URL comes from the config
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import hmac
 from collections.abc import Iterable, Sequence
@@ -250,7 +249,3 @@ def bearer(header: str) -> str | None:
     if scheme.lower() != "bearer":
         return None
     return given.strip() or None
-
-
-def namespace_matches(namespace: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatchcase(namespace, p) for p in patterns)

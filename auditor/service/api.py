@@ -16,9 +16,6 @@ a web page elsewhere cannot reach the API through a DNS name rebound to 127.0.0.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
 import ipaddress
 import logging
 import re
@@ -111,20 +108,6 @@ def _host_allowed(header: str) -> bool:
     if rest and not (rest.startswith(":") and rest[1:].isdigit()):
         return False
     return name in LOOPBACK_NAMES
-
-
-def token_matches(header: str, api_token: str) -> bool:
-    """`Authorization: Bearer <token>`, or Basic with the token as the password (so a browser
-    can ask for it), compared in constant time."""
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() == "basic":
-        try:
-            given = base64.b64decode(given.strip(), validate=True).decode().partition(":")[2]
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-    elif scheme.lower() != "bearer":
-        return False
-    return bool(api_token) and hmac.compare_digest(given.strip().encode(), api_token.encode())
 
 
 def _address(request: Request) -> str:
