@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
@@ -614,36 +614,47 @@ def cli_actor() -> str:
 
 
 def cmd_audit_log(args: argparse.Namespace) -> int:
+    settings = _service_settings(args, "defaults")
+    since = _since(args.since)
+    page = _read_page(
+        lambda: _build_store(settings).audit_log(
+            actor=args.actor, action=args.action, since=since, limit=args.limit, cursor=args.cursor
+        )
+    )
+
+    def line(e: Any) -> str:
+        where = f" from {e.address}" if e.address else ""
+        detail = f": {e.detail}" if e.detail else ""
+        return (
+            f"{e.id:>7}  {e.at.isoformat(timespec='seconds')}  {e.outcome:<7} {e.action:<20} "
+            f"{e.subject} by {e.actor}{where}{detail}"
+        )
+
+    return _print_page(page, args.format, line, "no audit log entries match")
+
+
+def _read_page(read: Callable[[], Any]) -> Any:
+    """A page from the store: its errors as the CLI's, a bad cursor as a usage error."""
     from auditor.store.repository import BadCursor
 
-    settings = _service_settings(args, "defaults")
     try:
         with _store_errors():
-            page = _build_store(settings).audit_log(
-                actor=args.actor,
-                action=args.action,
-                since=_since(args.since),
-                limit=args.limit,
-                cursor=args.cursor,
-            )
+            return read()
     except BadCursor as exc:
         raise ConfigError("(arguments)", 0, "--cursor", str(exc)) from None
-    if args.format == "json":
+
+
+def _print_page(page: Any, fmt: str, line: Callable[[Any], str], empty: str) -> int:
+    """A page as the API's JSON, or one cleaned line per item and the cursor to the next page."""
+    if fmt == "json":
         from auditor.service import wire
 
         print(json.dumps(wire.record_json(page), indent=2))
         return EXIT_OK
     if not page.items:
-        print("no audit log entries match")
-    for e in page.items:
-        where = f" from {e.address}" if e.address else ""
-        detail = f": {e.detail}" if e.detail else ""
-        print(
-            table.clean(
-                f"{e.id:>7}  {e.at.isoformat(timespec='seconds')}  {e.outcome:<7} {e.action:<20} "
-                f"{e.subject} by {e.actor}{where}{detail}"
-            )
-        )
+        print(empty)
+    for item in page.items:
+        print(table.clean(line(item)))
     if page.next_cursor:
         print(f"more: --cursor {page.next_cursor}")
     return EXIT_OK
@@ -670,35 +681,22 @@ def _since(text: str | None) -> datetime | None:
 
 
 def cmd_findings(args: argparse.Namespace) -> int:
-    from auditor.store.repository import BadCursor, FindingFilter
+    from auditor.store.repository import FindingFilter
 
     settings = _service_settings(args, "defaults")
     flt = FindingFilter(
         args.target, args.rule, args.severity, args.status, args.namespace, _since(args.since)
     )
-    try:
-        with _store_errors():
-            page = _build_store(settings).findings(flt, args.limit, args.cursor)
-    except BadCursor as exc:
-        raise ConfigError("(arguments)", 0, "--cursor", str(exc)) from None
-    if args.format == "json":
-        from auditor.service import wire
+    page = _read_page(lambda: _build_store(settings).findings(flt, args.limit, args.cursor))
 
-        print(json.dumps(wire.record_json(page), indent=2))
-        return EXIT_OK
-    if not page.items:
-        print("no findings match")
-    for f in page.items:
+    def line(f: Any) -> str:
         w = f.workload
-        print(
-            table.clean(
-                f"{f.id:>7}  {f.status:<9} {f.severity:<8} {f.rule:<28} "
-                f"{f.target}: {w.kind} {w.namespace}/{w.name}"
-            )
+        return (
+            f"{f.id:>7}  {f.status:<9} {f.severity:<8} {f.rule:<28} "
+            f"{f.target}: {w.kind} {w.namespace}/{w.name}"
         )
-    if page.next_cursor:
-        print(f"more: --cursor {page.next_cursor}")
-    return EXIT_OK
+
+    return _print_page(page, args.format, line, "no findings match")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
