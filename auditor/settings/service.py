@@ -25,6 +25,15 @@ _GIT_URL_RE = re.compile(r"^(https?|ssh|git|file)://[^\s]+$|^[A-Za-z0-9._-]+@[A-
 HTTP_URL = r"https?://[^\s/]+.*"  # what a URL setting for an HTTP endpoint must look like
 
 
+def name_setting(doc: str) -> Any:
+    """A required name of NAME_RE's form (a target, a team, a machine token)."""
+    return setting(
+        doc=doc,
+        pattern=NAME_RE.pattern.strip("^$"),
+        pattern_text="letters, digits, '.', '_' or '-' (at most 100)",
+    )
+
+
 def validate_cron(expr: str) -> str | None:
     """None when `expr` is a valid five-field cron expression, else the reason."""
     from apscheduler.triggers.cron import CronTrigger
@@ -246,11 +255,7 @@ def _algorithm(name: str) -> str | None:
 class TeamSettings:
     """A team: who is in it (values of the group claim) and what it sees and may do."""
 
-    name: str = setting(
-        doc="Team name (letters, digits, '.', '_' or '-').",
-        pattern=NAME_RE.pattern.strip("^$"),
-        pattern_text="letters, digits, '.', '_' or '-' (at most 100)",
-    )
+    name: str = name_setting("Team name (letters, digits, '.', '_' or '-').")
     groups: tuple[str, ...] = setting((), doc="Values of the group claim whose holders are members.")
     targets: tuple[str, ...] = setting(
         (), doc="Targets (repositories, clusters) whose findings and runs it sees."
@@ -271,11 +276,7 @@ class TeamSettings:
 class MachineTokenSettings:
     """A token for CI or a script: stored as its SHA-256 only, with scopes, teams and an expiry."""
 
-    name: str = setting(
-        doc="Its name in the audit log (`machine:<name>`).",
-        pattern=NAME_RE.pattern.strip("^$"),
-        pattern_text="letters, digits, '.', '_' or '-' (at most 100)",
-    )
+    name: str = name_setting("Its name in the audit log (`machine:<name>`).")
     sha256: str = setting(doc="SHA-256 of the token, hex (`printf %s TOKEN | sha256sum`).", check=_sha256_hex)
     expires: str = setting(doc="Last day it is accepted (YYYY-MM-DD, UTC).", check=_iso_date)
     scopes: tuple[str, ...] = setting(
@@ -515,11 +516,7 @@ class GitHubSettings:
 class TargetSettings:
     """One thing the service audits on a schedule: a git repository, a directory or a cluster."""
 
-    name: str = setting(
-        doc="Unique name (letters, digits, '.', '_' or '-', at most 100).",
-        pattern=NAME_RE.pattern.strip("^$"),
-        pattern_text="letters, digits, '.', '_' or '-' (at most 100)",
-    )
+    name: str = name_setting("Unique name (letters, digits, '.', '_' or '-', at most 100).")
     schedule: str = setting(
         DEFAULT_SCHEDULE, doc="Cron, five fields, in service.timezone.", check=validate_cron
     )
