@@ -135,7 +135,9 @@ def build_service(
 
 def build_worker_context(settings: Settings, clock: Clock = system_clock) -> WorkerContext:
     store = build_store(settings, clock=clock)
-    return WorkerContext(settings, build_runner(settings, store), FleetStore(store.engine, store.clock))
+    runner = build_runner(settings, store)
+    runner.raise_transient = True  # a database away is waited out by the task, not a failed run
+    return WorkerContext(settings, runner, FleetStore(store.engine, store.clock))
 
 
 def work(settings: Settings, concurrency: int, pool: str, hostname: str | None) -> None:

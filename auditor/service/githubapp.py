@@ -41,6 +41,7 @@ from auditor.rules.groups import Group
 from auditor.service.webhooks import PullRequestEvent
 from auditor.settings.config import Settings
 from auditor.settings.service import GitHubAppSettings, GitHubSettings, GitSource, TargetSettings
+from auditor.store import database
 from auditor.store.fleet import FleetStore
 
 log = logging.getLogger("auditor.githubapp")
@@ -328,6 +329,8 @@ def audit_pull_request(
                 head = runner._analyse(target, root).result
             output = check_output(base, head, app.fail_on, root)
     except Exception as exc:
+        if getattr(runner, "raise_transient", False) and database.is_transient(exc):
+            raise  # the database away: the task waits and tries again (tasks.patiently)
         log.error("pull request %s#%s: %s: %s", event.repository, event.number, type(exc).__name__, exc)
         output = CheckOutput(
             "failure",

@@ -1,9 +1,11 @@
 """POST /hooks/github: a verified delivery becomes queued work (see webhooks.py for the checks).
 
-The answer is fast: the handler verifies, remembers the delivery id and enqueues; the audit runs
-on a worker (fleet mode) or on the service's thread pool (embedded). A delivery whose work could
-not be enqueued (the broker away) is forgotten again and answered 503, so GitHub's redelivery is
-not refused as a replay.
+The answer is fast: the handler verifies, refuses a delivery id already received (a replay),
+enqueues, and only then remembers the id; the audit runs on a worker (fleet mode) or on the
+service's thread pool (embedded). In that order a process killed between the two steps, or a
+broker or database that is away, never loses a delivery: it is answered 503 (or the process is
+gone) and GitHub's redelivery is not refused as a replay. Enqueuing twice is harmless: every task
+is idempotent by its key (tasks.py).
 """
 
 from __future__ import annotations
@@ -43,16 +45,21 @@ class GitHubHook:
             webhooks.verify_signature(self.secret, body, signature)
             delivery_id = webhooks.delivery_id(delivery)
             parsed, _at = webhooks.parse_event(event, body, self.clock(), self.app.max_delivery_age_seconds)
-            if not self.fleet.remember_delivery(delivery_id, event, self.app.max_delivery_age_seconds):
-                raise webhooks.WebhookRejected(409, f"delivery {delivery_id} was already received (replay)")
         except webhooks.WebhookRejected as exc:
             log.warning("webhook %s refused: %s", event, exc.reason)
             return exc.status, {"error": exc.reason}
         try:
+            if self.fleet.delivery_seen(delivery_id):
+                log.warning(
+                    "webhook %s refused: delivery %s was already received (replay)", event, delivery_id
+                )
+                return 409, {"error": f"delivery {delivery_id} was already received (replay)"}
             queued = self._enqueue(parsed, body)
+            self.fleet.remember_delivery(delivery_id, event, self.app.max_delivery_age_seconds)
         except Exception as exc:
-            self.fleet.forget_delivery(delivery_id)
-            log.error("webhook %s %s: could not enqueue: %s", event, delivery_id, exc)
+            log.error(
+                "webhook %s %s: could not be queued: %s: %s", event, delivery_id, type(exc).__name__, exc
+            )
             return 503, {"error": "the work could not be queued; redeliver later"}
         return 202, {"delivery": delivery_id, "queued": queued}
 

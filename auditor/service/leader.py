@@ -24,6 +24,7 @@ import threading
 from datetime import datetime
 from typing import Any
 
+from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -94,7 +95,10 @@ class FleetScheduler(Scheduler):
     """The schedule in fleet mode: only the leader fires, and what it fires is enqueued.
 
     A slot's task key is `audit:<target>:<slot>`, so even a slot enqueued twice (a leader change
-    at the very moment a job fires) is audited and recorded once.
+    at the very moment a job fires, a restart within the grace) is audited and recorded once.
+    A slot whose job fired while the database or the broker was away is not lost: the replica
+    remembers the last slot it enqueued per target (and the last digest slot), and every recover
+    tick enqueues the current slot again if it is within the grace and was not enqueued yet.
     """
 
     def __init__(
@@ -103,18 +107,38 @@ class FleetScheduler(Scheduler):
         super().__init__(settings, runner, clock)
         self.leader, self.dispatch = leader, dispatch
         self.fired: list[str] = []  # task keys this replica enqueued (metrics, tests)
+        self.sent: dict[str, str] = {}  # job (target name, or "digest") → the last slot enqueued
+        digest = settings.digest
+        self.digest_trigger = (
+            CronTrigger.from_crontab(digest.schedule, timezone=settings.service.timezone)
+            if digest is not None and digest.teams
+            else None
+        )
 
     def run_scheduled(self, target: str, now: datetime | None = None) -> None:
         now = now or self.clock()
+        slot = slot_of(self.triggers[target], now, self.settings.service.misfire_grace_seconds)
+        if slot is None or self.sent.get(target) == slot_text(slot):
+            return
         if not self.leader.is_leader():
             log.debug("target %s: not the leader; the leader fires it", target)
             return
-        slot = slot_of(self.triggers[target], now, self.settings.service.misfire_grace_seconds)
-        if slot is None:
-            return
         key = f"audit:{target}:{slot_text(slot)}"
-        self.dispatch.audit(AuditTask(target, key, slot_text(slot), "schedule"))
+        try:
+            self.dispatch.audit(AuditTask(target, key, slot_text(slot), "schedule"))
+        except Exception as exc:  # the broker away: the next recover tick enqueues it again
+            log.error("target %s slot %s could not be enqueued: %s", target, slot_text(slot), exc)
+            return
+        self.sent[target] = slot_text(slot)
         self.fired.append(key)
+
+    def recover(self) -> None:
+        super().recover()
+        now = self.clock()
+        for target in self.triggers:
+            self.run_scheduled(target, now)
+        if self.digest_trigger is not None:
+            self.send_digests(now)
 
     def run_all_now(self) -> None:
         if not self.leader.is_leader():
@@ -137,6 +161,17 @@ class FleetScheduler(Scheduler):
             self.runner._busy.discard(target)  # this process does not execute it
         self.dispatch.audit(AuditTask(target, key, None, "api"))
 
-    def send_digests(self) -> None:
-        if self.leader.is_leader():
+    def send_digests(self, now: datetime | None = None) -> None:
+        """Enqueue the digest task of the current digest slot once (the outbox keeps one digest
+        per team and day however often it runs)."""
+        if self.digest_trigger is None:
+            return
+        slot = slot_of(self.digest_trigger, now or self.clock(), self.settings.service.misfire_grace_seconds)
+        if slot is None or self.sent.get("digest") == slot_text(slot) or not self.leader.is_leader():
+            return
+        try:
             self.dispatch.digest()
+        except Exception as exc:
+            log.error("digest of %s could not be enqueued: %s", slot_text(slot), exc)
+            return
+        self.sent["digest"] = slot_text(slot)

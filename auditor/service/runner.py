@@ -34,6 +34,7 @@ from auditor.settings.service import TargetSettings
 from auditor.sources import incremental
 from auditor.sources.kubeapi import ReadOptions
 from auditor.sources.manifests import Tools, load_inventory
+from auditor.store import database
 from auditor.store.repository import RunOutcome, RunSummary, SlotTaken, Store, WaiverSeen
 
 log = logging.getLogger("auditor.runner")
@@ -113,6 +114,9 @@ class AuditRunner:
         self._unrecorded: dict[int, tuple[str, str | None]] = {}
         # PR steps a rate limit deferred (target → when to try again), retried by `recover`.
         self.deferred_pull_requests: dict[str, datetime] = {}
+        # Workers: a database that is away (database.is_transient) is raised, not recorded as a
+        # failed run, so the task waits and takes the run over again (tasks.patiently).
+        self.raise_transient = False
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -158,6 +162,8 @@ class AuditRunner:
             except git.GitError as exc:
                 return self._fail(run_id, f"fetching {target.location}: {exc}", revision)
             except Exception as exc:
+                if self.raise_transient and database.is_transient(exc):
+                    raise
                 log.error(
                     "run %s of %s failed: %s: %s",
                     run_id,
@@ -176,6 +182,8 @@ class AuditRunner:
             try:
                 summary = self.store.complete_run(run_id, outcome)
             except SQLAlchemyError as exc:
+                if self.raise_transient and database.is_transient(exc):
+                    raise
                 return self._fail(
                     run_id, f"storing the results failed: {type(exc).__name__}: {exc}", revision
                 )

@@ -13,7 +13,11 @@ Tasks: `auditor.audit` (a scheduled, API, push or start-up audit of one target),
   nothing, one of an unfinished task takes over the same run and finishes it once — never doubled,
   never a second check run;
 - serialised per target across the fleet by a lease row (`target_leases`): a task whose target is
-  leased elsewhere is retried after `busy_retry_seconds`.
+  leased elsewhere is retried after `busy_retry_seconds`;
+- patient with a database that is away (`patiently`): a refused or dropped connection, a server
+  restarting, a full disk is waited out (up to `database_wait_seconds`, its message still
+  unacknowledged), then the task is put back on the queue — a failure of the store is never
+  recorded as a failed audit, and never acknowledged as done.
 
 The embedded default (no broker) never imports Celery: `InProcess` runs the same work on the
 scheduler's thread pool.
@@ -23,16 +27,20 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from auditor.service.runner import AuditRunner, process_owner
 from auditor.service.webhooks import InstallationEvent, PullRequestEvent, PushEvent
 from auditor.settings.config import Settings
 from auditor.settings.service import TargetSettings
+from auditor.store.database import is_transient
 from auditor.store.fleet import FleetStore
+
+T = TypeVar("T")
 
 log = logging.getLogger("auditor.tasks")
 
@@ -117,6 +125,38 @@ def leased(fleet: FleetStore, name: str, seconds: float, task_key: str) -> Itera
         fleet.release_lease(name, owner)
 
 
+class DatabaseAway(Exception):
+    """The database stayed away longer than the task waits; the task goes back on the queue."""
+
+
+def patiently(
+    work: Callable[[], T],
+    wait_seconds: float,
+    what: str,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> T:
+    """`work()`, run again while it fails because the database is away (`is_transient`), pausing
+    1, 2, 4 … up to 15 s between tries, for at most `wait_seconds`; then DatabaseAway. Every other
+    exception (LeaseBusy included) passes. The work must be idempotent: it is (keyed runs, check runs
+    adopted by their external id)."""
+    deadline = monotonic() + wait_seconds
+    pause = 1.0
+    while True:
+        try:
+            return work()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            if monotonic() + pause > deadline:
+                raise DatabaseAway(f"{what}: the database stayed away: {type(exc).__name__}") from exc
+            log.warning(
+                "%s: the database is away (%s); trying again in %.0f s", what, type(exc).__name__, pause
+            )
+            sleep(pause)
+            pause = min(15.0, pause * 2)
+
+
 # -- the work itself (shared by Celery tasks and the in-process dispatcher) ----------------------
 
 
@@ -132,6 +172,7 @@ def run_audit(ctx: WorkerContext, task: AuditTask) -> str:
         if not any(t.name == target for t in settings.targets):
             settings = githubapp.with_target(settings, app_target)
             runner = AuditRunner(settings, ctx.runner.store, ctx.runner.tools, environ=ctx.runner.environ)
+            runner.raise_transient = ctx.runner.raise_transient
             _sync_target(ctx, app_target)
     broker = settings.service.broker
     seconds = broker.lease_seconds if broker else 300
@@ -214,33 +255,44 @@ def celery_app(settings: Settings, environ: dict[str, str]) -> Any:
         task_send_sent_event=True,
         enable_utc=True,
     )
-    busy = broker.busy_retry_seconds
+    busy, wait = broker.busy_retry_seconds, broker.database_wait_seconds
+
+    def keep_trying(task: Any, work: Callable[[], Any], what: str) -> Any:
+        try:
+            return patiently(work, wait, what)
+        except LeaseBusy:
+            raise task.retry(countdown=busy) from None
+        except DatabaseAway as exc:
+            log.error("%s; back on the queue", exc)
+            raise task.retry(countdown=busy) from None
 
     @app.task(name="auditor.audit", bind=True, max_retries=None)  # type: ignore[untyped-decorator]
     def audit(self: Any, *args: Any) -> str:  # the fields of an AuditTask
-        try:
-            return run_audit(context(), AuditTask(*args))
-        except LeaseBusy:
-            raise self.retry(countdown=busy) from None
+        task = AuditTask(*args)
+        return str(keep_trying(self, lambda: run_audit(context(), task), f"task {task.task_key}"))
 
     @app.task(name="auditor.pr_check", bind=True, max_retries=None)  # type: ignore[untyped-decorator]
     def pr_check(self: Any, event: dict[str, Any], task_key: str) -> str:
-        try:
-            return run_pr_check(context(), PullRequestEvent(**event), task_key)
-        except LeaseBusy:
-            raise self.retry(countdown=busy) from None
+        parsed = PullRequestEvent(**event)
+        return str(keep_trying(self, lambda: run_pr_check(context(), parsed, task_key), f"task {task_key}"))
 
-    @app.task(name="auditor.installation")  # type: ignore[untyped-decorator]
-    def installation(event: dict[str, Any]) -> None:
+    @app.task(name="auditor.installation", bind=True, max_retries=None)  # type: ignore[untyped-decorator]
+    def installation(self: Any, event: dict[str, Any]) -> None:
         event["added"], event["removed"] = tuple(event["added"]), tuple(event["removed"])
-        run_installation(context(), InstallationEvent(**event))
+        parsed = InstallationEvent(**event)
+        keep_trying(
+            self, lambda: run_installation(context(), parsed), f"installation {parsed.installation_id}"
+        )
 
-    @app.task(name="auditor.digest")  # type: ignore[untyped-decorator]
-    def digest() -> None:
+    @app.task(name="auditor.digest", bind=True, max_retries=None)  # type: ignore[untyped-decorator]
+    def digest(self: Any) -> None:
         from auditor.service import digests
 
-        ctx = context()
-        digests.run(ctx.settings, ctx.runner.store, ctx.runner.environ)
+        def send() -> None:
+            ctx = context()
+            digests.run(ctx.settings, ctx.runner.store, ctx.runner.environ)
+
+        keep_trying(self, send, "digest")
 
     return app
 

@@ -140,6 +140,16 @@ class BrokerSettings:
         unit="seconds",
         exclusive_minimum=0,
     )
+    database_wait_seconds: int = setting(
+        900,
+        doc=(
+            "A task whose database is away (refused or dropped connections, a restart, a full disk) "
+            "waits for it this long, trying again with a growing pause up to 15 s, its message "
+            "unacknowledged; then it is put back on the queue to try later. Nothing is lost either way."
+        ),
+        unit="seconds",
+        exclusive_minimum=0,
+    )
     queue: str = setting(
         "auditor", doc="The Celery queue every task goes to (KEDA scales on its length).", check=_queue_name
     )

@@ -20,7 +20,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from auditor.resources import migrations_dir
@@ -120,6 +121,16 @@ def current_revision(engine: Engine) -> str | None:
 def is_current(engine: Engine) -> bool:
     """Whether the schema is at the newest migration."""
     return current_revision(engine) == ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether `exc` says the database is away for now (refused or dropped connection, a server
+    restarting or shutting down, a full disk, a pool timeout, SQLite's lock) rather than that the
+    statement is wrong: the same work may succeed when it is tried again."""
+    if isinstance(exc, OperationalError | InterfaceError | DisconnectionError | PoolTimeout):
+        return True
+    cause = exc.__cause__ or exc.__context__
+    return cause is not None and cause is not exc and isinstance(cause, OperationalError | InterfaceError)
 
 
 def check_health(engine: Engine, budget_seconds: float = 2.0) -> str:

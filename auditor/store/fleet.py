@@ -141,6 +141,16 @@ class FleetStore:
 
     # -- webhook deliveries -------------------------------------------------------------------
 
+    def delivery_seen(self, delivery_id: str) -> bool:
+        """Whether `delivery_id` was received before and has not expired (a replay)."""
+        with self.sessions() as session:
+            found = session.scalar(
+                select(WebhookDelivery.delivery_id).where(
+                    WebhookDelivery.delivery_id == delivery_id, WebhookDelivery.expires_at >= self.clock()
+                )
+            )
+        return found is not None
+
     def remember_delivery(self, delivery_id: str, event: str, keep_seconds: float) -> bool:
         """Record a delivery id; False when it was seen before and has not expired (a replay).
         Expired ids are deleted first, so the table holds at most `keep_seconds` of traffic."""
@@ -160,11 +170,6 @@ class FleetStore:
             return True
         except IntegrityError:
             return False
-
-    def forget_delivery(self, delivery_id: str) -> None:
-        """Undo `remember_delivery` when the work could not be enqueued (GitHub may redeliver)."""
-        with self.sessions.begin() as session:
-            session.execute(delete(WebhookDelivery).where(WebhookDelivery.delivery_id == delivery_id))
 
     # -- check runs ---------------------------------------------------------------------------
 
