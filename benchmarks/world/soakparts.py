@@ -124,6 +124,7 @@ class PostgresServer:
         if os.geteuid() == 0:
             done = subprocess.run(
                 ["mount", "-t", "tmpfs", "-o", f"size={disk_mb}m,mode=0755", "tmpfs", str(self.mount)],
+                check=False,
                 capture_output=True,
                 text=True,
             )
@@ -138,6 +139,7 @@ class PostgresServer:
         self.log = root / "postgres.log"
         self.port = free_port()
         if os.geteuid() == 0:
+            root.chmod(0o755)  # mkdtemp's 0700 would keep the postgres user out
             shutil.chown(self.mount, "postgres")
             shutil.chown(self.sockets, "postgres")
             self.log.touch()
@@ -210,7 +212,7 @@ class PostgresServer:
     def close(self) -> None:
         self.stop("immediate")
         if self.mounted:
-            subprocess.run(["umount", "-l", str(self.mount)], capture_output=True)
+            subprocess.run(["umount", "-l", str(self.mount)], check=False, capture_output=True)
 
 
 class RedisServer:
@@ -273,7 +275,7 @@ class Inbox:
         self.messages: list[tuple[str, str, str]] = []
         self.lock = threading.Lock()
 
-    async def handle_DATA(self, _server: Any, _session: Any, envelope: Any) -> str:  # noqa: N802
+    async def handle_DATA(self, _server: Any, _session: Any, envelope: Any) -> str:
         msg = message_from_bytes(envelope.original_content or envelope.content)
         with self.lock:
             self.messages.append((str(msg["Message-ID"]), str(msg["To"]), str(msg["Subject"])))
