@@ -359,7 +359,10 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=0.5, help="webhooks per second (default 0.5)")
     parser.add_argument("--repos", type=int, default=4)
     parser.add_argument(
-        "--fault-every", type=float, default=0, help="seconds (default: 8 faults per run, ≥ 10 s)"
+        "--fault-every",
+        type=float,
+        default=0,
+        help="seconds (default: one per 45 s, 8 in a short run, never under 10 s)",
     )
     parser.add_argument("--drain", type=float, default=300, help="at most this long for the work to finish")
     parser.add_argument("--recovery-limit", type=float, default=60)
@@ -524,7 +527,7 @@ def soak(args: argparse.Namespace, root: Path) -> int:
                 threading.Thread(target=watch, args=(f,), daemon=True).start()
                 return f
 
-            every = args.fault_every or max(10.0, (args.seconds - 20) / len(FAULTS))
+            every = args.fault_every or min(45.0, max(10.0, (args.seconds - 20) / len(FAULTS)))
             start = time.monotonic()
             next_event, next_fault, n, fault_index = start, start + min(15.0, every), 0, 0
             print(

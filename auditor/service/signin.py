@@ -112,7 +112,7 @@ class SignIn:
                 "response_type": "code",
                 "client_id": self.settings.client_id,
                 "redirect_uri": self.settings.redirect_url,
-                "scope": "openid profile email",
+                "scope": " ".join(dict.fromkeys(("openid", *self.settings.scopes))),
                 "state": state,
                 "nonce": nonce,
                 "code_challenge": challenge,

@@ -253,6 +253,11 @@ def _sha256_hex(text: str) -> str | None:
     return None if re.fullmatch(r"[0-9a-fA-F]{64}", text) else "not a SHA-256 in hex (64 hex digits)"
 
 
+def _scope_token(text: str) -> str | None:
+    # RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E )
+    return None if re.fullmatch(r"[\x21\x23-\x5b\x5d-\x7e]{1,100}", text) else "not an OAuth scope token"
+
+
 def _algorithm(name: str) -> str | None:
     from auditor.service.access import ALGORITHMS
 
@@ -347,6 +352,11 @@ class AuthSettings:
         "AUDITOR_SESSION_SECRET",
         doc="Environment variable holding the key that signs session cookies (shared by replicas); "
         "unset: a key per process (sign-ins do not survive a restart).",
+    )
+    scopes: tuple[str, ...] = setting(
+        ("openid", "profile", "email"),
+        doc="Scopes the sign-in asks for (`openid` is always sent); Dex needs `groups` for the group claim.",
+        item_check=_scope_token,
     )
     session_hours: int = setting(8, doc="A sign-in lasts this long.", unit="hours", minimum=1, maximum=168)
 

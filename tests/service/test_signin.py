@@ -120,7 +120,8 @@ def site(tmp_path: Path, engine: Engine, clock: Clock) -> Iterator[tuple[str, To
     text = path.read_text().replace(
         "    teams:\n",
         f"    client_id: {CLIENT}\n    authorization_endpoint: https://idp.example.test/authorize\n"
-        f"    token_endpoint: {tokens.url}\n    redirect_url: http://localhost/auth/callback\n    teams:\n",
+        f"    token_endpoint: {tokens.url}\n    redirect_url: http://localhost/auth/callback\n"
+        "    scopes: [profile, groups]\n    teams:\n",
         1,
     )
     path.write_text(text)
@@ -152,7 +153,10 @@ def sign_in(browser: Browser, tokens: TokenEndpoint, groups: list[str], start: s
     query = dict(urllib.parse.parse_qsl(authorize.query))
     assert query["response_type"] == "code" and query["client_id"] == CLIENT
     assert query["code_challenge_method"] == "S256" and len(query["code_challenge"]) == 43
-    assert query["redirect_uri"] == "http://localhost/auth/callback" and "openid" in query["scope"].split()
+    assert (
+        query["redirect_uri"] == "http://localhost/auth/callback"
+        and query["scope"] == "openid profile groups"
+    )
     login_cookie = next(c for c in browser.set_cookie if c.startswith("pa_login="))
     assert "httponly" in login_cookie.lower() and "samesite=lax" in login_cookie.lower()
     assert "Path=/auth/" in login_cookie
@@ -253,3 +257,15 @@ def test_a_forged_or_replayed_sign_in_is_refused(site: tuple[str, TokenEndpoint]
 )
 def test_after_sign_in_only_this_sites_paths(given: str | None, kept: str) -> None:
     assert safe_next(given) == kept
+
+
+def test_a_scope_that_is_no_oauth_scope_token_is_a_config_error(tmp_path: Path) -> None:
+    from auditor.errors import ConfigError
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "service:\n  auth:\n    client_id: pa\n    scopes: [openid, 'groups email']\n"
+        "    teams: [{name: ml, groups: [ml]}]\n"
+    )
+    with pytest.raises(ConfigError, match=r"scopes.*not an OAuth scope token"):
+        load_settings(path)
