@@ -181,7 +181,7 @@ class AuditRunner:
                 )
             try:
                 summary = self.store.complete_run(run_id, outcome)
-            except SQLAlchemyError as exc:
+            except Exception as exc:  # SQLAlchemy's errors, and the driver's from the bulk writes
                 if self.raise_transient and database.is_transient(exc):
                     raise
                 return self._fail(

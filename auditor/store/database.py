@@ -123,14 +123,33 @@ def is_current(engine: Engine) -> bool:
     return current_revision(engine) == ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
 
 
+_DRIVERS = ("psycopg", "psycopg2", "sqlite3")
+
+
+def _driver_transient(exc: BaseException) -> bool:
+    """A DB-API OperationalError or InterfaceError of a driver, raised past SQLAlchemy (the bulk
+    writes use the driver's cursor directly): psycopg's DiskFull, AdminShutdown, a closed connection."""
+    return any(
+        c.__name__ in ("OperationalError", "InterfaceError") and c.__module__.split(".")[0] in _DRIVERS
+        for c in type(exc).__mro__
+    )
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether `exc` says the database is away for now (refused or dropped connection, a server
     restarting or shutting down, a full disk, a pool timeout, SQLite's lock) rather than that the
-    statement is wrong: the same work may succeed when it is tried again."""
-    if isinstance(exc, OperationalError | InterfaceError | DisconnectionError | PoolTimeout):
-        return True
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and cause is not exc and isinstance(cause, OperationalError | InterfaceError)
+    statement is wrong: the same work may succeed when it is tried again. SQLAlchemy's wrappers
+    and the drivers' own exceptions (or either as the cause) count."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OperationalError | InterfaceError | DisconnectionError | PoolTimeout):
+            return True
+        if _driver_transient(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def check_health(engine: Engine, budget_seconds: float = 2.0) -> str:

@@ -117,6 +117,17 @@ def test_transient_errors_are_told_from_wrong_statements() -> None:
     wrapped = RuntimeError("storing failed")
     wrapped.__cause__ = _away()
     assert database.is_transient(wrapped)
+    # Raised by the driver itself, past SQLAlchemy: the store's bulk writes use psycopg's cursor
+    # (the soak's full disk found this: psycopg.errors.DiskFull, an OperationalError).
+    import sqlite3
+
+    import psycopg
+
+    assert database.is_transient(psycopg.errors.DiskFull('could not extend file "base/5/2658"'))
+    assert database.is_transient(psycopg.errors.AdminShutdown("terminating connection"))
+    assert database.is_transient(sqlite3.OperationalError("database is locked"))
+    assert not database.is_transient(psycopg.errors.UniqueViolation("duplicate key"))
+    assert not database.is_transient(sqlite3.IntegrityError("UNIQUE constraint failed"))
 
 
 def test_patiently_waits_out_the_database_then_gives_the_task_back() -> None:
