@@ -56,7 +56,7 @@ from pathlib import Path
 from world.fakegithub import FakeGitHub, MultiHub, serve
 from world.github import APP_ID, SECRET, app_key, pull_request_event, push_event
 from world.processes import BIN, free_port, kill9, start_worker, stop
-from world.soakparts import Inbox, PostgresServer, RedisServer, SteppedClock
+from world.soakparts import Inbox, PostgresServer, RedisServer, SteppedClock, without_faketime
 
 from auditor.resources import examples_dir
 from auditor.service.webhooks import signature
@@ -384,12 +384,28 @@ def main() -> int:
             env["SOAK_NO_CLOCK"] = why
         argv = [sys.executable, __file__, *sys.argv[1:], "--root", str(root)]
         done = subprocess.run(argv, env=env, check=False)
+        cleanup(root)  # whatever the run left behind when it crashed or was killed
         if not args.keep and done.returncode == 0:
             shutil.rmtree(root, ignore_errors=True)
         elif done.returncode != 0:
             print(f"kept {root} for a look")
         return done.returncode
     return soak(args, Path(args.root))
+
+
+def cleanup(root: Path) -> None:
+    """Stop a PostgreSQL and a redis-server the run left, and unmount its tmpfs."""
+    data = root / "pgdisk" / "data"
+    if (data / "postmaster.pid").exists():
+        ctl = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+        if ctl:
+            argv = [str(ctl[-1]), "-D", str(data), "-m", "immediate", "stop"]
+            if os.geteuid() == 0:
+                argv = ["runuser", "-u", "postgres", "--", *argv]
+            subprocess.run(argv, check=False, capture_output=True, env=without_faketime())
+    subprocess.run(["pkill", "-f", f"redis-server.*{root}"], check=False, capture_output=True)
+    if os.path.ismount(root / "pgdisk"):
+        subprocess.run(["umount", "-l", str(root / "pgdisk")], check=False, capture_output=True)
 
 
 def soak(args: argparse.Namespace, root: Path) -> int:
