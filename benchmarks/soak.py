@@ -146,6 +146,7 @@ class Delivery:
     repo: str
     key: str  # the head SHA (pr) or the run's task key (push)
     attempts: int = 0
+    sent_at: float = 0.0
     statuses: list[str] = field(default_factory=list)
     accepted_at: float | None = None
     refused: str | None = None
@@ -168,8 +169,9 @@ class Sender:
 
     def submit(self, d: Delivery) -> None:
         with self.cv:
+            d.sent_at = time.monotonic()
             self.all.append(d)
-            self._push(time.monotonic(), d)
+            self._push(d.sent_at, d)
 
     def _push(self, at: float, d: Delivery) -> None:
         self.seq += 1
@@ -738,6 +740,19 @@ def soak(args: argparse.Namespace, root: Path) -> int:
             for label, want, got in rows:
                 mark = "" if want == got else "   ← differs"
                 print(f"  {label:<56} {want:>6} → {got:<6}{mark}")
+            done_at = {
+                r["head_sha"]: r["completed_monotonic"]
+                for h in hub.hubs.values()
+                for r in h.check_runs
+                if "completed_monotonic" in r
+            }
+            waits = sorted(done_at[d.key] - d.sent_at for d in prs if d.key in done_at)
+            if waits:
+                p50, p95 = waits[len(waits) // 2], waits[min(len(waits) - 1, round(0.95 * (len(waits) - 1)))]
+                print(
+                    f"\nwebhook → check run, faults included: p50 {p50:.1f} s, p95 {p95:.1f} s, "
+                    f"max {waits[-1]:.1f} s"
+                )
             print(
                 f"\nscheduled runs by status: {dict(scheduled_runs)}; delivery ids kept: {deliveries_kept}; "
                 f"digests to {dict(mail_to)}; drain took {drained:.1f} s"
