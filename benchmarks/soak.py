@@ -552,7 +552,6 @@ def soak(args: argparse.Namespace, root: Path) -> int:
                 f"soak: {args.seconds:.0f} s, {args.rate} webhooks/s over {args.repos} repositories, "
                 f"a fault every {every:.0f} s"
             )
-            pr_counter: Counter[str] = Counter()
             while time.monotonic() - start < args.seconds:
                 now = time.monotonic()
                 if now >= next_fault:
@@ -565,27 +564,15 @@ def soak(args: argparse.Namespace, root: Path) -> int:
                     at = datetime.now(UTC)  # the stepped clock: the service's
                     if n % 2 == 0:
                         head = repo.heads.pop(0)
-                        pr_counter[repo.full_name] += 1
+                        event, kind, key = "pull_request", "pr", head
                         payload = pull_request_event("synchronize", 1, head, repo.main[0], at, repo.full_name)
-                        d = Delivery(
-                            str(uuid.uuid4()),
-                            "pull_request",
-                            json.dumps(payload).encode(),
-                            "pr",
-                            repo.full_name,
-                            head,
-                        )
                     else:
                         after = repo.main.pop(0)
+                        event, kind, key = "push", "push", f"push:{repo.full_name}:{after}"
                         payload = push_event(after, at, full_name=repo.full_name)
-                        d = Delivery(
-                            str(uuid.uuid4()),
-                            "push",
-                            json.dumps(payload).encode(),
-                            "push",
-                            repo.full_name,
-                            f"push:{repo.full_name}:{after}",
-                        )
+                    d = Delivery(
+                        str(uuid.uuid4()), event, json.dumps(payload).encode(), kind, repo.full_name, key
+                    )
                     sender.submit(d)
                     n += 1
                     next_event += 1 / args.rate

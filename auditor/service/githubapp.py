@@ -329,7 +329,7 @@ def audit_pull_request(
                 head = runner._analyse(target, root).result
             output = check_output(base, head, app.fail_on, root)
     except Exception as exc:
-        if getattr(runner, "raise_transient", False) and database.is_transient(exc):
+        if runner.raise_transient and database.is_transient(exc):
             raise  # the database away: the task waits and tries again (tasks.patiently)
         log.error("pull request %s#%s: %s: %s", event.repository, event.number, type(exc).__name__, exc)
         output = CheckOutput(

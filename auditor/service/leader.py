@@ -21,10 +21,10 @@ import contextlib
 import hashlib
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -108,37 +108,39 @@ class FleetScheduler(Scheduler):
         self.leader, self.dispatch = leader, dispatch
         self.fired: list[str] = []  # task keys this replica enqueued (metrics, tests)
         self.sent: dict[str, str] = {}  # job (target name, or "digest") → the last slot enqueued
-        digest = settings.digest
-        self.digest_trigger = (
-            CronTrigger.from_crontab(digest.schedule, timezone=settings.service.timezone)
-            if digest is not None and digest.teams
-            else None
-        )
+
+    def _once(self, job: str, trigger: Any, now: datetime | None, send: Callable[[str], None]) -> str | None:
+        """Enqueue with `send(slot)` the current slot of `trigger` (inside the misfire grace) if this
+        replica leads and has not enqueued that slot for `job` yet; the slot, or None. A broker
+        that refuses is logged and the slot stays unsent, for the next recover tick."""
+        slot = slot_of(trigger, now or self.clock(), self.settings.service.misfire_grace_seconds)
+        if slot is None or self.sent.get(job) == slot_text(slot):
+            return None
+        if not self.leader.is_leader():
+            log.debug("%s: not the leader; the leader fires it", job)
+            return None
+        try:
+            send(slot_text(slot))
+        except Exception as exc:  # the broker away: the next recover tick enqueues it again
+            log.error("%s slot %s could not be enqueued: %s", job, slot_text(slot), exc)
+            return None
+        self.sent[job] = slot_text(slot)
+        return slot_text(slot)
 
     def run_scheduled(self, target: str, now: datetime | None = None) -> None:
-        now = now or self.clock()
-        slot = slot_of(self.triggers[target], now, self.settings.service.misfire_grace_seconds)
-        if slot is None or self.sent.get(target) == slot_text(slot):
-            return
-        if not self.leader.is_leader():
-            log.debug("target %s: not the leader; the leader fires it", target)
-            return
-        key = f"audit:{target}:{slot_text(slot)}"
-        try:
-            self.dispatch.audit(AuditTask(target, key, slot_text(slot), "schedule"))
-        except Exception as exc:  # the broker away: the next recover tick enqueues it again
-            log.error("target %s slot %s could not be enqueued: %s", target, slot_text(slot), exc)
-            return
-        self.sent[target] = slot_text(slot)
-        self.fired.append(key)
+        def send(slot: str) -> None:
+            self.dispatch.audit(AuditTask(target, f"audit:{target}:{slot}", slot, "schedule"))
+
+        slot = self._once(target, self.triggers[target], now, send)
+        if slot is not None:
+            self.fired.append(f"audit:{target}:{slot}")
 
     def recover(self) -> None:
         super().recover()
         now = self.clock()
         for target in self.triggers:
             self.run_scheduled(target, now)
-        if self.digest_trigger is not None:
-            self.send_digests(now)
+        self.send_digests(now)
 
     def run_all_now(self) -> None:
         if not self.leader.is_leader():
@@ -164,14 +166,5 @@ class FleetScheduler(Scheduler):
     def send_digests(self, now: datetime | None = None) -> None:
         """Enqueue the digest task of the current digest slot once (the outbox keeps one digest
         per team and day however often it runs)."""
-        if self.digest_trigger is None:
-            return
-        slot = slot_of(self.digest_trigger, now or self.clock(), self.settings.service.misfire_grace_seconds)
-        if slot is None or self.sent.get("digest") == slot_text(slot) or not self.leader.is_leader():
-            return
-        try:
-            self.dispatch.digest()
-        except Exception as exc:
-            log.error("digest of %s could not be enqueued: %s", slot_text(slot), exc)
-            return
-        self.sent["digest"] = slot_text(slot)
+        if self.digest_trigger is not None:
+            self._once("digest", self.digest_trigger, now, lambda _slot: self.dispatch.digest())

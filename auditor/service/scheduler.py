@@ -71,10 +71,14 @@ class Scheduler:
                 max_instances=1,
                 misfire_grace_time=service.misfire_grace_seconds,
             )
+        self.digest_trigger: CronTrigger | None = None
         if settings.digest is not None and settings.digest.teams:
+            self.digest_trigger = CronTrigger.from_crontab(
+                settings.digest.schedule, timezone=service.timezone
+            )
             self.scheduler.add_job(
                 self.send_digests,
-                CronTrigger.from_crontab(settings.digest.schedule, timezone=service.timezone),
+                self.digest_trigger,
                 id="digest",
                 name="daily digest",
                 coalesce=True,
