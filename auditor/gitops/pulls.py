@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,7 +24,7 @@ from auditor.gitops import git
 from auditor.model.findings import ObjectRef
 from auditor.remediation.fix import Proposal, propose
 from auditor.rules.model import object_ref
-from auditor.rules.packs import load_packs
+from auditor.rules.packs import load_packs, with_api_waivers
 from auditor.settings.config import Settings
 from auditor.settings.service import GitHubSettings, TargetSettings
 from auditor.sources.manifests import Tools
@@ -285,9 +285,12 @@ def sync_pull_requests(
     environ: Mapping[str, str] | None = None,
     tools: Tools | None = None,
     sleep: Callable[[float], None] | None = None,
+    only: Collection[str] | None = None,
 ) -> list[PullOutcome]:
-    """Open or update the fix pull requests of one target; returns what happened per workload.
-    Raises PullRequestsDeferred when GitHub's rate limit would hold the step too long."""
+    """Open or update the fix pull requests of one target (`only`: of the workloads of these
+    finding fingerprints); returns what happened per workload. Findings suppressed through the API
+    are waived here as in the runs. Raises PullRequestsDeferred when GitHub's rate limit would
+    hold the step too long."""
     environ = dict(os.environ if environ is None else environ)
     if target.git is None or target.github is None:
         raise git.GitError(f"target {target.name} has no git repository with a github section")
@@ -311,9 +314,12 @@ def sync_pull_requests(
         root = checkout.path
         paths = [root / p for p in target.paths] or [root]
         nodes = [root / n for n in target.nodes]
-        pack = load_packs([root / p for p in target.policies])
+        pack = with_api_waivers(
+            load_packs([root / p for p in target.policies]), store.suppressions(target.name)
+        )
         today = store.clock().date()
-        _, everything = propose([*paths, *nodes], settings, pack, today, None, tools)
+        chosen = set(only) if only is not None else None
+        _, everything = propose([*paths, *nodes], settings, pack, today, chosen, tools)
         by_workload: dict[str, list[Proposal]] = {}
         for p in everything:
             by_workload.setdefault(p.finding.workload.identity, []).append(p)

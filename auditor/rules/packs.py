@@ -95,7 +95,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from auditor import yamlio
 from auditor.errors import ConfigError
@@ -271,7 +271,7 @@ class Waiver:
     reason: str
     expires: date
     owner: str
-    origin: str  # document | annotation
+    origin: str  # document | annotation | api (a suppression set through the service's API)
     source: SourceRef
     fingerprint: str = ""
     workload: WorkloadDoc | None = None
@@ -326,6 +326,40 @@ class PolicyPack:
     def rule_options(self) -> dict[str, dict[str, Any]]:
         """Options per built-in rule, in the shape ``run_rules(model, options)`` takes."""
         return {rid: dict(self.settings(rid).options) for rid in _BUILTIN_META}
+
+
+class Suppressed(Protocol):
+    """A finding suppressed through the service's API (the store's SuppressionRecord)."""
+
+    @property
+    def fingerprint(self) -> str: ...
+    @property
+    def rule(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def expires(self) -> date: ...
+    @property
+    def created_by(self) -> str: ...
+
+
+def with_api_waivers(pack: PolicyPack, suppressed: Iterable[Suppressed]) -> PolicyPack:
+    """`pack` with one waiver of origin `api` per suppression, after the packs' own waivers: the
+    same step hides, expires and reports them."""
+    extra = tuple(
+        Waiver(
+            name=f"api-{s.fingerprint[:16]}",
+            rule=s.rule,
+            reason=s.reason,
+            expires=s.expires,
+            owner=s.created_by,
+            origin="api",
+            source=SourceRef("api", 0),
+            fingerprint=s.fingerprint,
+        )
+        for s in suppressed
+    )
+    return replace(pack, waivers=(*pack.waivers, *extra)) if extra else pack
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ Callers, in the order a bearer token is tried:
 
 A team grants `read`, `write` or `admin` over its targets (repositories, clusters) and namespaces
 (shell patterns such as `ml-*`): a caller sees a finding when its target or its namespace is one of
-its teams', and may start a run of a target its write role covers. `admin` sees everything,
-including the audit log.
+its teams', may start a run of (or change the schedule of) a target its write role covers, and may
+acknowledge, suppress or open the fix pull request of a finding of a target or namespace its write
+role covers. `admin` sees everything, including the audit log.
 
 Pure but for PyJWKClient's HTTP fetch of the JWKS (its URL comes from the config, never a token).
 """
@@ -58,7 +59,13 @@ class Principal:
         return self.role == "admin"
 
     def can_write(self, target: str) -> bool:
+        """May start runs of, change the schedule of, `target`."""
         return self.admin or (self.role == "write" and self.scope.sees_target(target))
+
+    def can_write_finding(self, target: str, namespace: str) -> bool:
+        """May acknowledge, suppress or open the fix PR of a finding of `target` in `namespace`:
+        a write role over either (a team owning the namespace owns its workloads' findings)."""
+        return self.admin or (self.role == "write" and self.scope.sees(target, namespace))
 
 
 def token_actor(token: str) -> str:

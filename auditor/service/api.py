@@ -21,7 +21,7 @@ import logging
 import re
 import urllib.parse
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Protocol
 
@@ -30,6 +30,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import SQLAlchemyError
 
 from auditor import __version__
@@ -41,6 +42,7 @@ from auditor.service.metrics import registry_for
 from auditor.service.runner import AuditRunner, TargetBusy
 from auditor.service.signin import SignIn
 from auditor.service.signin import mount as mount_signin
+from auditor.settings.service import validate_cron
 from auditor.store import database
 from auditor.store.records import AdmissionDecisionRecord, FindingRecord, Page, RunRecord
 from auditor.store.repository import BadCursor, FindingFilter, SlotTaken, Store, UnknownTarget
@@ -75,6 +77,8 @@ class Status(StrEnum):
 
 class Submitter(Protocol):
     def submit(self, run_id: int, target: str) -> None: ...
+
+    def refresh_schedules(self) -> None: ...
 
     @property
     def running(self) -> bool: ...
@@ -114,9 +118,44 @@ def _address(request: Request) -> str:
     return request.client.host if request.client is not None else ""
 
 
-# The write endpoints, by route path: the action the audit log records, and the path parameter
-# that names its subject.
-WRITES = {"/api/v1/targets/{name}/runs": ("run.start", "name")}
+# The write endpoints, by method and route path: the action the audit log records, and the path
+# parameter that names its subject.
+WRITES = {
+    ("POST", "/api/v1/targets/{name}/runs"): ("run.start", "name"),
+    ("PUT", "/api/v1/targets/{name}/schedule"): ("schedule.set", "name"),
+    ("DELETE", "/api/v1/targets/{name}/schedule"): ("schedule.reset", "name"),
+    ("PUT", "/api/v1/findings/{finding_id}/acknowledgement"): ("finding.acknowledge", "finding_id"),
+    ("DELETE", "/api/v1/findings/{finding_id}/acknowledgement"): ("finding.unacknowledge", "finding_id"),
+    ("PUT", "/api/v1/findings/{finding_id}/suppression"): ("finding.suppress", "finding_id"),
+    ("DELETE", "/api/v1/findings/{finding_id}/suppression"): ("finding.unsuppress", "finding_id"),
+    ("POST", "/api/v1/findings/{finding_id}/pull-request"): ("pull-request.open", "finding_id"),
+}
+FindingId = Annotated[int, Path(ge=1, le=2**62)]
+TargetName = Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+# Free text a caller writes (notes, reasons): printable, one line or several, no control characters.
+_TEXT = r"^[^\x00-\x08\x0b-\x1f\x7f]*$"
+
+
+class Acknowledgement(BaseModel):
+    """PUT /api/v1/findings/{id}/acknowledgement: who is on it (the caller) and a note."""
+
+    model_config = ConfigDict(extra="forbid")
+    note: Annotated[str, Field(max_length=2000, pattern=_TEXT)] = ""
+
+
+class SuppressionBody(BaseModel):
+    """PUT /api/v1/findings/{id}/suppression: why, and through which day (UTC) at the latest."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: Annotated[str, Field(min_length=1, max_length=2000, pattern=_TEXT)]
+    until: date
+
+
+class ScheduleBody(BaseModel):
+    """PUT /api/v1/targets/{name}/schedule: a five-field crontab line, read in service.timezone."""
+
+    model_config = ConfigDict(extra="forbid")
+    schedule: Annotated[str, Field(min_length=9, max_length=120, pattern=r"^[0-9A-Za-z*/,\- ]+$")]
 
 
 def create_app(
@@ -213,7 +252,7 @@ def create_app(
         """Append a write (or a refused one) to the audit log. A store that cannot take it does
         not change the answer; the entry goes to the error log instead, so it is not lost."""
         route = getattr(request.scope.get("route"), "path", request.url.path)
-        action, param = WRITES.get(route, (f"{request.method} {route}", ""))
+        action, param = WRITES.get((request.method, route), (f"{request.method} {route}", ""))
         subject = str(request.path_params.get(param, "")) if param else ""
         try:
             store.append_audit(
@@ -424,6 +463,151 @@ def create_app(
             status_code=202,
             headers={"Location": f"/api/v1/runs/{run_id}"},
         )
+
+    def writable_finding(request: Request, finding_id: int) -> tuple[Principal, FindingRecord]:
+        """The caller of a finding write and the finding: 404 (and refused in the audit log) when
+        there is none the caller can see, 403 when its role does not cover it."""
+        caller = writer(request)
+        found = store.finding(finding_id)
+        if found is None or not caller.scope.sees(found.target, found.workload.namespace):
+            audit(request, caller.actor, "refused", "no such finding (or not one of the caller's teams')")
+            raise HTTPException(404, "no such finding")
+        if not caller.can_write_finding(found.target, found.workload.namespace):
+            audit(
+                request,
+                caller.actor,
+                "refused",
+                f"role {caller.role} does not cover {found.target} namespace {found.workload.namespace}",
+            )
+            raise HTTPException(403, "your teams' role does not let you change this finding")
+        return caller, found
+
+    def what(found: FindingRecord) -> str:
+        w = found.workload
+        return f"{found.rule} on {w.kind} {w.namespace}/{w.name} in {found.target}"
+
+    def fresh(finding_id: int) -> dict[str, Any]:
+        return wire.record_json(web.found(store.finding(finding_id), "finding"))
+
+    @app.put("/api/v1/findings/{finding_id}/acknowledgement", tags=["findings"])
+    def acknowledge(finding_id: FindingId, body: Acknowledgement, request: Request) -> dict[str, Any]:
+        """Say you are on a finding (a write role over its target or namespace). It hides nothing;
+        runs keep it; recorded in the audit log."""
+        caller, found = writable_finding(request, finding_id)
+        store.acknowledge(finding_id, caller.actor, body.note)
+        audit(request, caller.actor, "done", what(found) + (f": {body.note}" if body.note else ""))
+        return fresh(finding_id)
+
+    @app.delete("/api/v1/findings/{finding_id}/acknowledgement", tags=["findings"])
+    def unacknowledge(finding_id: FindingId, request: Request) -> dict[str, Any]:
+        """Take a finding's acknowledgement back."""
+        caller, found = writable_finding(request, finding_id)
+        if not store.unacknowledge(finding_id):
+            audit(request, caller.actor, "refused", f"{what(found)}: not acknowledged")
+            raise HTTPException(404, "the finding is not acknowledged")
+        audit(request, caller.actor, "done", what(found))
+        return fresh(finding_id)
+
+    @app.put("/api/v1/findings/{finding_id}/suppression", tags=["findings"])
+    def suppress(finding_id: FindingId, body: SuppressionBody, request: Request) -> dict[str, Any]:
+        """Suppress a finding through `until` (at most service.max_suppression_days ahead) with a
+        reason: `waived` at once, and every later run of its target waives it as a policy pack's
+        waiver would (origin `api`), until it expires or is lifted. Recorded in the audit log."""
+        caller, found = writable_finding(request, finding_id)
+        today = store.clock().date()
+        longest = runner.settings.service.max_suppression_days
+        if not today <= body.until <= today + timedelta(days=longest):
+            problem = f"until must be between {today} and {today + timedelta(days=longest)}"
+            audit(request, caller.actor, "refused", f"{what(found)}: {problem}")
+            raise HTTPException(422, problem)
+        store.suppress(finding_id, caller.actor, body.reason, body.until)
+        audit(request, caller.actor, "done", f"{what(found)} until {body.until}: {body.reason}")
+        return fresh(finding_id)
+
+    @app.delete("/api/v1/findings/{finding_id}/suppression", tags=["findings"])
+    def unsuppress(finding_id: FindingId, request: Request) -> dict[str, Any]:
+        """Lift a finding's suppression: it shows again at once (the next run confirms it)."""
+        caller, found = writable_finding(request, finding_id)
+        if not store.unsuppress(finding_id):
+            audit(request, caller.actor, "refused", f"{what(found)}: not suppressed through the API")
+            raise HTTPException(404, "the finding is not suppressed through the API")
+        audit(request, caller.actor, "done", what(found))
+        return fresh(finding_id)
+
+    @app.post("/api/v1/findings/{finding_id}/pull-request", tags=["findings"])
+    def fix_pull_request(finding_id: FindingId, request: Request) -> JSONResponse:
+        """Open (or bring up to date) the fix pull request of the finding's workload, as `auditor pr`
+        does: one pull request however often it is asked. The target needs a github section."""
+        from auditor.gitops.pulls import PullRequestsDeferred
+
+        caller, found = writable_finding(request, finding_id)
+        try:
+            outcomes = runner.fix_pull_request(found.target, found.fingerprint)
+        except (ValueError, ConfigError) as exc:
+            audit(request, caller.actor, "refused", f"{what(found)}: {exc}")
+            raise HTTPException(409, str(exc)) from None
+        except PullRequestsDeferred as exc:
+            audit(request, caller.actor, "failed", f"{what(found)}: {exc}")
+            wait = max(1, int((exc.until - store.clock()).total_seconds()))
+            return JSONResponse(
+                {"error": f"GitHub's rate limit: {exc.reason}"},
+                status_code=503,
+                headers={"Retry-After": str(wait)},
+            )
+        except Exception as exc:  # GitHub or git answered with an error: say so, as a gateway
+            log.error("fix pull request of finding %s: %s: %s", finding_id, type(exc).__name__, exc)
+            audit(request, caller.actor, "failed", f"{what(found)}: {type(exc).__name__}")
+            raise HTTPException(502, f"opening the pull request failed: {type(exc).__name__}") from None
+        items = [
+            {
+                "workload": o.workload,
+                "branch": o.branch,
+                "action": o.action,
+                "number": o.number,
+                "detail": o.detail,
+            }
+            for o in outcomes
+        ]
+        shown = (
+            ", ".join(f"{o.action}{f' #{o.number}' if o.number else ''}" for o in outcomes)
+            or "nothing to fix"
+        )
+        audit(request, caller.actor, "done", f"{what(found)}: {shown}")
+        return JSONResponse({"items": items})
+
+    def schedule_writer(request: Request, name: str) -> Principal:
+        caller = writer(request)
+        if not caller.can_write(name):
+            audit(request, caller.actor, "refused", f"role {caller.role} does not cover target {name}")
+            raise HTTPException(403, "your teams' role does not let you change this target's schedule")
+        return caller
+
+    def changed_schedule(request: Request, caller: Principal, name: str, cron: str | None) -> dict[str, Any]:
+        try:
+            runner.settings.target(name)
+            changed = store.set_schedule(name, cron, caller.actor)
+        except (UnknownTarget, ConfigError):
+            audit(request, caller.actor, "refused", "no such target")
+            raise HTTPException(404, "no such target") from None
+        audit(request, caller.actor, "done", f"schedule {changed.schedule!r}")
+        scheduler.refresh_schedules()
+        return wire.record_json(changed)
+
+    @app.put("/api/v1/targets/{name}/schedule", tags=["targets"])
+    def set_schedule(name: TargetName, body: ScheduleBody, request: Request) -> dict[str, Any]:
+        """Audit the target on this cron schedule instead of the config's (a write role over the
+        target), until DELETE: every replica's scheduler follows within its recover tick."""
+        caller = schedule_writer(request, name)
+        problem = validate_cron(body.schedule)
+        if problem is not None:
+            audit(request, caller.actor, "refused", f"schedule {body.schedule!r} {problem}")
+            raise HTTPException(422, f"schedule {problem}")
+        return changed_schedule(request, caller, name, " ".join(body.schedule.split()))
+
+    @app.delete("/api/v1/targets/{name}/schedule", tags=["targets"])
+    def reset_schedule(name: TargetName, request: Request) -> dict[str, Any]:
+        """Put the config's schedule back in force."""
+        return changed_schedule(request, schedule_writer(request, name), name, None)
 
     if github_hook is not None:
         limit = github_hook.app.max_body_bytes

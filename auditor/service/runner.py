@@ -28,7 +28,7 @@ from auditor.audit.scan import ScanResult, scan
 from auditor.cache import DocumentCache
 from auditor.gitops import git
 from auditor.inventory import Inventory
-from auditor.rules.packs import PolicyPack, load_packs
+from auditor.rules.packs import PolicyPack, load_packs, with_api_waivers
 from auditor.settings.config import Settings
 from auditor.settings.service import TargetSettings
 from auditor.sources import incremental
@@ -285,7 +285,11 @@ class AuditRunner:
         paths = [self._inside(root, p, "path") for p in target.paths] or [root]
         nodes = [self._inside(root, n, "node file") for n in target.nodes]
         pack = load_packs([self._inside(root, p, "policy pack") for p in target.policies])
-        return [*paths, *nodes], pack
+        return [*paths, *nodes], self._with_suppressions(target.name, pack)
+
+    def _with_suppressions(self, target: str, pack: PolicyPack) -> PolicyPack:
+        """`pack` with the target's suppressions (set through the API) as waivers."""
+        return with_api_waivers(pack, self.store.suppressions(target))
 
     def _audit_files(self, target: TargetSettings, root: Path) -> ScanResult:
         """A stored run's scan of a Git or directory target: through the snapshot of its paths in
@@ -345,6 +349,19 @@ class AuditRunner:
                     reasons.append(proposal.reaudit)
         return FixPreview(revision, diffs, reasons)
 
+    def fix_pull_request(self, target_name: str, fingerprint: str) -> list[Any]:
+        """Open (or bring up to date) the fix pull request of the workload of one finding, as
+        `auditor pr` does for all of them: the store's fix id keeps it one PR however often it is
+        asked. Raises ValueError when the target has no git repository with a github section."""
+        from auditor.gitops.pulls import sync_pull_requests
+
+        target = self.settings.target(target_name)
+        if target.git is None or target.github is None:
+            raise ValueError(f"target {target_name} has no git repository with a github section")
+        return sync_pull_requests(
+            target, self.settings, self.store, self.environ, tools=self.tools, only={fingerprint}
+        )
+
     def _audit_cluster(self, target: TargetSettings) -> tuple[ScanResult, str | None]:
         from auditor.sources import cluster, prometheus
 
@@ -356,7 +373,7 @@ class AuditRunner:
             source.in_cluster,
             self.read_options or ReadOptions.from_settings(self.settings),
         )
-        pack = load_packs([])
+        pack = self._with_suppressions(target.name, load_packs([]))
         inv = cluster.inventory_from_read(read, self.settings)
         result = scan(inv, pack, self.store.clock().date())
         result.findings = prometheus.enrich(

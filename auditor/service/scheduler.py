@@ -58,9 +58,11 @@ class Scheduler:
             },
         )
         self.triggers: dict[str, CronTrigger] = {}
+        self.crons: dict[str, str] = {}  # the crontab line in force per target
         for target in settings.targets:
             trigger = CronTrigger.from_crontab(target.schedule, timezone=service.timezone)
             self.triggers[target.name] = trigger
+            self.crons[target.name] = target.schedule
             self.scheduler.add_job(
                 self.run_scheduled,
                 trigger,
@@ -93,6 +95,7 @@ class Scheduler:
         )
 
     def start(self) -> None:
+        self.refresh_schedules()
         self.recover()
         self.scheduler.start()
         service = self.settings.service
@@ -147,7 +150,39 @@ class Scheduler:
         except Exception as exc:
             log.error("digest failed: %s: %s", type(exc).__name__, exc)
 
+    def refresh_schedules(self) -> None:
+        """Put in force the schedules set through the API (PUT /api/v1/targets/{name}/schedule),
+        and the config's where none is set: read from the store at start, on every recover tick
+        (so every replica follows a change made through another) and right after a change."""
+        try:
+            overrides = self.runner.store.schedule_overrides()
+        except Exception as exc:  # the database may be away; the next tick reads them again
+            log.warning("could not read the schedules set through the API: %s", exc)
+            return
+        zone = self.settings.service.timezone
+        for target in self.settings.targets:
+            cron = overrides.get(target.name, target.schedule)
+            if self.crons.get(target.name) == cron:
+                continue
+            try:
+                trigger = CronTrigger.from_crontab(cron, timezone=zone)
+            except ValueError as exc:  # checked by the API; a row written otherwise is not trusted
+                log.error(
+                    "target %s: schedule %r is not a crontab line (%s); kept %r",
+                    target.name,
+                    cron,
+                    exc,
+                    self.crons.get(target.name),
+                )
+                continue
+            self.triggers[target.name], self.crons[target.name] = trigger, cron
+            job = self.scheduler.get_job(f"target:{target.name}")
+            if job is not None:
+                job.reschedule(trigger)
+            log.info("target %s: schedule now %r", target.name, cron)
+
     def recover(self) -> None:
+        self.refresh_schedules()
         try:
             ids = self.runner.recover()
             if ids:

@@ -404,6 +404,15 @@ class ServiceSettings:
         "(probes and Prometheus carry counts, not names).",
     )
     timezone: str = setting("UTC", doc="Time zone cron schedules are read in.", check=_timezone)
+    max_suppression_days: int = setting(
+        90,
+        doc="A finding suppressed through the API (PUT /api/v1/findings/{id}/suppression) stays "
+        "suppressed at most this many days.",
+        why="a suppression nobody renews ends and the finding shows again, as a pack waiver's expiry does.",
+        unit="days",
+        minimum=1,
+        maximum=3650,
+    )
     misfire_grace_seconds: int = setting(
         3600,
         doc="A scheduled run missed during a restart still runs within this time.",

@@ -44,6 +44,28 @@ class WaiverNote:
 
 
 @dataclass(frozen=True, slots=True)
+class AcknowledgementNote:
+    """Who said, through the API, that they are on a finding (it hides nothing)."""
+
+    by: str
+    at: datetime | None
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressionRecord:
+    """A finding suppressed through the API: a waiver the store keeps (origin `api`)."""
+
+    target: str
+    fingerprint: str
+    rule: str
+    reason: str
+    expires: date
+    created_by: str
+    created_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class HistoryEntry:
     """A finding as one run saw (or resolved) it."""
 
@@ -74,6 +96,7 @@ class FindingRecord:
     last_seen_at: datetime | None
     resolved_at: datetime | None
     waiver: WaiverNote | None
+    acknowledgement: AcknowledgementNote | None
     detail: dict[str, Any] | None = extra()  # the finding as in the JSON report
     history: tuple[HistoryEntry, ...] | None = extra()
 
@@ -115,8 +138,11 @@ class TargetRecord:
     branch: str | None
     paths: tuple[str, ...]
     node_files: tuple[str, ...]
-    schedule: str | None
+    schedule: str | None  # the one in force: set through the API, else the config's
     last_successful_run_at: datetime | None
+    configured_schedule: str | None  # the config's
+    schedule_changed_by: str | None  # who set the schedule through the API (None: the config's)
+    schedule_changed_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from auditor.clock import Clock
 from auditor.model.findings import Finding
 from auditor.store import lifecycle, writes
 from auditor.store.records import (
+    AcknowledgementNote,
     AdmissionCount,
     AdmissionDecisionRecord,
     AdmissionSummary,
@@ -55,6 +56,7 @@ from auditor.store.records import (
     RuleCost,
     RunRecord,
     Scope,
+    SuppressionRecord,
     TargetEvidence,
     TargetRecord,
     WaiverNote,
@@ -70,6 +72,7 @@ from auditor.store.schema import (
     Observation,
     PullRequest,
     Run,
+    Suppression,
     Target,
     Waiver,
 )
@@ -265,9 +268,126 @@ class Store:
         with self.sessions() as session:
             last_ok = _last_success(session)
             return [
-                record(TargetRecord, t, last_successful_run_at=last_ok.get(t.id))
+                record(
+                    TargetRecord,
+                    t,
+                    schedule=t.schedule_override or t.schedule,
+                    configured_schedule=t.schedule,
+                    last_successful_run_at=last_ok.get(t.id),
+                )
                 for t in session.scalars(select(Target).order_by(Target.name))
             ]
+
+    # -- the API's writes (0011): acknowledgements, suppressions, schedules ---------------------
+
+    def acknowledge(self, finding_id: int, by: str, note: str) -> bool:
+        """Say that `by` is on the finding (replacing an earlier acknowledgement); False when there
+        is no such finding. Runs keep it; it hides nothing."""
+        with self.sessions.begin() as session:
+            done = session.execute(
+                update(FindingRow)
+                .where(FindingRow.id == finding_id)
+                .values(acknowledged_by=by[:256], acknowledged_at=self.clock(), acknowledgement_note=note)
+            )
+            return bool(done.rowcount)  # type: ignore[attr-defined]
+
+    def unacknowledge(self, finding_id: int) -> bool:
+        """Take the acknowledgement back; False when the finding had none (or does not exist)."""
+        with self.sessions.begin() as session:
+            done = session.execute(
+                update(FindingRow)
+                .where(FindingRow.id == finding_id, FindingRow.acknowledged_by.is_not(None))
+                .values(acknowledged_by=None, acknowledged_at=None, acknowledgement_note=None)
+            )
+            return bool(done.rowcount)  # type: ignore[attr-defined]
+
+    def suppress(self, finding_id: int, by: str, reason: str, expires: date) -> SuppressionRecord | None:
+        """Suppress a finding through `expires` (replacing an earlier suppression of it): kept as a
+        waiver every later run of its target applies; a finding present now is `waived` at once.
+        None when there is no such finding."""
+        now = self.clock()
+        with self.sessions.begin() as session:
+            row = session.execute(
+                select(FindingRow, Target.name)
+                .join(Target, FindingRow.target_id == Target.id)
+                .where(FindingRow.id == finding_id)
+                .with_for_update(of=FindingRow)
+            ).first()
+            if row is None:
+                return None
+            finding, target = row
+            kept = session.scalar(
+                select(Suppression).where(
+                    Suppression.target_id == finding.target_id,
+                    Suppression.fingerprint == finding.fingerprint,
+                )
+            )
+            if kept is None:
+                kept = Suppression(target_id=finding.target_id, fingerprint=finding.fingerprint)
+                session.add(kept)
+            kept.rule, kept.reason, kept.expires = finding.rule, reason, expires
+            kept.created_by, kept.created_at = by[:256], now
+            if finding.status in ACTIVE_STATUSES or finding.status == "waived":
+                finding.status = "waived"
+                finding.waiver_reason, finding.waiver_expires = reason, expires
+            return SuppressionRecord(target, finding.fingerprint, finding.rule, reason, expires, by, now)
+
+    def unsuppress(self, finding_id: int) -> bool:
+        """Lift the finding's suppression (False when it had none). A finding it hid shows as
+        `open` again at once (the next run decides, as for any waiver)."""
+        with self.sessions.begin() as session:
+            finding = session.get(FindingRow, finding_id, with_for_update=True)
+            if finding is None:
+                return False
+            kept = session.scalar(
+                select(Suppression).where(
+                    Suppression.target_id == finding.target_id,
+                    Suppression.fingerprint == finding.fingerprint,
+                )
+            )
+            if kept is None:
+                return False
+            hidden_by_it = (finding.waiver_reason, finding.waiver_expires) == (kept.reason, kept.expires)
+            if finding.status == "waived" and hidden_by_it:
+                finding.status = "open"
+                finding.waiver_reason = finding.waiver_expires = None
+            session.delete(kept)
+            return True
+
+    def suppressions(self, target: str) -> list[SuppressionRecord]:
+        """The suppressions of one target (expired ones too: a run reports them as expired)."""
+        with self.sessions() as session:
+            rows = session.scalars(
+                select(Suppression)
+                .join(Target, Suppression.target_id == Target.id)
+                .where(Target.name == target)
+                .order_by(Suppression.id)
+            )
+            return [
+                SuppressionRecord(
+                    target, s.fingerprint, s.rule, s.reason, s.expires, s.created_by, _as_utc(s.created_at)
+                )
+                for s in rows
+            ]
+
+    def set_schedule(self, target: str, schedule: str | None, by: str) -> TargetRecord:
+        """Put `schedule` (a crontab line) in force for `target` instead of the config's, or, with
+        None, the config's again. Raises UnknownTarget."""
+        now = self.clock()
+        with self.sessions.begin() as session:
+            row = session.scalar(select(Target).where(Target.name == target).with_for_update())
+            if row is None:
+                raise UnknownTarget(target)
+            row.schedule_override = schedule
+            row.schedule_changed_by = by[:256] if schedule is not None else None
+            row.schedule_changed_at = now if schedule is not None else None
+        return next(t for t in self.targets() if t.name == target)
+
+    def schedule_overrides(self) -> dict[str, str]:
+        """The schedules set through the API, by target."""
+        with self.sessions() as session:
+            query = select(Target.name, Target.schedule_override).where(Target.schedule_override.is_not(None))
+            return {name: cron for name, cron in session.execute(query) if cron is not None}
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -989,6 +1109,9 @@ _ListedRow = namedtuple(
         "estimated_slowdown_pct",
         "waiver_reason",
         "waiver_expires",
+        "acknowledged_by",
+        "acknowledged_at",
+        "acknowledgement_note",
         "target_name",
     ),
 )
@@ -1044,6 +1167,11 @@ def _finding_record(
         last_seen_at=_as_utc(f.last_seen_at),
         resolved_at=_as_utc(f.resolved_at),
         waiver=WaiverNote(f.waiver_reason, f.waiver_expires) if f.status == "waived" else None,
+        acknowledgement=(
+            AcknowledgementNote(f.acknowledged_by, _as_utc(f.acknowledged_at), f.acknowledgement_note or "")
+            if f.acknowledged_by
+            else None
+        ),
         detail=detail,
         history=history,
     )

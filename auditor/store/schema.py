@@ -20,6 +20,9 @@
   once; read newest first per cluster or per outcome (the web page, the API, the digest).
 - `audit_log` (0010): every write to the service (who, what, on what, when, from where, done or
   refused), append-only: the database's triggers refuse an UPDATE, DELETE or TRUNCATE of it.
+- 0011, the API's writes: `suppressions` (a finding hidden until a date, by whom and why; runs
+  apply them as waivers), findings' acknowledgement (who, when, a note), a target's
+  `schedule_override` (a schedule set through the API, in force instead of the config's).
 
 Times are timezone-aware UTC. Migrations (migrations/) must match these models; a test compares them.
 """
@@ -80,6 +83,11 @@ class Target(Base):
     schedule: Mapped[str | None] = mapped_column(String(120))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # A schedule set through the API (0011), in force instead of the config's until it is cleared;
+    # who set it, and when.
+    schedule_override: Mapped[str | None] = mapped_column(String(120))
+    schedule_changed_by: Mapped[str | None] = mapped_column(String(256))
+    schedule_changed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Run(Base):
@@ -180,6 +188,11 @@ class Finding(Base):
     estimated_slowdown_pct: Mapped[float | None] = mapped_column(Float)
     waiver_reason: Mapped[str | None] = mapped_column(Text)
     waiver_expires: Mapped[date | None] = mapped_column(Date)
+    # Someone is on it (0011): who acknowledged the finding through the API, when, and their note.
+    # Runs keep it; it hides nothing.
+    acknowledged_by: Mapped[str | None] = mapped_column(String(256))
+    acknowledged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    acknowledgement_note: Mapped[str | None] = mapped_column(Text)
 
 
 class Observation(Base):
@@ -221,6 +234,23 @@ class Waiver(Base):
     expires: Mapped[date] = mapped_column(Date)
     expired: Mapped[bool] = mapped_column(default=False)
     last_run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+
+
+class Suppression(Base):
+    """A finding suppressed through the API (0011): a waiver kept in the store, applied by every
+    run of its target as the policy packs' waivers are (origin `api`), until `expires`."""
+
+    __tablename__ = "suppressions"
+    __table_args__ = (UniqueConstraint("target_id", "fingerprint"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", ondelete="CASCADE"))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    rule: Mapped[str] = mapped_column(String(120))
+    reason: Mapped[str] = mapped_column(Text)
+    expires: Mapped[date] = mapped_column(Date)
+    created_by: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class PullRequest(Base):

@@ -32,6 +32,9 @@ class _Scheduler:
     def submit(self, run_id: int, target: str) -> None:
         raise AssertionError("not used")
 
+    def refresh_schedules(self) -> None:
+        raise AssertionError("not used")
+
 
 Site = tuple[str, dict[str, int], Browser]
 

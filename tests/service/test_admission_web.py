@@ -31,6 +31,9 @@ class _Scheduler:
     def submit(self, run_id: int, target: str) -> None:
         raise AssertionError("not used")
 
+    def refresh_schedules(self) -> None:
+        raise AssertionError("not used")
+
 
 Served = tuple[str, str, Store, Clock]  # open base URL, token-guarded base URL, store, clock
 

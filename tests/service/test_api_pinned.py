@@ -26,6 +26,9 @@ class _Idle:
     def submit(self, run_id: int, target: str) -> None:
         raise AssertionError("no run is triggered here")
 
+    def refresh_schedules(self) -> None:
+        raise AssertionError("not used")
+
 
 def _history(store: Store, clock: Clock) -> None:
     store.sync_targets(

@@ -271,6 +271,9 @@ def test_every_column_written_across_runs(store: Store, clock: Clock) -> None:
         "estimated_slowdown_pct": None,
         "waiver_reason": "until the move",
         "waiver_expires": date(2027, 1, 1),
+        "acknowledged_by": None,  # only the API writes these (tests/service/test_api_writes.py)
+        "acknowledged_at": None,
+        "acknowledgement_note": None,
     }
     b_row, c_row = rows["b"], rows["c"]
     assert b_row.message == b.message and b_row.detail == b.to_json()
