@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse,
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import SQLAlchemyError
+from starlette.routing import Match
 
 from auditor import __version__
 from auditor.admission.record import OUTCOMES
@@ -220,6 +221,8 @@ def create_app(
                     return RedirectResponse(
                         "/auth/login?" + urllib.parse.urlencode({"next": target}), status_code=302
                     )
+                if request.method not in ("GET", "HEAD", "OPTIONS"):
+                    audit(request, "anonymous", "refused", str(exc))
                 challenge = 'Basic realm="placement-auditor", charset="UTF-8"' if page else "Bearer"
                 return JSONResponse(
                     {"error": f"a valid bearer token is required: {exc}"},
@@ -251,9 +254,16 @@ def create_app(
     def audit(request: Request, actor: str, outcome: str, detail: str) -> None:
         """Append a write (or a refused one) to the audit log. A store that cannot take it does
         not change the answer; the entry goes to the error log instead, so it is not lost."""
-        route = getattr(request.scope.get("route"), "path", request.url.path)
-        action, param = WRITES.get((request.method, route), (f"{request.method} {route}", ""))
-        subject = str(request.path_params.get(param, "")) if param else ""
+        route, params = request.scope.get("route"), dict(request.path_params)
+        if route is None:  # refused before routing (no valid token): the route it was for
+            for candidate in app.routes:
+                match, child = candidate.matches(request.scope)
+                if match is Match.FULL:
+                    route, params = candidate, dict(child.get("path_params", {}))
+                    break
+        path = getattr(route, "path", request.url.path)
+        action, param = WRITES.get((request.method, path), (f"{request.method} {path}", ""))
+        subject = str(params.get(param, "")) if param else ""
         try:
             store.append_audit(
                 actor, action, subject, address=_address(request), outcome=outcome, detail=detail

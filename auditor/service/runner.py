@@ -387,8 +387,13 @@ class AuditRunner:
             return None
 
         def seen(w: Any, expired: bool) -> WaiverSeen:
-            where = f"{w.waiver.origin}:{w.waiver.source.file}:{w.waiver.name}"[:255]
-            return WaiverSeen(w.finding.fingerprint, where, w.waiver.reason, w.waiver.expires, expired)
+            waiver = w.waiver
+            # A suppression set through the API names who set it; a pack's, its file and name.
+            origin = (
+                f"api:{waiver.owner}" if waiver.origin == "api" else f"{waiver.origin}:{waiver.source.file}"
+            )
+            where = f"{origin}:{waiver.name}"[:255] if waiver.origin != "api" else origin[:255]
+            return WaiverSeen(w.finding.fingerprint, where, waiver.reason, waiver.expires, expired)
 
         return RunOutcome(
             "partial" if result.errors or result.not_audited else "succeeded",

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from dbsupport import Clock, engine_for
+from idpsupport import JWKS
 from sqlalchemy import Engine
 
 
@@ -17,3 +18,10 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
+
+
+@pytest.fixture
+def idp() -> Iterator[JWKS]:
+    server = JWKS()
+    yield server
+    server.server.shutdown()

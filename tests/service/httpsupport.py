@@ -17,8 +17,14 @@ from world.httpserve import serving
 __all__ = ["call", "serving"]
 
 
-def call(url: str, method: str = "GET", token: str | None = None) -> tuple[int, Any, dict[str, str]]:
-    request = urllib.request.Request(url, method=method)
+def call(
+    url: str, method: str = "GET", token: str | None = None, body: Any = None
+) -> tuple[int, Any, dict[str, str]]:
+    """One request; `body` is sent as JSON."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:
