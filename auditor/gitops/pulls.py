@@ -286,9 +286,12 @@ def sync_pull_requests(
     tools: Tools | None = None,
     sleep: Callable[[float], None] | None = None,
     only: Collection[str] | None = None,
+    onto: str | None = None,
 ) -> list[PullOutcome]:
     """Open or update the fix pull requests of one target (`only`: of the workloads of these
-    finding fingerprints); returns what happened per workload. Findings suppressed through the API
+    finding fingerprints; `onto`: fixing that branch — a pull request's, for the check run's "Open
+    fix PR" button — instead of the target's, each fix then its own, apart from the target's
+    fixes); returns what happened per workload. Findings suppressed through the API
     are waived here as in the runs. Raises PullRequestsDeferred when GitHub's rate limit would
     hold the step too long."""
     environ = dict(os.environ if environ is None else environ)
@@ -296,7 +299,7 @@ def sync_pull_requests(
         raise git.GitError(f"target {target.name} has no git repository with a github section")
     gh = target.github
     repo = github_client(gh, environ, store.clock, sleep).get_repo(gh.repository)
-    base_branch = target.git.branch or repo.default_branch
+    base_branch = onto or target.git.branch or repo.default_branch
     cache = Path(settings.service.git_cache_dir)
     credentials = git.credentials(target.git, environ)
     outcomes: list[PullOutcome] = []
@@ -347,8 +350,9 @@ def sync_pull_requests(
                     env,
                     checkout.commit,
                     base_branch,
-                    identity,
+                    f"{identity}@{onto}" if onto else identity,
                     own,
+                    onto,
                 )
             )
         git.run(["checkout", "--quiet", "--force", "--detach", checkout.commit], root, env)
@@ -366,10 +370,12 @@ def _one(
     base_branch: str,
     identity: str,
     proposals: Sequence[Proposal],
+    onto: str | None = None,
 ) -> PullOutcome:
     from github import GithubException
 
-    fix_id = fix_id_of(fix_intent(proposals))
+    # A fix onto another branch than the target's is another fix: its own id, branch and record.
+    fix_id = fix_id_of([*fix_intent(proposals), *([{"onto": onto}] if onto else [])])
     branch = f"{branch_prefix(proposals[0].finding.workload)}-{fix_id}"  # the branch names the fix
     files = {
         str(Path(file).resolve().relative_to(root.resolve())): after

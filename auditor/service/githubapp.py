@@ -204,14 +204,27 @@ def batches(
 # -- publishing -------------------------------------------------------------------------------------
 
 
-class CheckRuns:
-    """Creates (once) and updates the check run of (repository, head SHA, kind)."""
+# The button a failing check run offers (GitHub's limits: label 20, description 40, identifier 20).
+FIX_ACTION = {
+    "label": "Open fix PR",
+    "description": "A pull request with the fix",
+    "identifier": "open-fix-pr",
+}
 
-    def __init__(self, fleet: FleetStore, client: Any, kind: str) -> None:
-        self.fleet, self.client, self.kind = fleet, client, kind
+
+class CheckRuns:
+    """Creates (once) and updates the check run of (repository, head SHA, kind); a re-run
+    (`attempt`: what was re-requested) is a check run of its own, recorded apart."""
+
+    def __init__(
+        self, fleet: FleetStore, client: Any, kind: str, attempt: str = "", button: bool = False
+    ) -> None:
+        self.fleet, self.client, self.name = fleet, client, kind
+        self.attempt, self.button = attempt, button
+        self.kind = f"{kind}#{attempt}"[:60] if attempt else kind  # the store's key
 
     def external_id(self, head_sha: str) -> str:
-        return f"{self.kind}:{head_sha}"
+        return f"{self.name}:{head_sha}" + (f":{self.attempt}" if self.attempt else "")
 
     def start(self, repository: str, head_sha: str, task_key: str) -> tuple[Any, int] | None:
         """The check run to report on and how many annotations it already has; None when this
@@ -229,14 +242,14 @@ class CheckRuns:
             sent = record.annotations_sent
         else:
             # The id may have been lost between GitHub's answer and the store's commit.
-            for found in repo.get_commit(head_sha).get_check_runs(check_name=self.kind):
+            for found in repo.get_commit(head_sha).get_check_runs(check_name=self.name):
                 if found.external_id == self.external_id(head_sha):
                     run = found
                     sent = int(found.output.annotations_count or 0)
                     break
         if run is None:
             run = repo.create_check_run(
-                name=self.kind,
+                name=self.name,
                 head_sha=head_sha,
                 status="in_progress",
                 external_id=self.external_id(head_sha),
@@ -261,7 +274,14 @@ class CheckRuns:
             run.edit(output={**base, "annotations": part})
             sent += len(part)
             self._record(repository, head_sha, run, status="in_progress", annotations_sent=sent)
-        run.edit(status="completed", conclusion=output.conclusion, output={**base, "annotations": parts[-1]})
+        # A failing check with findings offers the "Open fix PR" button (webhooks: requested_action).
+        offer = self.button and output.conclusion == "failure" and bool(output.annotations)
+        run.edit(
+            status="completed",
+            conclusion=output.conclusion,
+            output={**base, "annotations": parts[-1]},
+            **({"actions": [FIX_ACTION]} if offer else {}),
+        )
         done = sent + len(parts[-1])
         self._record(
             repository, head_sha, run, status="completed", conclusion=output.conclusion, annotations_sent=done
@@ -276,16 +296,24 @@ def with_target(settings: Settings, target: TargetSettings) -> Settings:
 
 
 def fetch_commit(
-    settings: Settings, target: TargetSettings, sha: str, token: str, environ: dict[str, str]
+    settings: Settings,
+    target: TargetSettings,
+    sha: str,
+    token: str,
+    environ: dict[str, str],
+    client: Any = None,
+    repository: str = "",
 ) -> Path:
-    """Check out one commit of the target's repository (the cache work tree)."""
+    """Check out one commit of the target's repository (the cache work tree); with no `sha`, the
+    head of the target's branch (else the repository's default branch, which `client` tells)."""
     assert target.git is not None
     credentials = git.Credentials(target.git.username, token) if token else None
     service = settings.service
+    ref = sha or target.git.branch or client.get_repo(repository).default_branch
     checkout = git.fetch(
-        target.git.url, sha, Path(service.git_cache_dir), credentials, service.git_timeout_seconds, environ
+        target.git.url, ref, Path(service.git_cache_dir), credentials, service.git_timeout_seconds, environ
     )
-    if checkout.commit != sha:
+    if sha and checkout.commit != sha:
         raise git.GitError(f"fetched {checkout.commit}, not {sha}")
     return checkout.path
 
@@ -298,7 +326,10 @@ def audit_pull_request(
     task_key: str,
     client: Any | None = None,
     token: str | None = None,
+    attempt: str = "",
 ) -> CheckOutput:
+    """The check run of a pull request's head against its base (`attempt`: a re-run's, on a check
+    run of its own; a re-run whose payload named no pull request compares with the default branch)."""
     app = settings.service.github_app
     assert app is not None
     target = target_for(settings, event.repository, event.installation_id)
@@ -309,7 +340,7 @@ def audit_pull_request(
             if target.git and target.git.url.startswith("http")
             else ""
         )
-    checks = CheckRuns(fleet, client, app.check_name)
+    checks = CheckRuns(fleet, client, app.check_name, attempt, app.fix_button)
     started = checks.start(event.repository, event.head_sha, task_key)
     if started is None:
         log.info("%s %s: its check run is complete; nothing to do", event.repository, event.head_sha)
@@ -321,7 +352,10 @@ def audit_pull_request(
 
     try:
         with git.checkout_lock(Path(settings.service.git_cache_dir), target.git.url):
-            root = fetch_commit(settings, target, event.base_sha, token, runner.environ)
+            if event.base_sha:
+                root = fetch_commit(settings, target, event.base_sha, token, runner.environ)
+            else:
+                root = fetch_commit(settings, target, "", token, runner.environ, client, event.repository)
             with gcpause.paused():
                 base = runner._analyse(target, root).result
             root = fetch_commit(settings, target, event.head_sha, token, runner.environ)

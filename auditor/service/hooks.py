@@ -16,7 +16,8 @@ from typing import Any
 
 from auditor.clock import Clock
 from auditor.service import webhooks
-from auditor.service.tasks import AuditTask, Dispatch, pr_task_key, push_task_key
+from auditor.service.githubapp import FIX_ACTION
+from auditor.service.tasks import AuditTask, Dispatch, FixTask, pr_task_key, push_task_key
 from auditor.settings.service import GitHubAppSettings
 from auditor.store.fleet import FleetStore
 
@@ -44,7 +45,9 @@ class GitHubHook:
         try:
             webhooks.verify_signature(self.secret, body, signature)
             delivery_id = webhooks.delivery_id(delivery)
-            parsed, _at = webhooks.parse_event(event, body, self.clock(), self.app.max_delivery_age_seconds)
+            parsed, _at = webhooks.parse_event(
+                event, body, self.clock(), self.app.max_delivery_age_seconds, self.app.check_name
+            )
         except webhooks.WebhookRejected as exc:
             log.warning("webhook %s refused: %s", event, exc.reason)
             return exc.status, {"error": exc.reason}
@@ -81,4 +84,29 @@ class GitHubHook:
         if isinstance(parsed, webhooks.InstallationEvent):
             self.dispatch.installation(parsed)
             return [f"installation:{parsed.installation_id}:{parsed.action}"]
+        if isinstance(parsed, webhooks.CheckRequestEvent):
+            return self._check_request(parsed)
+        return []
+
+    def _check_request(self, event: webhooks.CheckRequestEvent) -> list[str]:
+        """ "Re-run" (a check run of its own for that commit, once per request) and the check run's
+        "Open fix PR" button (the fix pull request onto the pull request's branch, once)."""
+        if event.action == "rerequested":
+            key = f"rerun:{event.repository}:{event.head_sha}:{event.request}"
+            pull = webhooks.PullRequestEvent(
+                event.repository,
+                event.installation_id,
+                event.number,
+                event.head_sha,
+                event.head_ref,
+                event.base_sha,
+                event.base_ref,
+            )
+            self.dispatch.pr_check(pull, key, event.request)
+            return [key]
+        if event.identifier == FIX_ACTION["identifier"] and self.app.fix_button:
+            key = f"fix:{event.repository}:{event.request}"
+            self.dispatch.fix_pr(FixTask(event.repository, event.installation_id, event.head_ref, key))
+            return [key]
+        log.info("check run button %r of %s: not one of ours; ignored", event.identifier, event.repository)
         return []

@@ -1,8 +1,9 @@
 """Work as Celery tasks, for a fleet of `auditor worker`s (fleet mode: `service.broker` is set).
 
 Tasks: `auditor.audit` (a scheduled, API, push or start-up audit of one target), `auditor.pr_check`
-(a pull request's check run), `auditor.installation` (App repositories appear and disappear) and
-`auditor.digest`. Every task is
+(a pull request's check run, or its re-run when someone presses "Re-run"), `auditor.fix_pr` (the
+check run's "Open fix PR" button), `auditor.installation` (App repositories appear and disappear)
+and `auditor.digest`. Every task is
 
 - acknowledged late (`task_acks_late`) and given back when its worker process dies
   (`task_reject_on_worker_lost`), with one message prefetched per process
@@ -57,12 +58,24 @@ class AuditTask(NamedTuple):
     installation_id: int = 0
 
 
+class FixTask(NamedTuple):
+    """The fix pull request onto `branch` of an App repository ("" : its default branch), asked
+    for by the "Open fix PR" button of a check run; once per `task_key` (the check run pressed)."""
+
+    repository: str
+    installation_id: int
+    branch: str
+    task_key: str
+
+
 class Dispatch(Protocol):
     """Where work goes: the broker (fleet) or this process (embedded)."""
 
     def audit(self, task: AuditTask) -> None: ...
 
-    def pr_check(self, event: PullRequestEvent, task_key: str) -> None: ...
+    def pr_check(self, event: PullRequestEvent, task_key: str, attempt: str = "") -> None: ...
+
+    def fix_pr(self, task: FixTask) -> None: ...
 
     def installation(self, event: InstallationEvent) -> None: ...
 
@@ -196,13 +209,42 @@ def _sync_target(ctx: WorkerContext, t: TargetSettings) -> None:
     )
 
 
-def run_pr_check(ctx: WorkerContext, event: PullRequestEvent, task_key: str) -> str:
+def run_pr_check(ctx: WorkerContext, event: PullRequestEvent, task_key: str, attempt: str = "") -> str:
+    """A pull request's check run (`attempt`: a re-run's, a check run of its own)."""
     from auditor.service import githubapp
 
     broker = ctx.settings.service.broker
     seconds = broker.lease_seconds if broker else 300
     with leased(ctx.fleet, f"check:{event.repository}:{event.head_sha}", seconds, task_key):
-        return githubapp.audit_pull_request(ctx.settings, ctx.runner, ctx.fleet, event, task_key).conclusion
+        return githubapp.audit_pull_request(
+            ctx.settings, ctx.runner, ctx.fleet, event, task_key, attempt=attempt
+        ).conclusion
+
+
+def run_fix_pr(ctx: WorkerContext, task: FixTask) -> list[str]:
+    """The fix pull request of the button: `auditor pr`'s step onto the branch, under a lease per
+    repository and branch; the store's fix id makes a second press (or a redelivery) `up-to-date`."""
+    from auditor.gitops.pulls import sync_pull_requests
+    from auditor.service import githubapp
+
+    target = githubapp.target_for(ctx.settings, task.repository, task.installation_id)
+    _sync_target(ctx, target)
+    broker = ctx.settings.service.broker
+    seconds = broker.lease_seconds if broker else 300
+    runner = ctx.runner
+    with leased(ctx.fleet, f"fix:{task.repository}:{task.branch}", seconds, task.task_key):
+        outcomes = sync_pull_requests(
+            target,
+            githubapp.with_target(ctx.settings, target),
+            runner.store,
+            runner.environ,
+            tools=runner.tools,
+            onto=task.branch or None,
+        )
+    shown = [f"{o.action}{f' #{o.number}' if o.number else ''}: {o.workload}" for o in outcomes]
+    for line in shown:
+        log.info("%s: fix pull request %s", task.repository, line)
+    return shown
 
 
 def run_installation(ctx: WorkerContext, event: InstallationEvent) -> None:
@@ -272,9 +314,16 @@ def celery_app(settings: Settings, environ: dict[str, str]) -> Any:
         return str(keep_trying(self, lambda: run_audit(context(), task), f"task {task.task_key}"))
 
     @app.task(name="auditor.pr_check", bind=True, max_retries=None)  # type: ignore[untyped-decorator]
-    def pr_check(self: Any, event: dict[str, Any], task_key: str) -> str:
+    def pr_check(self: Any, event: dict[str, Any], task_key: str, attempt: str = "") -> str:
         parsed = PullRequestEvent(**event)
-        return str(keep_trying(self, lambda: run_pr_check(context(), parsed, task_key), f"task {task_key}"))
+        return str(
+            keep_trying(self, lambda: run_pr_check(context(), parsed, task_key, attempt), f"task {task_key}")
+        )
+
+    @app.task(name="auditor.fix_pr", bind=True, max_retries=None)  # type: ignore[untyped-decorator]
+    def fix_pr(self: Any, *args: Any) -> list[str]:  # the fields of a FixTask
+        task = FixTask(*args)
+        return list(keep_trying(self, lambda: run_fix_pr(context(), task), f"task {task.task_key}"))
 
     @app.task(name="auditor.installation", bind=True, max_retries=None)  # type: ignore[untyped-decorator]
     def installation(self: Any, event: dict[str, Any]) -> None:
@@ -306,8 +355,11 @@ class ToBroker:
     def audit(self, task: AuditTask) -> None:
         self.app.send_task("auditor.audit", args=list(task))
 
-    def pr_check(self, event: PullRequestEvent, task_key: str) -> None:
-        self.app.send_task("auditor.pr_check", args=[asdict(event), task_key])
+    def pr_check(self, event: PullRequestEvent, task_key: str, attempt: str = "") -> None:
+        self.app.send_task("auditor.pr_check", args=[asdict(event), task_key, attempt])
+
+    def fix_pr(self, task: FixTask) -> None:
+        self.app.send_task("auditor.fix_pr", args=list(task))
 
     def installation(self, event: InstallationEvent) -> None:
         self.app.send_task("auditor.installation", args=[asdict(event)])
@@ -325,8 +377,11 @@ class InProcess:
     def audit(self, task: AuditTask) -> None:
         self.submit(lambda: self._quiet(lambda: run_audit(self.ctx, task)))
 
-    def pr_check(self, event: PullRequestEvent, task_key: str) -> None:
-        self.submit(lambda: self._quiet(lambda: run_pr_check(self.ctx, event, task_key)))
+    def pr_check(self, event: PullRequestEvent, task_key: str, attempt: str = "") -> None:
+        self.submit(lambda: self._quiet(lambda: run_pr_check(self.ctx, event, task_key, attempt)))
+
+    def fix_pr(self, task: FixTask) -> None:
+        self.submit(lambda: self._quiet(lambda: run_fix_pr(self.ctx, task)))
 
     def installation(self, event: InstallationEvent) -> None:
         run_installation(self.ctx, event)

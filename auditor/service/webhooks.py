@@ -15,7 +15,13 @@ A delivery is accepted when, in this order:
    event older than the window is refused as stale too: that is the price of the window;
 4. its `X-GitHub-Delivery` id was not seen in that window (the store remembers ids as long).
 
-Other events (`ping`, `check_suite`, …) are acknowledged and ignored.
+`check_run` (`rerequested`: the "Re-run" button; `requested_action`: a button the check run
+offers, such as "Open fix PR") and `check_suite` (`rerequested`: "Re-run all checks") are acted on
+for the App's own check runs (`check_run.name` is the configured check name). A re-request carries
+no signed time of the request (`check_run.completed_at` is the old run's), so its staleness is not
+checked; it needs none: its work is keyed by the check run id (a check suite's: id and
+`updated_at`), so a replayed body re-runs nothing and presses no button twice. Other events
+(`ping`, …) are acknowledged and ignored.
 """
 
 from __future__ import annotations
@@ -80,7 +86,23 @@ class InstallationEvent:
     removed: tuple[str, ...]
 
 
-Event = PullRequestEvent | PushEvent | InstallationEvent
+@dataclass(frozen=True, slots=True)
+class CheckRequestEvent:
+    """A user asked, on GitHub, for a check to be run again or pressed one of its buttons."""
+
+    repository: str
+    installation_id: int
+    action: str  # rerequested | requested_action
+    head_sha: str
+    request: str  # what the request is about: `run-<check run id>` or `suite-<id>-<updated_at>`
+    identifier: str  # the button's (requested_action); "" for a re-run
+    number: int  # the pull request (0: the payload names none, e.g. a fork's)
+    head_ref: str
+    base_sha: str
+    base_ref: str
+
+
+Event = PullRequestEvent | PushEvent | InstallationEvent | CheckRequestEvent
 
 
 def _field(data: Any, path: str, kind: type | tuple[type, ...]) -> Any:
@@ -125,7 +147,7 @@ def _sha(data: Any, path: str) -> str:
 
 
 def parse_event(
-    event: str, body: bytes, now: datetime, max_age_seconds: float
+    event: str, body: bytes, now: datetime, max_age_seconds: float, check_name: str = ""
 ) -> tuple[Event | None, datetime | None]:
     """The event the App acts on (None: acknowledged, ignored) and its event time."""
     try:
@@ -172,10 +194,63 @@ def parse_event(
             added = tuple(_repo(r, "full_name") for r in data.get("repositories_added") or [])
             removed = tuple(_repo(r, "full_name") for r in data.get("repositories_removed") or [])
         parsed = InstallationEvent(installation, action, added, removed)
+    elif event in ("check_run", "check_suite"):
+        return _check_request(event, data, now, max_age_seconds, check_name), None
     else:
         return None, None
     check_age(at, now, max_age_seconds)
     return parsed, at
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z0-9_-]{1,20}$")
+
+
+def _check_request(
+    event: str, data: dict[str, Any], now: datetime, max_age_seconds: float, check_name: str
+) -> CheckRequestEvent | None:
+    action = str(_field(data, "action", str))
+    wanted = ("rerequested", "requested_action") if event == "check_run" else ("rerequested",)
+    if action not in wanted:
+        return None
+    if event == "check_run":
+        if check_name and _field(data, "check_run.name", str) != check_name:
+            return None  # another App's or another check's
+        head_sha = _sha(data, "check_run.head_sha")
+        request = f"run-{int(_field(data, 'check_run.id', int))}"
+        pulls = _field(data, "check_run.pull_requests", list)
+    else:
+        head_sha = _sha(data, "check_suite.head_sha")
+        # "Re-run all checks" keeps the suite's id: its updated_at (signed) tells the presses apart.
+        updated = _time(data, "check_suite.updated_at")
+        check_age(updated, now, max_age_seconds)
+        stamp = updated.astimezone(UTC).strftime("%Y%m%dT%H%M%S")
+        request = f"suite-{int(_field(data, 'check_suite.id', int))}-{stamp}"
+        pulls = _field(data, "check_suite.pull_requests", list)
+    identifier = ""
+    if action == "requested_action":
+        identifier = str(_field(data, "requested_action.identifier", str))
+        if not _IDENTIFIER.match(identifier):
+            raise WebhookRejected(400, "payload field requested_action.identifier is not an identifier")
+    number, head_ref, base_sha, base_ref = 0, "", "", ""
+    for pull in pulls:  # the pull request of this head, when the payload names it
+        if isinstance(pull, dict) and _field(pull, "head.sha", str) == head_sha:
+            number = int(_field(pull, "number", int))
+            head_ref = str(_field(pull, "head.ref", str))
+            base_sha = _sha(pull, "base.sha")
+            base_ref = str(_field(pull, "base.ref", str))
+            break
+    return CheckRequestEvent(
+        _repo(data, "repository.full_name"),
+        int(_field(data, "installation.id", int)),
+        action,
+        head_sha,
+        request,
+        identifier,
+        number,
+        head_ref,
+        base_sha,
+        base_ref,
+    )
 
 
 def check_age(at: datetime, now: datetime, max_age_seconds: float) -> None:

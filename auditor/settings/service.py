@@ -213,6 +213,11 @@ class GitHubAppSettings:
         check=_clone_url,
     )
     check_name: str = setting("placement-audit", doc="Name of the check run on pull requests.")
+    fix_button: bool = setting(
+        True,
+        doc='A failing check run with findings offers an "Open fix PR" button: pressed, it opens the fix '
+        "pull request onto the pull request's branch (once, however often it is pressed).",
+    )
     fail_on: str = setting(
         "high",
         doc="The exit-code contract's threshold, applied to the findings a pull request introduces.",

@@ -454,6 +454,19 @@ def _apply_check(
         run["output"] = {k: output.get(k) for k in ("title", "summary", "text")}
         run["annotations"].extend(annotations)  # GitHub appends annotations on every update
         run["output_updates"] = run.get("output_updates", 0) + 1
+    actions = data.get("actions")
+    if actions is not None:
+        # GitHub: at most 3 actions; label ≤ 20, description ≤ 40, identifier ≤ 20 characters.
+        if len(actions) > 3 or any(
+            not (0 < len(a.get("label", "")) <= 20)
+            or not (0 < len(a.get("description", "")) <= 40)
+            or not (0 < len(a.get("identifier", "")) <= 20)
+            for a in actions
+        ):
+            return _invalid(
+                "Invalid request.\n\nactions: at most 3, label 20, description 40, identifier 20."
+            )
+        run["actions"] = actions
     run["status"], run["conclusion"] = status, conclusion if status == "completed" else None
     if status == "completed":
         import time

@@ -129,3 +129,79 @@ def installation_repositories_event(added: list[str], removed: list[str], at: da
         "repositories_removed": [repo(n) for n in removed],
         "sender": {"login": "admin", "id": 4, "type": "User"},
     }
+
+
+def _pull_ref(number: int, head: str, base: str, full_name: str) -> dict[str, Any]:
+    """A pull request as check_run / check_suite payloads name it (docs.github.com, "Webhook events
+    and payloads": number, url, head and base with ref, sha and a minimal repo)."""
+    repo = {
+        "id": 1296269,
+        "url": f"https://api.github.example/repos/{full_name}",
+        "name": full_name.split("/")[1],
+    }
+    return {
+        "id": 900 + number,
+        "number": number,
+        "url": f"https://api.github.example/repos/{full_name}/pulls/{number}",
+        "head": {"ref": "feature", "sha": head, "repo": repo},
+        "base": {"ref": "main", "sha": base, "repo": repo},
+    }
+
+
+def check_run_event(
+    action: str,
+    run: dict[str, Any],
+    *,
+    number: int = 0,
+    base: str = "",
+    identifier: str = "",
+    full_name: str = "acme/infra",
+) -> dict[str, Any]:
+    """A `check_run` event (`rerequested`, `requested_action`) about the check run `run` as the
+    local GitHub holds it; `number`/`base`: the pull request the payload names (0: none, as for a
+    fork's)."""
+    check = {
+        "id": run["id"],
+        "name": run["name"],
+        "head_sha": run["head_sha"],
+        "external_id": run.get("external_id", ""),
+        "status": run["status"],
+        "conclusion": run.get("conclusion"),
+        "started_at": "2026-12-01T06:00:00Z",
+        "completed_at": "2026-12-01T06:01:00Z",
+        "check_suite": {"id": 7000 + run["id"], "head_sha": run["head_sha"], "head_branch": "feature"},
+        "app": {"id": APP_ID, "slug": "placement-auditor"},
+        "pull_requests": [_pull_ref(number, run["head_sha"], base, full_name)] if number else [],
+    }
+    out: dict[str, Any] = {
+        "action": action,
+        "check_run": check,
+        "repository": repository(full_name),
+        "installation": {"id": INSTALLATION},
+        "sender": {"login": "dev", "id": 3, "type": "User"},
+    }
+    if action == "requested_action":
+        out["requested_action"] = {"identifier": identifier}
+    return out
+
+
+def check_suite_event(
+    suite_id: int, head: str, at: datetime, *, number: int = 0, base: str = "", full_name: str = "acme/infra"
+) -> dict[str, Any]:
+    """A `check_suite` `rerequested` event ("Re-run all checks")."""
+    return {
+        "action": "rerequested",
+        "check_suite": {
+            "id": suite_id,
+            "head_branch": "feature",
+            "head_sha": head,
+            "status": "queued",
+            "conclusion": None,
+            "updated_at": stamp(at),
+            "app": {"id": APP_ID, "slug": "placement-auditor"},
+            "pull_requests": [_pull_ref(number, head, base, full_name)] if number else [],
+        },
+        "repository": repository(full_name),
+        "installation": {"id": INSTALLATION},
+        "sender": {"login": "dev", "id": 3, "type": "User"},
+    }

@@ -20,6 +20,8 @@ from fleetsupport import (
     APP_ID,
     SECRET,
     app_key,
+    check_run_event,
+    check_suite_event,
     deliver,
     installation_repositories_event,
     pull_request_event,
@@ -221,3 +223,76 @@ def test_pr_adding_a_blocking_policy_fails_and_the_fixing_push_turns_it_green(la
     assert first["conclusion"] == "failure"
     # Installation tokens came from the App's JWT exchange.
     assert any(r.startswith("POST /app/installations/7/access_tokens") for r in lab.hub.requests)
+
+
+def _wait_runs(hub: FakeGitHub, sha: str, n: int, timeout: float = 120) -> list[dict]:
+    """The check runs of `sha` once `n` of them are completed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = [r for r in hub.check_runs if r["head_sha"] == sha]
+        if len([r for r in runs if r["status"] == "completed"]) >= n:
+            return runs
+        time.sleep(0.1)
+    raise AssertionError(f"not {n} completed check runs on {sha}: {hub.check_runs}")
+
+
+def test_re_run_runs_again_once_and_the_fix_button_opens_one_pull_request(lab: Lab) -> None:
+    git("checkout", "--quiet", "-b", "feature", cwd=lab.origin.work)
+    head = _push_branch(lab.origin, {"policies/cilium.yaml": SEED / "policies.yaml"}, "zone isolation")
+    assert (
+        deliver(lab.base, "pull_request", pull_request_event("opened", 12, head, lab.main_sha, lab.clock()))[
+            0
+        ]
+        == 202
+    )
+    first = _wait_completed(lab.hub, head)
+    # A failing check with findings offers the button.
+    assert first["conclusion"] == "failure" and first["actions"] == [
+        {"label": "Open fix PR", "description": "A pull request with the fix", "identifier": "open-fix-pr"}
+    ]
+
+    # "Re-run": a check run of its own for the commit, once per request (a replayed body under a
+    # new delivery id re-runs nothing).
+    rerun = check_run_event("rerequested", first, number=12, base=lab.main_sha)
+    status, body = deliver(lab.base, "check_run", rerun)
+    assert status == 202 and body["queued"] == [f"rerun:acme/infra:{head}:run-{first['id']}"]
+    runs = _wait_runs(lab.hub, head, 2)
+    second = runs[1]
+    assert (
+        second["name"] == "placement-audit"
+        and second["external_id"] == f"placement-audit:{head}:run-{first['id']}"
+    )
+    assert second["conclusion"] == "failure" and len(second["annotations"]) == 1
+    assert deliver(lab.base, "check_run", rerun)[0] == 202  # the same request, another delivery id
+    # "Re-run all checks" of a fork's pull request (the payload names none): compared with the
+    # default branch, the same verdict.
+    suite = check_suite_event(88, head, lab.clock())
+    status, body = deliver(lab.base, "check_suite", suite)
+    assert status == 202 and body["queued"][0].startswith(f"rerun:acme/infra:{head}:suite-88-")
+    runs = _wait_runs(lab.hub, head, 3)
+    assert runs[2]["conclusion"] == "failure" and len(runs[2]["annotations"]) == 1
+    # Another App's check run, and an action that is not ours: acknowledged, nothing queued.
+    foreign = check_run_event("rerequested", {**first, "name": "lint"}, number=12, base=lab.main_sha)
+    status, body = deliver(lab.base, "check_run", foreign)
+    assert status == 202 and body["queued"] == []
+
+    # The button, pressed twice: one fix pull request onto the pull request's branch.
+    press = check_run_event(
+        "requested_action", second, number=12, base=lab.main_sha, identifier="open-fix-pr"
+    )
+    status, body = deliver(lab.base, "check_run", press)
+    assert status == 202 and body["queued"] == [f"fix:acme/infra:run-{second['id']}"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not lab.hub.pulls:
+        time.sleep(0.1)
+    assert deliver(lab.base, "check_run", press)[0] == 202
+    other = check_run_event("requested_action", second, number=12, base=lab.main_sha, identifier="something")
+    assert deliver(lab.base, "check_run", other)[1]["queued"] == []
+    lab.service.scheduler.scheduler.shutdown(wait=True)  # every queued job done
+    [pr] = lab.hub.pulls
+    assert pr["base"] == "feature" and pr["head"].startswith("placement-auditor/")
+    fixed = git("show", f"{pr['head']}:training/workload.yaml", cwd=lab.origin.bare)
+    assert "nodeAffinity:" in fixed
+    # Three check runs on the commit, each reported once: the replayed re-run made none.
+    runs = [r for r in lab.hub.check_runs if r["head_sha"] == head]
+    assert len(runs) == 3 and all(len(r["annotations"]) == 1 for r in runs)

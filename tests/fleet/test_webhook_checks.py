@@ -85,3 +85,76 @@ def test_ignored_actions_and_events_and_bad_payloads() -> None:
         assert exc.value.status == 400
     with pytest.raises(WebhookRejected):
         webhooks.delivery_id("x" * 101)
+
+
+def _check_run(action: str, **extra: object) -> bytes:
+    payload: dict = {
+        "action": action,
+        "check_run": {
+            "id": 41,
+            "name": "placement-audit",
+            "head_sha": "a" * 40,
+            "pull_requests": [
+                {
+                    "number": 3,
+                    "head": {"ref": "f", "sha": "a" * 40},
+                    "base": {"ref": "main", "sha": "b" * 40},
+                },
+                {
+                    "number": 9,
+                    "head": {"ref": "g", "sha": "c" * 40},
+                    "base": {"ref": "main", "sha": "d" * 40},
+                },
+            ],
+        },
+        "repository": {"full_name": "acme/infra"},
+        "installation": {"id": 7},
+    }
+    payload.update(extra)
+    return json.dumps(payload).encode()
+
+
+def test_check_run_and_check_suite_requests() -> None:
+    event, _ = parse_event("check_run", _check_run("rerequested"), NOW, 3600, "placement-audit")
+    assert event == webhooks.CheckRequestEvent(
+        "acme/infra", 7, "rerequested", "a" * 40, "run-41", "", 3, "f", "b" * 40, "main"
+    )
+    pressed, _ = parse_event(
+        "check_run",
+        _check_run("requested_action", requested_action={"identifier": "open-fix-pr"}),
+        NOW,
+        3600,
+        "placement-audit",
+    )
+    assert isinstance(pressed, webhooks.CheckRequestEvent) and pressed.identifier == "open-fix-pr"
+    # Not ours (another check's name), not an action we act on: ignored.
+    assert parse_event("check_run", _check_run("rerequested"), NOW, 3600, "other-check")[0] is None
+    assert parse_event("check_run", _check_run("completed"), NOW, 3600, "placement-audit")[0] is None
+    with pytest.raises(WebhookRejected, match=r"requested_action\.identifier"):
+        parse_event(
+            "check_run",
+            _check_run("requested_action", requested_action={"identifier": "x" * 21}),
+            NOW,
+            3600,
+            "placement-audit",
+        )
+    with pytest.raises(WebhookRejected, match="requested_action"):
+        parse_event("check_run", _check_run("requested_action"), NOW, 3600, "placement-audit")
+    # A suite's re-run is told apart by its (signed) updated_at, and may be stale.
+    suite = {
+        "action": "rerequested",
+        "check_suite": {
+            "id": 5,
+            "head_sha": "e" * 40,
+            "updated_at": "2026-12-01T05:59:00Z",
+            "pull_requests": [],
+        },
+        "repository": {"full_name": "acme/infra"},
+        "installation": {"id": 7},
+    }
+    event, _ = parse_event("check_suite", json.dumps(suite).encode(), NOW, 3600, "placement-audit")
+    assert isinstance(event, webhooks.CheckRequestEvent)
+    assert (event.request, event.number, event.base_sha) == ("suite-5-20261201T055900", 0, "")
+    suite["check_suite"]["updated_at"] = "2026-12-01T04:00:00Z"  # type: ignore[index]
+    with pytest.raises(WebhookRejected, match="stale"):
+        parse_event("check_suite", json.dumps(suite).encode(), NOW, 3600, "placement-audit")
