@@ -121,7 +121,9 @@ def build(
     stale_before = now - timedelta(hours=settings.stale_after_hours)
     for t in targets:
         last, ok = t.get("last_run"), t.get("last_successful_run")
-        if last is not None and last["status"] in ("failed", "interrupted"):
+        if t.get("retired_at"):
+            problem = f"removed from the GitHub App on {t['retired_at']}: no longer audited"
+        elif last is not None and last["status"] in ("failed", "interrupted"):
             problem = f"last run {last['status']}: {last.get('error') or ''}".strip()
         elif ok is None:
             problem = "never audited successfully"

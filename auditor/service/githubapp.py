@@ -28,6 +28,7 @@ them, so a second report would repeat each one.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -110,6 +111,47 @@ def target_for(settings: Settings, full_name: str, installation_id: int) -> Targ
             return t
     assert settings.service.github_app is not None
     return app_target(settings.service.github_app, full_name, installation_id)
+
+
+@dataclass(frozen=True, slots=True)
+class BranchHead:
+    """A conditional GET of a repository's default branch: unchanged (304: nothing else was
+    sent), or its head SHA now, with the ETag to send next time."""
+
+    branch: str
+    unchanged: bool
+    sha: str | None
+    etag: str | None
+
+
+def branch_head(client: Any, full_name: str, branch: str | None, etag: str | None) -> BranchHead:
+    """`GET /repos/{full_name}/branches/{branch}` with `If-None-Match` (PyGithub's requester: the
+    endpoint's ETag is what GitHub documents for conditional requests; a 304 does not count
+    against the primary rate limit). The default branch is asked for only when not known yet, or
+    when the known one is gone (renamed): one request for an unchanged branch."""
+    from urllib.parse import quote
+
+    requester = client.requester
+    for attempt in range(2):
+        if not branch:
+            _, repo = requester.requestJsonAndCheck("GET", f"/repos/{full_name}")
+            branch, etag = str(repo["default_branch"]), None
+        headers = {"If-None-Match": etag} if etag else {}
+        status, answer_headers, body = requester.requestJson(
+            "GET", f"/repos/{full_name}/branches/{quote(branch, safe='')}", headers=headers
+        )
+        if status == 304:
+            return BranchHead(branch, True, None, etag)
+        if status == 404 and attempt == 0:
+            branch = None  # renamed: ask for the default branch again
+            continue
+        if status >= 400:
+            raise requester.createException(status, answer_headers, json.loads(body or "{}"))
+        data = json.loads(body)
+        sha = str(data["commit"]["sha"])
+        tag = next((v for k, v in answer_headers.items() if k.lower() == "etag"), None)
+        return BranchHead(branch, False, sha, tag)
+    raise RuntimeError("unreachable")
 
 
 # -- the check run's content (pure) ---------------------------------------------------------------

@@ -22,7 +22,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -33,6 +33,7 @@ from auditor.service.runner import AuditRunner
 from auditor.service.scheduler import Scheduler, slot_of, slot_text
 from auditor.service.tasks import AuditTask
 from auditor.settings.config import Settings
+from auditor.store.fleet import FleetStore
 
 log = logging.getLogger("auditor.leader")
 
@@ -91,6 +92,18 @@ class Leadership:
             self._connection = None
 
 
+def sweep_slot(repository: str, now: datetime, period_seconds: int) -> datetime:
+    """The start of the current sweep slot of `repository`: the last time at or before `now` that
+    is its offset (a hash of its name, modulo the period) past a multiple of the period since the
+    epoch. Pure; the same in every process."""
+    import hashlib
+
+    offset = int.from_bytes(hashlib.sha256(repository.encode()).digest()[:8], "big") % period_seconds
+    at = int(now.timestamp())
+    start = (at - offset) // period_seconds * period_seconds + offset
+    return datetime.fromtimestamp(start, UTC)
+
+
 class FleetScheduler(Scheduler):
     """The schedule in fleet mode: only the leader fires, and what it fires is enqueued.
 
@@ -141,6 +154,41 @@ class FleetScheduler(Scheduler):
         for target in self.triggers:
             self.run_scheduled(target, now)
         self.send_digests(now)
+        self.sweep_app_repositories(now)
+
+    def sweep_app_repositories(self, now: datetime | None = None) -> list[str]:
+        """Enqueue the scheduled audit of every App repository whose slot has come: each repository
+        is audited every `github_app.audit_every_hours`, at its own offset in the period (from a
+        hash of its name: spread evenly, the same in every replica), within the misfire grace; the
+        task key (`sweep:<repository>:<slot>`) makes a slot enqueued twice one audit. A repository
+        added to an installation is swept from its first slot on, one removed no more. The keys
+        enqueued (the leader only)."""
+        app = self.settings.service.github_app
+        if app is None or app.audit_every_hours <= 0 or not self.leader.is_leader():
+            return []
+        now = now or self.clock()
+        try:
+            repositories = FleetStore(self.runner.store.engine, self.clock).app_repositories()
+        except Exception as exc:  # the database away: the next tick tries again
+            log.warning("App repositories could not be read: %s", exc)
+            return []
+        period = app.audit_every_hours * 3600
+        grace = self.settings.service.misfire_grace_seconds
+        sent: list[str] = []
+        for name, installation in sorted(repositories.items()):
+            slot = sweep_slot(name, now, period)
+            if (now - slot).total_seconds() > grace or self.sent.get(f"sweep:{name}") == slot_text(slot):
+                continue
+            key = f"sweep:{name}:{slot_text(slot)}"
+            try:
+                self.dispatch.audit(AuditTask("", key, slot_text(slot), "sweep", name, installation))
+            except Exception as exc:  # the broker away: the next tick enqueues it
+                log.error("%s could not be enqueued: %s", key, exc)
+                break
+            self.sent[f"sweep:{name}"] = slot_text(slot)
+            self.fired.append(key)
+            sent.append(key)
+        return sent
 
     def run_all_now(self) -> None:
         if not self.leader.is_leader():

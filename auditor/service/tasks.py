@@ -187,6 +187,9 @@ def run_audit(ctx: WorkerContext, task: AuditTask) -> str:
             runner = AuditRunner(settings, ctx.runner.store, ctx.runner.tools, environ=ctx.runner.environ)
             runner.raise_transient = ctx.runner.raise_transient
             _sync_target(ctx, app_target)
+    sweep = task.trigger == "sweep" and bool(task.repository)
+    if sweep and _unchanged(ctx, task):
+        return "unchanged"
     broker = settings.service.broker
     seconds = broker.lease_seconds if broker else 300
     with leased(ctx.fleet, f"target:{target}", seconds, task_key):
@@ -197,7 +200,35 @@ def run_audit(ctx: WorkerContext, task: AuditTask) -> str:
         if keyed.state == "resume":
             log.warning("task %s: taking over run %s (its worker stopped)", task_key, keyed.run_id)
         result = runner.execute(keyed.run_id, target)
-        return result.status
+    if task.repository and result.status == "succeeded":
+        revision = ctx.runner.store.run(keyed.run_id)
+        if revision is not None and revision.revision:
+            ctx.fleet.record_branch(task.repository, audited_sha=revision.revision)
+    return result.status
+
+
+def _unchanged(ctx: WorkerContext, task: AuditTask) -> bool:
+    """A scheduled audit of an App repository whose default branch is where it was at its last
+    successful audit: one conditional request, no clone, no run (True). Else False, and the
+    branch's new ETag kept for the next time."""
+    from auditor.service import githubapp
+
+    app = ctx.settings.service.github_app
+    if app is None:
+        return False
+    known = ctx.fleet.branch_state(task.repository)
+    if known is None:  # no longer an App repository (removed meanwhile): nothing to audit
+        log.info("task %s: %s is not installed any more; skipped", task.task_key, task.repository)
+        return True
+    client = githubapp.installation_client(app, task.installation_id)
+    head = githubapp.branch_head(client, task.repository, known.default_branch, known.etag)
+    if head.unchanged and known.audited_sha:
+        ctx.fleet.record_branch(task.repository)
+        log.info("task %s: %s unchanged since %s", task.task_key, task.repository, known.audited_sha[:12])
+        return True
+    ctx.fleet.record_branch(task.repository, default_branch=head.branch, branch_etag=head.etag)
+    # A new ETag (the branch's protection changed, say) on the same commit is unchanged too.
+    return head.sha is not None and head.sha == known.audited_sha
 
 
 def _sync_target(ctx: WorkerContext, t: TargetSettings) -> None:
@@ -215,7 +246,9 @@ def run_pr_check(ctx: WorkerContext, event: PullRequestEvent, task_key: str, att
 
     broker = ctx.settings.service.broker
     seconds = broker.lease_seconds if broker else 300
-    with leased(ctx.fleet, f"check:{event.repository}:{event.head_sha}", seconds, task_key):
+    # A re-run is a check run of its own: its own lease (the work tree is shared under the checkout lock).
+    lease = f"check:{event.repository}:{event.head_sha}" + (f":{attempt}" if attempt else "")
+    with leased(ctx.fleet, lease, seconds, task_key):
         return githubapp.audit_pull_request(
             ctx.settings, ctx.runner, ctx.fleet, event, task_key, attempt=attempt
         ).conclusion
@@ -248,9 +281,17 @@ def run_fix_pr(ctx: WorkerContext, task: FixTask) -> list[str]:
 
 
 def run_installation(ctx: WorkerContext, event: InstallationEvent) -> None:
+    """Repositories appear (audited from now on) and disappear (no longer audited; their targets
+    marked retired, their findings kept)."""
+    from auditor.service.githubapp import target_name
+
+    removed = list(event.removed)
     if event.action == "deleted":
+        removed += ctx.fleet.installation_repositories(event.installation_id)
         ctx.fleet.drop_installation(event.installation_id)
     ctx.fleet.set_app_repositories(event.installation_id, list(event.added), list(event.removed))
+    ctx.fleet.retire_targets([target_name(n) for n in removed if n not in event.added], True)
+    ctx.fleet.retire_targets([target_name(n) for n in event.added], False)
 
 
 def push_task_key(event: PushEvent) -> str:

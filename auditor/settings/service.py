@@ -213,6 +213,16 @@ class GitHubAppSettings:
         check=_clone_url,
     )
     check_name: str = setting("placement-audit", doc="Name of the check run on pull requests.")
+    audit_every_hours: int = setting(
+        24,
+        doc="Every repository the App is installed on has its default branch audited this often, each "
+        "at its own time within the period (0: only on pushes and pull requests).",
+        why="policies and clusters change under a repository that gets no push; spread over the period, "
+        "a thousand repositories do not all start at midnight.",
+        unit="hours",
+        minimum=0,
+        maximum=24 * 31,
+    )
     fix_button: bool = setting(
         True,
         doc='A failing check run with findings offers an "Open fix PR" button: pressed, it opens the fix '

@@ -28,7 +28,7 @@ from sqlalchemy.orm import sessionmaker
 
 from auditor.clock import Clock
 from auditor.store.repository import record, target_id_of
-from auditor.store.schema import AppRepository, CheckRunRow, Run, TargetLease, WebhookDelivery
+from auditor.store.schema import AppRepository, CheckRunRow, Run, Target, TargetLease, WebhookDelivery
 
 FINISHED = ("succeeded", "partial", "failed")
 
@@ -252,3 +252,50 @@ class FleetStore:
                 r.full_name: r.installation_id
                 for r in session.scalars(select(AppRepository).where(AppRepository.active.is_(True)))
             }
+
+    def retire_targets(self, names: list[str], retired: bool) -> None:
+        """Mark the targets of App repositories removed from the App (`retired`: since now), or
+        audited again (re-added). Their runs and findings stay."""
+        if not names:
+            return
+        with self.sessions.begin() as session:
+            session.execute(
+                update(Target)
+                .where(Target.name.in_(names))
+                .values(retired_at=self.clock() if retired else None)
+            )
+
+    def installation_repositories(self, installation_id: int) -> list[str]:
+        """Every repository of an installation, active or not."""
+        with self.sessions() as session:
+            query = select(AppRepository.full_name).where(AppRepository.installation_id == installation_id)
+            return list(session.scalars(query))
+
+    def branch_state(self, full_name: str) -> BranchState | None:
+        """What the last scheduled audit learnt of an App repository's default branch."""
+        with self.sessions() as session:
+            row = session.get(AppRepository, full_name)
+            if row is None or not row.active:
+                return None
+            return BranchState(row.default_branch, row.branch_etag, row.audited_sha, row.checked_at)
+
+    def record_branch(self, full_name: str, **values: object) -> None:
+        """Keep `default_branch`, `branch_etag`, `audited_sha` (and the time GitHub was asked)."""
+        allowed = {"default_branch", "branch_etag", "audited_sha"}
+        unknown = set(values) - allowed
+        if unknown:
+            raise ValueError(f"not branch state: {sorted(unknown)}")
+        with self.sessions.begin() as session:
+            session.execute(
+                update(AppRepository)
+                .where(AppRepository.full_name == full_name)
+                .values(checked_at=self.clock(), **values)
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class BranchState:
+    default_branch: str | None
+    etag: str | None
+    audited_sha: str | None
+    checked_at: object

@@ -143,6 +143,7 @@ class TargetRecord:
     configured_schedule: str | None  # the config's
     schedule_changed_by: str | None  # who set the schedule through the API (None: the config's)
     schedule_changed_at: datetime | None
+    retired_at: datetime | None  # an App repository removed from the App: no longer audited since
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +155,7 @@ class TargetEvidence:
     location: str
     last_run: RunRecord | None
     last_successful_run: RunRecord | None
+    retired_at: datetime | None = None  # removed from the GitHub App: no longer audited since
 
 
 @dataclass(frozen=True, slots=True)

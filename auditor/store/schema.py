@@ -23,6 +23,9 @@
 - 0011, the API's writes: `suppressions` (a finding hidden until a date, by whom and why; runs
   apply them as waivers), findings' acknowledgement (who, when, a note), a target's
   `schedule_override` (a schedule set through the API, in force instead of the config's).
+- 0012, the App's scheduled audits: `app_repositories` keeps the default branch, its ETag and the
+  head SHA last audited (an unchanged branch costs one conditional request); `targets.retired_at`
+  marks a repository removed from the App (its findings kept, no longer audited).
 
 Times are timezone-aware UTC. Migrations (migrations/) must match these models; a test compares them.
 """
@@ -88,6 +91,9 @@ class Target(Base):
     schedule_override: Mapped[str | None] = mapped_column(String(120))
     schedule_changed_by: Mapped[str | None] = mapped_column(String(256))
     schedule_changed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A GitHub App repository removed from its installation (or the App uninstalled), 0012: no longer
+    # audited since then; its runs and findings are kept, marked by this.
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Run(Base):
@@ -356,6 +362,12 @@ class AppRepository(Base):
     installation_id: Mapped[int] = mapped_column(BigInteger)
     active: Mapped[bool] = mapped_column(default=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # The scheduled audit's conditional request (0012): the default branch, the ETag GitHub gave for
+    # it, the head SHA last audited with success, and when GitHub was last asked.
+    default_branch: Mapped[str | None] = mapped_column(String(255))
+    branch_etag: Mapped[str | None] = mapped_column(String(200))
+    audited_sha: Mapped[str | None] = mapped_column(String(64))
+    checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class AdmissionDecision(Base):

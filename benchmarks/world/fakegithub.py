@@ -11,6 +11,7 @@ for more than 50 annotations in one request, an unknown head SHA or a missing co
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from world.httpserve import handler_serving
 
@@ -51,6 +52,7 @@ class FakeGitHub:
     issued: list[tuple[str, Any]] = field(default_factory=list)  # (token, expires_at)
     check_runs: list[dict[str, Any]] = field(default_factory=list)
     lock: Any = field(default_factory=threading.Lock)
+    branch_requests: int = 0  # GET …/branches/{branch}, conditional or not
 
     # -- state helpers for tests ----------------------------------------------------------------
 
@@ -248,6 +250,28 @@ class FakeGitHub:
             rf"{full}/commits/[^/]+(/check-runs)?", path
         ):
             return self._checks_route(method, path[len(full) :], query, body)
+        m = re.fullmatch(rf"{full}/branches/(.+)", path)
+        if m and method == "GET":
+            # Conditional requests as GitHub answers them: a weak ETag of the representation, and
+            # 304 with no body when If-None-Match names it.
+            name = unquote(m.group(1))
+            sha = self.branch_sha(name)
+            if not sha:
+                return (
+                    404,
+                    {},
+                    {"message": "Branch not found", "documentation_url": "https://docs.github.com/rest"},
+                )
+            branch = {
+                "name": name,
+                "commit": {"sha": sha, "url": f"{self.base}{full}/commits/{sha}"},
+                "protected": False,
+            }
+            etag = 'W/"' + hashlib.sha256(json.dumps(branch, sort_keys=True).encode()).hexdigest()[:40] + '"'
+            self.branch_requests += 1
+            if headers.get("If-None-Match") == etag:
+                return 304, {"ETag": etag}, None
+            return 200, {"ETag": etag}, branch
         m = re.fullmatch(rf"{full}/compare/(.+)\.\.\.(.+)", path)
         if m and method == "GET":
             return 200, {}, self._compare(m.group(1), m.group(2))
@@ -617,7 +641,7 @@ def serve(hub: FakeGitHub | MultiHub) -> Iterator[str]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             status, extra, payload = hub.answer(self.command, self.path, self.headers, body)
-            data = json.dumps(payload).encode()
+            data = json.dumps(payload).encode() if status != 304 else b""  # 304: no body
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             # GitHub sends each rate-limit header once: a fault's own values replace these.

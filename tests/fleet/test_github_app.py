@@ -7,9 +7,10 @@ workers use, against a local GitHub (PyGithub, App JWT, installation tokens)."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,13 @@ from seedrepo import SEED
 from sqlalchemy import func, select
 
 from auditor.bootstrap import build_service
+from auditor.service.leader import FleetScheduler, sweep_slot
+from auditor.service.scheduler import slot_text
+from auditor.service.tasks import AuditTask, WorkerContext, run_audit, run_installation
+from auditor.service.webhooks import InstallationEvent
 from auditor.settings.config import load_settings
 from auditor.store.fleet import FleetStore
+from auditor.store.repository import FindingFilter
 from auditor.store.schema import CheckRunRow, WebhookDelivery
 
 
@@ -296,3 +302,88 @@ def test_re_run_runs_again_once_and_the_fix_button_opens_one_pull_request(lab: L
     # Three check runs on the commit, each reported once: the replayed re-run made none.
     runs = [r for r in lab.hub.check_runs if r["head_sha"] == head]
     assert len(runs) == 3 and all(len(r["annotations"]) == 1 for r in runs)
+
+
+class _Recording:
+    def __init__(self) -> None:
+        self.tasks: list[AuditTask] = []
+
+    def audit(self, task: AuditTask) -> None:
+        self.tasks.append(task)
+
+
+def test_sweep_slots_are_spread_and_stable() -> None:
+    period = 24 * 3600
+    now = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
+    names = [f"org{i % 50}/repo-{i}" for i in range(1000)]
+    slots = {n: sweep_slot(n, now, period) for n in names}
+    assert all(now - timedelta(seconds=period) < s <= now for s in slots.values())
+    assert slots == {n: sweep_slot(n, now, period) for n in names}  # the same in every process
+    per_hour = Counter(int((s - (now - timedelta(days=1))).total_seconds() // 3600) for s in slots.values())
+    assert len(per_hour) == 24 and max(per_hour.values()) < 2 * 1000 / 24  # no herd at midnight
+    later = now + timedelta(seconds=period)
+    assert all(sweep_slot(n, later, period) == slots[n] + timedelta(seconds=period) for n in names[:50])
+
+
+def test_installed_repositories_are_swept_on_schedule_and_unchanged_ones_cost_one_request(lab: Lab) -> None:
+    service, clock = lab.service, lab.clock
+    settings = replace(
+        service.runner.settings,
+        service=replace(
+            service.runner.settings.service,
+            github_app=replace(service.runner.settings.service.github_app, audit_every_hours=1),
+        ),
+    )
+    dispatch = _Recording()
+    leader = type("Always", (), {"is_leader": lambda self: True})()
+    scheduler = FleetScheduler(settings, service.runner, clock, leader, dispatch)
+    ctx = WorkerContext(settings, service.runner, lab.fleet)
+    # Added through the installation event: swept from its first slot on, without a restart.
+    run_installation(ctx, InstallationEvent(7, "added", ("acme/infra",), ()))
+    slot = sweep_slot("acme/infra", clock(), 3600)
+    clock.now = slot + timedelta(seconds=5)
+    assert scheduler.sweep_app_repositories() == [f"sweep:acme/infra:{slot_text(slot)}"]
+    [task] = dispatch.tasks
+    assert (task.task_key, task.trigger, task.repository) == (
+        f"sweep:acme/infra:{slot_text(slot)}",
+        "sweep",
+        "acme/infra",
+    )
+    assert scheduler.sweep_app_repositories() == []  # once per slot
+    assert run_audit(ctx, task) == "succeeded"
+    state = lab.fleet.branch_state("acme/infra")
+    assert state is not None and state.audited_sha == lab.main_sha and state.etag
+    runs = service.store.runs("acme.infra", 10).items
+    assert [r.trigger for r in runs] == ["sweep"]
+    # The next slot, the branch unchanged: one conditional request (304), no clone, no run.
+    clock.now = slot + timedelta(hours=1, seconds=5)
+    assert len(scheduler.sweep_app_repositories()) == 1
+    task = dispatch.tasks[-1]
+    before = lab.hub.branch_requests
+    assert run_audit(ctx, task) == "unchanged"
+    assert lab.hub.branch_requests == before + 1
+    assert len(service.store.runs("acme.infra", 10).items) == 1
+    # A push to main: the next slot audits the new head.
+    git("checkout", "--quiet", "main", cwd=lab.origin.work)
+    pushed = lab.origin.commit({"training/workload.yaml": SEED / "after" / "workload.yaml"}, "pin zone")
+    clock.now = slot + timedelta(hours=2, seconds=5)
+    assert len(scheduler.sweep_app_repositories()) == 1
+    task = dispatch.tasks[-1]
+    assert run_audit(ctx, task) == "succeeded"
+    assert lab.fleet.branch_state("acme/infra").audited_sha == pushed  # type: ignore[union-attr]
+    findings = service.store.findings(FindingFilter(target="acme.infra"), 10).items
+    assert [f.status for f in findings] == ["resolved"]
+    # Removed from the installation: no longer swept, its target retired, its findings kept.
+    run_installation(ctx, InstallationEvent(7, "removed", (), ("acme/infra",)))
+    clock.now = slot + timedelta(hours=3, seconds=5)
+    assert scheduler.sweep_app_repositories() == []
+    [target] = [t for t in service.store.targets() if t.name == "acme.infra"]
+    assert target.retired_at is not None
+    assert len(service.store.findings(FindingFilter(target="acme.infra"), 10).items) == 1
+    # A sweep task queued before the removal does nothing.
+    assert (
+        run_audit(ctx, AuditTask("", "sweep:acme/infra:late", None, "sweep", "acme/infra", 7)) == "unchanged"
+    )
+    # Added again: swept again, no longer retired.
+    run_installation(ctx, InstallationEvent(7, "added", ("acme/infra",), ()))
+    assert [t.retired_at for t in service.store.targets() if t.name == "acme.infra"] == [None]

@@ -26,7 +26,7 @@ def test_db_upgrade_run_and_findings(
         url = f"sqlite:///{tmp_path / 'x.db'}" if backend == "sqlite" else pg_url(schema)
         monkeypatch.setenv("AUDITOR_DATABASE_URL", url)
         assert cli.main(["db", "upgrade"]) == 0
-        assert "is at revision 0011" in capsys.readouterr().out  # the head
+        assert "is at revision 0012" in capsys.readouterr().out  # the head
         assert cli.main(["run", "--target", "lab", "--config", str(config)]) == 1  # a critical finding
         out = capsys.readouterr().out
         assert "succeeded: 1 finding(s) (1 new" in out
