@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from appsupport import app_repo
 from dbsupport import Clock
 from fakegithub import FakeGitHub, serve
 from fleetsupport import (
     APP_ID,
     SECRET,
-    app_key,
     check_run_event,
     check_suite_event,
     deliver,
@@ -58,15 +58,7 @@ class Lab:
 def lab(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Lab]:
     from dbsupport import pg_schema, pg_url
 
-    key_file, public = app_key(tmp_path)
-    (tmp_path / "acme").mkdir()
-    origin = Origin(tmp_path / "acme")
-    # origin.bare is acme/origin.git: the App's clone_url names it by {full_name}.
-    (tmp_path / "acme" / "infra.git").symlink_to(origin.bare)
-    main_sha = origin.commit(
-        {"training/workload.yaml": SEED / "before" / "workload.yaml", "nodes/nodes.yaml": SEED / "nodes.yaml"}
-    )
-    hub = FakeGitHub(origin.bare, app_id=APP_ID, tokens=set(), app_public_key=public, installation_ids=(7,))
+    key_file, origin, main_sha, hub = app_repo(tmp_path)
     clock = Clock()
     with serve(hub) as gh_base:
 
