@@ -82,6 +82,25 @@ def installation_token(app: GitHubAppSettings, installation_id: int) -> str:
     return str(integration(app).get_access_token(installation_id).token)
 
 
+def installed_repositories(app: GitHubAppSettings) -> dict[str, int]:
+    """Every repository the App can see now, by installation: `GET /app/installations` (the App's
+    JWT), then each installation's `GET /installation/repositories` (its token), page by page."""
+    out: dict[str, int] = {}
+    for installation in integration(app).get_installations():
+        requester = installation_client(app, installation.id).requester
+        page = 1
+        while True:
+            _, data = requester.requestJsonAndCheck(
+                "GET", "/installation/repositories", parameters={"per_page": 100, "page": page}
+            )
+            repos = data.get("repositories") or []
+            out.update({str(r["full_name"]): int(installation.id) for r in repos})
+            if len(repos) < 100 or page * 100 >= int(data.get("total_count") or 0):
+                break
+            page += 1
+    return out
+
+
 def target_name(full_name: str) -> str:
     """The target name of an App repository: owner/name → owner.name (a valid target name)."""
     return full_name.replace("/", ".")[:100]

@@ -121,6 +121,7 @@ class FleetScheduler(Scheduler):
         self.leader, self.dispatch = leader, dispatch
         self.fired: list[str] = []  # task keys this replica enqueued (metrics, tests)
         self.sent: dict[str, str] = {}  # job (target name, or "digest") → the last slot enqueued
+        self.reconcile_trigger: Any = None
 
     def _once(self, job: str, trigger: Any, now: datetime | None, send: Callable[[str], None]) -> str | None:
         """Enqueue with `send(slot)` the current slot of `trigger` (inside the misfire grace) if this
@@ -155,6 +156,21 @@ class FleetScheduler(Scheduler):
             self.run_scheduled(target, now)
         self.send_digests(now)
         self.sweep_app_repositories(now)
+        self.reconcile_app_repositories(now)
+
+    def reconcile_app_repositories(self, now: datetime | None = None) -> str | None:
+        """Enqueue the reconcile of the App's repositories once per slot of
+        `github_app.reconcile_schedule` (the leader; the slot, or None)."""
+        app = self.settings.service.github_app
+        if app is None:
+            return None
+        if self.reconcile_trigger is None:
+            from apscheduler.triggers.cron import CronTrigger
+
+            self.reconcile_trigger = CronTrigger.from_crontab(
+                app.reconcile_schedule, timezone=self.settings.service.timezone
+            )
+        return self._once("reconcile", self.reconcile_trigger, now, lambda _slot: self.dispatch.reconcile())
 
     def sweep_app_repositories(self, now: datetime | None = None) -> list[str]:
         """Enqueue the scheduled audit of every App repository whose slot has come: each repository

@@ -2,8 +2,9 @@
 
 Tasks: `auditor.audit` (a scheduled, API, push or start-up audit of one target), `auditor.pr_check`
 (a pull request's check run, or its re-run when someone presses "Re-run"), `auditor.fix_pr` (the
-check run's "Open fix PR" button), `auditor.installation` (App repositories appear and disappear)
-and `auditor.digest`. Every task is
+check run's "Open fix PR" button), `auditor.installation` (App repositories appear and disappear),
+`auditor.reconcile` (the same, from GitHub's lists, for events that never came) and
+`auditor.digest`. Every task is
 
 - acknowledged late (`task_acks_late`) and given back when its worker process dies
   (`task_reject_on_worker_lost`), with one message prefetched per process
@@ -76,6 +77,8 @@ class Dispatch(Protocol):
     def pr_check(self, event: PullRequestEvent, task_key: str, attempt: str = "") -> None: ...
 
     def fix_pr(self, task: FixTask) -> None: ...
+
+    def reconcile(self) -> None: ...
 
     def installation(self, event: InstallationEvent) -> None: ...
 
@@ -294,6 +297,24 @@ def run_installation(ctx: WorkerContext, event: InstallationEvent) -> None:
     ctx.fleet.retire_targets([target_name(n) for n in event.added], False)
 
 
+def run_reconcile(ctx: WorkerContext) -> tuple[list[str], list[str]]:
+    """The App repositories as GitHub lists them now, for `installation` events that never came:
+    missing ones are added (and swept), gone ones removed (their targets retired)."""
+    from auditor.service import githubapp
+
+    app = ctx.settings.service.github_app
+    if app is None:
+        return [], []
+    added, removed = ctx.fleet.reconcile_app_repositories(githubapp.installed_repositories(app))
+    ctx.fleet.retire_targets([githubapp.target_name(n) for n in removed], True)
+    ctx.fleet.retire_targets([githubapp.target_name(n) for n in added], False)
+    if added or removed:
+        log.warning(
+            "App repositories reconciled: %d added, %d removed (missed events)", len(added), len(removed)
+        )
+    return added, removed
+
+
 def push_task_key(event: PushEvent) -> str:
     return f"push:{event.repository}:{event.after}"
 
@@ -374,6 +395,10 @@ def celery_app(settings: Settings, environ: dict[str, str]) -> Any:
             self, lambda: run_installation(context(), parsed), f"installation {parsed.installation_id}"
         )
 
+    @app.task(name="auditor.reconcile", bind=True, max_retries=None)  # type: ignore[untyped-decorator]
+    def reconcile(self: Any) -> None:
+        keep_trying(self, lambda: run_reconcile(context()), "reconcile")
+
     @app.task(name="auditor.digest", bind=True, max_retries=None)  # type: ignore[untyped-decorator]
     def digest(self: Any) -> None:
         from auditor.service import digests
@@ -402,6 +427,9 @@ class ToBroker:
     def fix_pr(self, task: FixTask) -> None:
         self.app.send_task("auditor.fix_pr", args=list(task))
 
+    def reconcile(self) -> None:
+        self.app.send_task("auditor.reconcile")
+
     def installation(self, event: InstallationEvent) -> None:
         self.app.send_task("auditor.installation", args=[asdict(event)])
 
@@ -423,6 +451,9 @@ class InProcess:
 
     def fix_pr(self, task: FixTask) -> None:
         self.submit(lambda: self._quiet(lambda: run_fix_pr(self.ctx, task)))
+
+    def reconcile(self) -> None:
+        self.submit(lambda: self._quiet(lambda: run_reconcile(self.ctx)))
 
     def installation(self, event: InstallationEvent) -> None:
         run_installation(self.ctx, event)

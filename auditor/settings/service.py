@@ -223,6 +223,12 @@ class GitHubAppSettings:
         minimum=0,
         maximum=24 * 31,
     )
+    reconcile_schedule: str = setting(
+        "17 */6 * * *",
+        doc="When the installations' repositories are listed through GitHub's API (fleet mode), for "
+        "`installation` events that never arrived.",
+        check=validate_cron,
+    )
     fix_button: bool = setting(
         True,
         doc='A failing check run with findings offers an "Open fix PR" button: pressed, it opens the fix '

@@ -237,6 +237,24 @@ class FleetStore:
                 if row is not None:
                     row.active, row.updated_at = False, now
 
+    def reconcile_app_repositories(self, seen: dict[str, int]) -> tuple[list[str], list[str]]:
+        """Make the active App repositories exactly `seen` (what GitHub lists now, by installation):
+        the ones missing appear, the ones gone become inactive. The (added, removed) names."""
+        now = self.clock()
+        with self.sessions.begin() as session:
+            rows = {r.full_name: r for r in session.scalars(select(AppRepository))}
+            added = sorted(n for n in seen if n not in rows or not rows[n].active)
+            removed = sorted(n for n, r in rows.items() if r.active and n not in seen)
+            for name in added:
+                row = rows.get(name)
+                if row is None:
+                    session.add(AppRepository(full_name=name, installation_id=seen[name], updated_at=now))
+                else:
+                    row.installation_id, row.active, row.updated_at = seen[name], True, now
+            for name in removed:
+                rows[name].active, rows[name].updated_at = False, now
+        return added, removed
+
     def drop_installation(self, installation_id: int) -> None:
         with self.sessions.begin() as session:
             session.execute(

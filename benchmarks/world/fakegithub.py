@@ -53,6 +53,7 @@ class FakeGitHub:
     check_runs: list[dict[str, Any]] = field(default_factory=list)
     lock: Any = field(default_factory=threading.Lock)
     branch_requests: int = 0  # GET …/branches/{branch}, conditional or not
+    installed: bool = True  # GET /installation/repositories lists this repository
 
     # -- state helpers for tests ----------------------------------------------------------------
 
@@ -179,6 +180,15 @@ class FakeGitHub:
                 {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"},
             )
         full = f"/repos/{self.owner}/{self.name}"
+        if method == "GET" and path == "/installation/repositories":
+            # The installation token's repositories (this server holds one; `installed` says whether
+            # the installation still includes it).
+            repos = [self._repo()] if self.installed else []
+            return (
+                200,
+                {},
+                {"total_count": len(repos), "repository_selection": "selected", "repositories": repos},
+            )
         if method == "GET" and path == full:
             return 200, {}, self._repo()
         if method == "GET" and path == f"{full}/pulls":

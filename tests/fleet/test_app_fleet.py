@@ -144,4 +144,5 @@ def test_app_repositories_on_celery_workers(tmp_path: Path, pg: str) -> None:
             for w in workers:
                 stop(w)
             scheduler.shutdown()
+            scheduler.leader.resign()  # the advisory lock is the server's: never left to the next test
             store.engine.dispose()

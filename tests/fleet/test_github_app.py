@@ -35,11 +35,11 @@ from sqlalchemy import func, select
 from auditor.bootstrap import build_service
 from auditor.service.leader import FleetScheduler, sweep_slot
 from auditor.service.scheduler import slot_text
-from auditor.service.tasks import AuditTask, WorkerContext, run_audit, run_installation
+from auditor.service.tasks import AuditTask, WorkerContext, run_audit, run_installation, run_reconcile
 from auditor.service.webhooks import InstallationEvent
 from auditor.settings.config import load_settings
 from auditor.store.fleet import FleetStore
-from auditor.store.repository import FindingFilter
+from auditor.store.repository import FindingFilter, TargetSpec
 from auditor.store.schema import CheckRunRow, WebhookDelivery
 
 
@@ -379,3 +379,28 @@ def test_installed_repositories_are_swept_on_schedule_and_unchanged_ones_cost_on
     # Added again: swept again, no longer retired.
     run_installation(ctx, InstallationEvent(7, "added", ("acme/infra",), ()))
     assert [t.retired_at for t in service.store.targets() if t.name == "acme.infra"] == [None]
+
+
+def test_the_reconcile_finds_repositories_whose_events_never_came(lab: Lab) -> None:
+    service, clock = lab.service, lab.clock
+    ctx = WorkerContext(service.runner.settings, service.runner, lab.fleet)
+    # acme/gone was removed while the service was away; acme/infra was added while it was away.
+    lab.fleet.set_app_repositories(7, ["acme/gone"], [])
+    service.store.sync_targets([TargetSpec("acme.gone", "git", "x")])
+    assert run_reconcile(ctx) == (["acme/infra"], ["acme/gone"])
+    assert lab.fleet.app_repositories() == {"acme/infra": 7}
+    retired = {t.name: t.retired_at for t in service.store.targets()}
+    assert retired["acme.gone"] is not None
+    assert run_reconcile(ctx) == ([], [])  # nothing missed now
+    # Uninstalled from the repository: the next reconcile removes it.
+    lab.hub.installed = False
+    assert run_reconcile(ctx) == ([], ["acme/infra"]) and lab.fleet.app_repositories() == {}
+    # The leader enqueues it once per slot of github_app.reconcile_schedule (17 */6 * * *).
+    dispatch = _Recording()
+    calls: list[str] = []
+    dispatch.reconcile = lambda: calls.append("reconcile")  # type: ignore[attr-defined]
+    leader = type("Always", (), {"is_leader": lambda self: True})()
+    scheduler = FleetScheduler(service.runner.settings, service.runner, clock, leader, dispatch)
+    clock.now = clock.now.replace(hour=12, minute=17, second=30)
+    assert scheduler.reconcile_app_repositories() is not None and calls == ["reconcile"]
+    assert scheduler.reconcile_app_repositories() is None and calls == ["reconcile"]
