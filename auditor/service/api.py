@@ -313,6 +313,15 @@ def create_app(
             raise HTTPException(403, "the audit log is for admins")
         return principal
 
+    def target_writer(request: Request, name: str, doing: str) -> Principal:
+        """The caller of a write on target `name` (runs, schedule): 403, and refused in the audit
+        log, when its role does not cover the target."""
+        caller = writer(request)
+        if not caller.can_write(name):
+            audit(request, caller.actor, "refused", f"role {caller.role} does not cover target {name}")
+            raise HTTPException(403, f"your teams' role does not let you {doing}")
+        return caller
+
     def reader(request: Request) -> Principal:
         """Who reads: the caller the middleware authenticated, or anyone when reads are open."""
         return getattr(request.state, "principal", None) or open_reads
@@ -447,17 +456,11 @@ def create_app(
         tags=["targets"],
         status_code=202,
     )
-    def trigger(
-        request: Request,
-        name: Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")],
-    ) -> JSONResponse:
+    def trigger(request: Request, name: TargetName) -> JSONResponse:
         """Start an audit of the target now (a token whose role covers the target). Recorded in
         the audit log."""
-        caller = writer(request)
+        caller = target_writer(request, name, "start runs of this target")
         actor = caller.actor
-        if not caller.can_write(name):
-            audit(request, actor, "refused", f"role {caller.role} does not cover target {name}")
-            raise HTTPException(403, "your teams' role does not let you start runs of this target")
         try:
             run_id = runner.start(name, None, "api")
         except (UnknownTarget, ConfigError):
@@ -499,6 +502,18 @@ def create_app(
     def fresh(finding_id: int) -> dict[str, Any]:
         return wire.record_json(web.found(store.finding(finding_id), "finding"))
 
+    def taken_back(
+        request: Request, finding_id: int, undo: Callable[[int], bool], missing: str
+    ) -> dict[str, Any]:
+        """DELETE of an acknowledgement or a suppression: `undo(id)` False is a 404 (`the finding
+        is <missing>`), refused in the audit log; done, the finding as it is now."""
+        caller, found = writable_finding(request, finding_id)
+        if not undo(finding_id):
+            audit(request, caller.actor, "refused", f"{what(found)}: {missing}")
+            raise HTTPException(404, f"the finding is {missing}")
+        audit(request, caller.actor, "done", what(found))
+        return fresh(finding_id)
+
     @app.put("/api/v1/findings/{finding_id}/acknowledgement", tags=["findings"])
     def acknowledge(finding_id: FindingId, body: Acknowledgement, request: Request) -> dict[str, Any]:
         """Say you are on a finding (a write role over its target or namespace). It hides nothing;
@@ -511,12 +526,7 @@ def create_app(
     @app.delete("/api/v1/findings/{finding_id}/acknowledgement", tags=["findings"])
     def unacknowledge(finding_id: FindingId, request: Request) -> dict[str, Any]:
         """Take a finding's acknowledgement back."""
-        caller, found = writable_finding(request, finding_id)
-        if not store.unacknowledge(finding_id):
-            audit(request, caller.actor, "refused", f"{what(found)}: not acknowledged")
-            raise HTTPException(404, "the finding is not acknowledged")
-        audit(request, caller.actor, "done", what(found))
-        return fresh(finding_id)
+        return taken_back(request, finding_id, store.unacknowledge, "not acknowledged")
 
     @app.put("/api/v1/findings/{finding_id}/suppression", tags=["findings"])
     def suppress(finding_id: FindingId, body: SuppressionBody, request: Request) -> dict[str, Any]:
@@ -537,12 +547,7 @@ def create_app(
     @app.delete("/api/v1/findings/{finding_id}/suppression", tags=["findings"])
     def unsuppress(finding_id: FindingId, request: Request) -> dict[str, Any]:
         """Lift a finding's suppression: it shows again at once (the next run confirms it)."""
-        caller, found = writable_finding(request, finding_id)
-        if not store.unsuppress(finding_id):
-            audit(request, caller.actor, "refused", f"{what(found)}: not suppressed through the API")
-            raise HTTPException(404, "the finding is not suppressed through the API")
-        audit(request, caller.actor, "done", what(found))
-        return fresh(finding_id)
+        return taken_back(request, finding_id, store.unsuppress, "not suppressed through the API")
 
     @app.post("/api/v1/findings/{finding_id}/pull-request", tags=["findings"])
     def fix_pull_request(finding_id: FindingId, request: Request) -> JSONResponse:
@@ -585,13 +590,6 @@ def create_app(
         audit(request, caller.actor, "done", f"{what(found)}: {shown}")
         return JSONResponse({"items": items})
 
-    def schedule_writer(request: Request, name: str) -> Principal:
-        caller = writer(request)
-        if not caller.can_write(name):
-            audit(request, caller.actor, "refused", f"role {caller.role} does not cover target {name}")
-            raise HTTPException(403, "your teams' role does not let you change this target's schedule")
-        return caller
-
     def changed_schedule(request: Request, caller: Principal, name: str, cron: str | None) -> dict[str, Any]:
         try:
             runner.settings.target(name)
@@ -607,7 +605,7 @@ def create_app(
     def set_schedule(name: TargetName, body: ScheduleBody, request: Request) -> dict[str, Any]:
         """Audit the target on this cron schedule instead of the config's (a write role over the
         target), until DELETE: every replica's scheduler follows within its recover tick."""
-        caller = schedule_writer(request, name)
+        caller = target_writer(request, name, "change this target's schedule")
         problem = validate_cron(body.schedule)
         if problem is not None:
             audit(request, caller.actor, "refused", f"schedule {body.schedule!r} {problem}")
@@ -617,7 +615,9 @@ def create_app(
     @app.delete("/api/v1/targets/{name}/schedule", tags=["targets"])
     def reset_schedule(name: TargetName, request: Request) -> dict[str, Any]:
         """Put the config's schedule back in force."""
-        return changed_schedule(request, schedule_writer(request, name), name, None)
+        return changed_schedule(
+            request, target_writer(request, name, "change this target's schedule"), name, None
+        )
 
     if github_hook is not None:
         limit = github_hook.app.max_body_bytes

@@ -148,29 +148,36 @@ def branch_head(client: Any, full_name: str, branch: str | None, etag: str | Non
     endpoint's ETag is what GitHub documents for conditional requests; a 304 does not count
     against the primary rate limit). The default branch is asked for only when not known yet, or
     when the known one is gone (renamed): one request for an unchanged branch."""
+    requester = client.requester
+    if branch:
+        known = _branch(requester, full_name, branch, etag, missing_ok=True)
+        if known is not None:
+            return known
+    _, repo = requester.requestJsonAndCheck("GET", f"/repos/{full_name}")
+    found = _branch(requester, full_name, str(repo["default_branch"]), None, missing_ok=False)
+    assert found is not None
+    return found
+
+
+def _branch(
+    requester: Any, full_name: str, branch: str, etag: str | None, missing_ok: bool
+) -> BranchHead | None:
+    """One conditional GET of a branch; None for a 404 when `missing_ok`, else GitHub's error."""
     from urllib.parse import quote
 
-    requester = client.requester
-    for attempt in range(2):
-        if not branch:
-            _, repo = requester.requestJsonAndCheck("GET", f"/repos/{full_name}")
-            branch, etag = str(repo["default_branch"]), None
-        headers = {"If-None-Match": etag} if etag else {}
-        status, answer_headers, body = requester.requestJson(
-            "GET", f"/repos/{full_name}/branches/{quote(branch, safe='')}", headers=headers
-        )
-        if status == 304:
-            return BranchHead(branch, True, None, etag)
-        if status == 404 and attempt == 0:
-            branch = None  # renamed: ask for the default branch again
-            continue
-        if status >= 400:
-            raise requester.createException(status, answer_headers, json.loads(body or "{}"))
-        data = json.loads(body)
-        sha = str(data["commit"]["sha"])
-        tag = next((v for k, v in answer_headers.items() if k.lower() == "etag"), None)
-        return BranchHead(branch, False, sha, tag)
-    raise RuntimeError("unreachable")
+    headers = {"If-None-Match": etag} if etag else {}
+    status, answer_headers, body = requester.requestJson(
+        "GET", f"/repos/{full_name}/branches/{quote(branch, safe='')}", headers=headers
+    )
+    if status == 304:
+        return BranchHead(branch, True, None, etag)
+    if status == 404 and missing_ok:
+        return None
+    if status >= 400:
+        raise requester.createException(status, answer_headers, json.loads(body or "{}"))
+    sha = str(json.loads(body)["commit"]["sha"])
+    tag = next((v for k, v in answer_headers.items() if k.lower() == "etag"), None)
+    return BranchHead(branch, False, sha, tag)
 
 
 # -- the check run's content (pure) ---------------------------------------------------------------

@@ -122,6 +122,7 @@ class FleetScheduler(Scheduler):
         self.fired: list[str] = []  # task keys this replica enqueued (metrics, tests)
         self.sent: dict[str, str] = {}  # job (target name, or "digest") → the last slot enqueued
         self.reconcile_trigger: Any = None
+        self.fleet = FleetStore(runner.store.engine, clock)  # the App repositories the sweep reads
 
     def _once(self, job: str, trigger: Any, now: datetime | None, send: Callable[[str], None]) -> str | None:
         """Enqueue with `send(slot)` the current slot of `trigger` (inside the misfire grace) if this
@@ -184,7 +185,7 @@ class FleetScheduler(Scheduler):
             return []
         now = now or self.clock()
         try:
-            repositories = FleetStore(self.runner.store.engine, self.clock).app_repositories()
+            repositories = self.fleet.app_repositories()
         except Exception as exc:  # the database away: the next tick tries again
             log.warning("App repositories could not be read: %s", exc)
             return []

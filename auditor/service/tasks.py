@@ -204,9 +204,9 @@ def run_audit(ctx: WorkerContext, task: AuditTask) -> str:
             log.warning("task %s: taking over run %s (its worker stopped)", task_key, keyed.run_id)
         result = runner.execute(keyed.run_id, target)
     if task.repository and result.status == "succeeded":
-        revision = ctx.runner.store.run(keyed.run_id)
-        if revision is not None and revision.revision:
-            ctx.fleet.record_branch(task.repository, audited_sha=revision.revision)
+        done = ctx.runner.store.run(keyed.run_id)
+        if done is not None and done.revision:
+            ctx.fleet.record_branch(task.repository, audited_sha=done.revision)
     return result.status
 
 

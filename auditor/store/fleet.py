@@ -19,12 +19,13 @@ Times come from the injected clock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, Select, delete, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from auditor.clock import Clock
 from auditor.store.repository import record, target_id_of
@@ -224,18 +225,13 @@ class FleetStore:
         disappear (inactive, their history kept)."""
         now = self.clock()
         with self.sessions.begin() as session:
-            for name in added:
-                row = session.get(AppRepository, name)
-                if row is None:
-                    session.add(
-                        AppRepository(full_name=name, installation_id=installation_id, updated_at=now)
-                    )
-                else:
-                    row.installation_id, row.active, row.updated_at = installation_id, True, now
-            for name in removed:
-                row = session.get(AppRepository, name)
-                if row is not None:
-                    row.active, row.updated_at = False, now
+            rows = {
+                r.full_name: r
+                for r in session.scalars(
+                    select(AppRepository).where(AppRepository.full_name.in_([*added, *removed]))
+                )
+            }
+            _apply_repositories(session, rows, dict.fromkeys(added, installation_id), removed, now)
 
     def reconcile_app_repositories(self, seen: dict[str, int]) -> tuple[list[str], list[str]]:
         """Make the active App repositories exactly `seen` (what GitHub lists now, by installation):
@@ -245,14 +241,7 @@ class FleetStore:
             rows = {r.full_name: r for r in session.scalars(select(AppRepository))}
             added = sorted(n for n in seen if n not in rows or not rows[n].active)
             removed = sorted(n for n, r in rows.items() if r.active and n not in seen)
-            for name in added:
-                row = rows.get(name)
-                if row is None:
-                    session.add(AppRepository(full_name=name, installation_id=seen[name], updated_at=now))
-                else:
-                    row.installation_id, row.active, row.updated_at = seen[name], True, now
-            for name in removed:
-                rows[name].active, rows[name].updated_at = False, now
+            _apply_repositories(session, rows, {n: seen[n] for n in added}, removed, now)
         return added, removed
 
     def drop_installation(self, installation_id: int) -> None:
@@ -311,9 +300,30 @@ class FleetStore:
             )
 
 
+def _apply_repositories(
+    session: Session,
+    rows: dict[str, AppRepository],
+    added: dict[str, int],
+    removed: Sequence[str],
+    now: datetime,
+) -> None:
+    """App repositories appear (active, under their installation) and disappear (inactive, their
+    history kept); `rows`: the ones stored, by name."""
+    for name, installation_id in added.items():
+        row = rows.get(name)
+        if row is None:
+            session.add(AppRepository(full_name=name, installation_id=installation_id, updated_at=now))
+        else:
+            row.installation_id, row.active, row.updated_at = installation_id, True, now
+    for name in removed:
+        row = rows.get(name)
+        if row is not None:
+            row.active, row.updated_at = False, now
+
+
 @dataclass(frozen=True, slots=True)
 class BranchState:
     default_branch: str | None
     etag: str | None
     audited_sha: str | None
-    checked_at: object
+    checked_at: datetime | None
